@@ -1,0 +1,62 @@
+# a2amm build. `make` builds build/a2amm and build/liba2amm.a; `make check`
+# sets up, builds and runs every test (optimized, then ASan+UBSan);
+# `make run` sets up, builds and runs the main job on a default shape.
+
+CC       ?= cc
+BUILD    ?= build
+OPT      ?= -O2 -g
+CPPFLAGS += -Iinclude -Isrc -D_GNU_SOURCE -I/usr/include/x86_64-linux-gnu/openblas-pthread
+CFLAGS   += -std=c11 -Wall -Wextra -Werror -pthread $(OPT)
+LDLIBS   += -lopenblas -lm -pthread
+SAN      := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+
+LIB_SRC  := $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c)))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+.PHONY: all deps check check-opt check-san run clean bench
+all: $(BUILD)/a2amm $(TEST_BIN)
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/liba2amm.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/a2amm: $(CLI_OBJ) $(BUILD)/liba2amm.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/liba2amm.a tests/check.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests $< $(BUILD)/liba2amm.a -o $@ $(LDLIBS)
+
+# The suite twice: an optimized build, then AddressSanitizer + UBSan.
+check: deps
+	$(MAKE) check-opt
+	$(MAKE) check-san
+
+check-opt:
+	$(MAKE) BUILD=build all
+	scripts/run-tests.sh build
+
+check-san:
+	$(MAKE) BUILD=build-san OPT="$(SAN)" all
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+		scripts/run-tests.sh build-san
+
+run: deps
+	$(MAKE) BUILD=build $(BUILD)/a2amm
+	scripts/run-main.sh build
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what a2amm needs on a Debian machine when it is missing: a C
+# compiler, make and OpenBLAS (used by the reference operator and benchmarks).
+# Safe to run again: it does nothing when everything is present.
+set -euo pipefail
+need=()
+command -v cc >/dev/null 2>&1 || need+=(gcc)
+command -v make >/dev/null 2>&1 || need+=(make)
+[ -e /usr/include/x86_64-linux-gnu/cblas.h ] || [ -e /usr/include/cblas.h ] || need+=(libopenblas-dev)
+ls /usr/lib/x86_64-linux-gnu/libopenblas.so >/dev/null 2>&1 || need+=(libopenblas-dev)
+if [ ${#need[@]} -eq 0 ]; then
+    exit 0
+fi
+echo "install-deps: installing ${need[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+    SUDO=sudo
+else
+    SUDO=
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -1,0 +1,125 @@
+/* Command-line parsing and printing helpers shared by the subcommands. */
+#include "cli/args.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mx/mx.h"
+
+int cli_option(int argc, char **argv, int *i, const char *name, const char **value)
+{
+    const char *arg = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(arg, name, n) != 0) return 0;
+    if (arg[n] == '=') {
+        *value = arg + n + 1;
+        return 1;
+    }
+    if (arg[n] != '\0') return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "a2amm: option %s needs a value\n", name);
+        return -1;
+    }
+    *value = argv[++*i];
+    return 1;
+}
+
+int cli_parse_i64(const char *cmd, const char *what, const char *s, int64_t min, int64_t max,
+                  int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end != '\0' || v < min || v > max) {
+        fprintf(stderr, "a2amm %s: %s must be a whole number from %" PRId64 " to %" PRId64 ", got '%s'\n",
+                cmd, what, min, max, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_u64(const char *cmd, const char *what, const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end != '\0' || s[0] == '-') {
+        fprintf(stderr, "a2amm %s: %s must be a non-negative whole number, got '%s'\n", cmd, what, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_double(const char *cmd, const char *what, const char *s, double min, double max,
+                     double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end != '\0' || !(v >= min && v <= max)) {
+        fprintf(stderr, "a2amm %s: %s must be a number from %g to %g, got '%s'\n", cmd, what, min, max, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_type(const char *cmd, const char *what, const char *s, a2amm_fp8_type *out)
+{
+    if (a2amm_fp8_type_parse(s, out) == A2AMM_OK) return 0;
+    fprintf(stderr, "a2amm %s: %s must be e4m3 or e5m2, got '%s'\n", cmd, what, s);
+    return -1;
+}
+
+int cli_is_help(const char *arg)
+{
+    return !strcmp(arg, "-h") || !strcmp(arg, "--help") || !strcmp(arg, "help");
+}
+
+void cli_print_error(const char *cmd, const a2amm_error *err)
+{
+    fprintf(stderr, "a2amm %s: error: %s\n", cmd, err->msg[0] ? err->msg : a2amm_strerror(err->code));
+}
+
+void cli_print_corner(const char *title, const uint16_t *m, int64_t rows_total, int64_t cols_total,
+                      int rows, int cols)
+{
+    int r = rows_total < rows ? (int)rows_total : rows;
+    int c = cols_total < cols ? (int)cols_total : cols;
+    printf("  %s (top-left %dx%d):\n", title, r, c);
+    for (int i = 0; i < r; i++) {
+        printf("    ");
+        for (int j = 0; j < c; j++) printf(" %12.5g", (double)mx_bf16_to_f32(m[(int64_t)i * cols_total + j]));
+        printf("\n");
+    }
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int cli_parse_shape(const char *cmd, char **mknr, a2amm_shape *shape, a2amm_sizes *sizes)
+{
+    static const char *names[4] = {"M", "K", "N", "R"};
+    int64_t v[4];
+    for (int i = 0; i < 4; i++)
+        if (cli_parse_i64(cmd, names[i], mknr[i], -(INT64_C(1) << 62), INT64_C(1) << 62, &v[i]))
+            return -1;
+    shape->M = v[0], shape->K = v[1], shape->N = v[2], shape->R = v[3];
+    a2amm_error err;
+    if (a2amm_shape_check(shape, sizes, &err) != A2AMM_OK) {
+        cli_print_error(cmd, &err);
+        return -1;
+    }
+    return 0;
+}

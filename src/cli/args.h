@@ -1,0 +1,42 @@
+/* Command-line parsing helpers shared by the a2amm subcommands. They print
+ * a message naming the argument and return -1 on bad input. */
+#ifndef A2AMM_CLI_ARGS_H
+#define A2AMM_CLI_ARGS_H
+
+#include <stdint.h>
+
+#include "a2amm.h"
+
+/* argv[*i] is `name VALUE` or `name=VALUE`: sets *value, advances *i past
+ * it and returns 1; returns 0 when argv[*i] is another argument, -1 (after
+ * printing) when the value is missing. */
+int cli_option(int argc, char **argv, int *i, const char *name, const char **value);
+
+/* Parses a whole decimal integer within [min, max]; `what` names it in the
+ * message ("M", "--seed"). */
+int cli_parse_i64(const char *cmd, const char *what, const char *s, int64_t min, int64_t max,
+                  int64_t *out);
+int cli_parse_u64(const char *cmd, const char *what, const char *s, uint64_t *out);
+int cli_parse_double(const char *cmd, const char *what, const char *s, double min, double max,
+                     double *out);
+int cli_parse_type(const char *cmd, const char *what, const char *s, a2amm_fp8_type *out);
+
+/* True for -h / --help. */
+int cli_is_help(const char *arg);
+
+/* Prints "a2amm CMD: <message>" for a library error, to stderr. */
+void cli_print_error(const char *cmd, const a2amm_error *err);
+
+/* Prints a rows x cols corner of a bf16 [rows_total, cols_total] matrix. */
+void cli_print_corner(const char *title, const uint16_t *m, int64_t rows_total, int64_t cols_total,
+                      int rows, int cols);
+
+/* Monotonic seconds. */
+double cli_now(void);
+
+
+
+/* Parses M K N R from four strings and checks the shape's rules (printing
+ * the rule that fails). Types are left as they are in *shape. */
+int cli_parse_shape(const char *cmd, char **mknr, a2amm_shape *shape, a2amm_sizes *sizes);
+#endif

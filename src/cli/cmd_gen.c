@@ -1,0 +1,167 @@
+/* `a2amm gen`: every rank's inputs in the seed's layout, and the golden. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "common/error.h"
+#include "gen/gen.h"
+#include "io/io.h"
+#include "ref/ref_op.h"
+
+static void gen_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: a2amm gen M K N R [options]\n"
+            "\n"
+            "Writes every rank's inputs in the seed's layout and the reference result\n"
+            "(the golden) that a correct run must match:\n"
+            "  DIR/input/<r>/input_a.bin       A_r [R*M, K/R] fp8\n"
+            "  DIR/input/<r>/input_scaleA.bin  its E8M0 scales [R*M, 2*ceil(K/R/64)]\n"
+            "  DIR/input/<r>/input_b.bin       B_r transposed [N, K] fp8\n"
+            "  DIR/input/<r>/input_scaleB.bin  its E8M0 scales [N, 2*ceil(K/64)]\n"
+            "  DIR/output/<r>/cpu_output.bin   golden bf16 [M, N]\n"
+            "  DIR/input/a2amm-meta.txt        the shape and element types, for later commands\n"
+            "\n"
+            "Rules: M, K, N, R >= 1; K divisible by R; K/R a multiple of 32.\n"
+            "\n"
+            "options:\n"
+            "  --dir DIR             where to write (default: .)\n"
+            "  --a-type e4m3|e5m2    A's element type (default e4m3)\n"
+            "  --b-type e4m3|e5m2    B's element type (default e4m3)\n"
+            "  --dist NAME           value distribution (default normal):\n");
+    for (int d = 0; d < GEN_DIST_COUNT; d++)
+        fprintf(f, "      %-9s %s\n", gen_dist_name((gen_dist)d), gen_dist_help((gen_dist)d));
+    fprintf(f,
+            "  --scale-mode floor|rceil  how block scales are chosen when quantizing (default floor)\n"
+            "  --seed S              random seed (default 1); same seed, same bytes everywhere\n"
+            "  --no-golden           write the inputs only\n"
+            "\n"
+            "example:\n"
+            "  a2amm gen 700 256 96 2 --dir /tmp/a2amm-demo --a-type e5m2\n");
+}
+
+/* Every rank's inputs, generated and written; kept in memory for the golden. */
+static int write_inputs(const char *dir, const a2amm_shape *s, const a2amm_sizes *z,
+                        const gen_options *opt, io_rank_inputs *in, a2amm_error *err)
+{
+    for (int r = 0; r < s->R; r++) {
+        int rc = io_rank_inputs_alloc(z, &in[r], err);
+        if (!rc) rc = gen_rank_inputs(s, z, opt, r, &in[r], err);
+        if (!rc) rc = io_save_rank_inputs(dir, r, z, &in[r], err);
+        if (rc) return rc;
+    }
+    return A2AMM_OK;
+}
+
+static int write_goldens(const char *dir, const a2amm_shape *s, const a2amm_sizes *z,
+                         const io_rank_inputs *in, uint16_t *out, a2amm_error *err)
+{
+    const uint8_t **a = malloc((size_t)s->R * sizeof *a);
+    const uint8_t **sa = malloc((size_t)s->R * sizeof *sa);
+    int rc = A2AMM_OK;
+    if (!a || !sa) rc = A2AMM_E_NOMEM;
+    for (int r = 0; !rc && r < s->R; r++) a[r] = in[r].a, sa[r] = in[r].sa;
+    for (int j = 0; !rc && j < s->R; j++) {
+        char path[IO_PATH_MAX];
+        rc = ref_op_rank(s, j, a, sa, in[j].b, in[j].sb, out, err);
+        if (!rc) rc = io_rank_path(path, sizeof path, dir, "output", j, "cpu_output.bin", err);
+        if (!rc) rc = io_write_atomic(path, out, z->out_bytes, err);
+        if (!rc && j == 0) cli_print_corner("golden, rank 0", out, s->M, s->N, 4, 4);
+    }
+    free(a);
+    free(sa);
+    return rc;
+}
+
+int cmd_gen(int argc, char **argv)
+{
+    const char *dir = ".";
+    gen_options opt = {GEN_DIST_NORMAL, 1, MX_SCALE_FLOOR};
+    a2amm_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
+    char *pos[4];
+    int npos = 0, golden = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int m;
+        if (cli_is_help(argv[i])) { gen_usage(stdout); return 0; }
+        if ((m = cli_option(argc, argv, &i, "--dir", &v))) { if (m < 0) return 2; dir = v; }
+        else if ((m = cli_option(argc, argv, &i, "--a-type", &v))) {
+            if (m < 0 || cli_parse_type("gen", "--a-type", v, &s.a_type)) return 2;
+        } else if ((m = cli_option(argc, argv, &i, "--b-type", &v))) {
+            if (m < 0 || cli_parse_type("gen", "--b-type", v, &s.b_type)) return 2;
+        } else if ((m = cli_option(argc, argv, &i, "--dist", &v))) {
+            if (m < 0) return 2;
+            if (gen_dist_parse(v, &opt.dist)) {
+                fprintf(stderr, "a2amm gen: --dist must be one of normal, seed, uniform, extreme, special; got '%s'\n", v);
+                return 2;
+            }
+        } else if ((m = cli_option(argc, argv, &i, "--scale-mode", &v))) {
+            if (m < 0) return 2;
+            if (mx_scale_mode_parse(v, &opt.scale_mode)) {
+                fprintf(stderr, "a2amm gen: --scale-mode must be floor or rceil, got '%s'\n", v);
+                return 2;
+            }
+        } else if ((m = cli_option(argc, argv, &i, "--seed", &v))) {
+            if (m < 0 || cli_parse_u64("gen", "--seed", v, &opt.seed)) return 2;
+        } else if (!strcmp(argv[i], "--no-golden")) golden = 0;
+        else if (argv[i][0] == '-' && argv[i][1] != '\0' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
+            fprintf(stderr, "a2amm gen: unknown option '%s' (see a2amm gen --help)\n", argv[i]);
+            return 2;
+        } else if (npos < 4) pos[npos++] = argv[i];
+        else {
+            fprintf(stderr, "a2amm gen: too many arguments at '%s' (expected M K N R)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (npos != 4) {
+        fprintf(stderr, "a2amm gen: expected M K N R, got %d of them\n", npos);
+        gen_usage(stderr);
+        return 2;
+    }
+    a2amm_sizes z;
+    if (cli_parse_shape("gen", pos, &s, &z)) return 2;
+
+    a2amm_error err = {0, ""};
+    io_meta meta = {.shape = s, .seed = opt.seed};
+    snprintf(meta.dist, sizeof meta.dist, "%s", gen_dist_name(opt.dist));
+    snprintf(meta.scale_mode, sizeof meta.scale_mode, "%s", mx_scale_mode_name(opt.scale_mode));
+    /* The meta file is written last: a folder without it is not a complete set. */
+    char meta_file[IO_PATH_MAX];
+    snprintf(meta_file, sizeof meta_file, "%s/input/a2amm-meta.txt", dir);
+    unlink(meta_file);
+
+    printf("a2amm gen: M=%lld K=%lld N=%lld R=%lld, A %s, B %s, dist %s, scale mode %s, seed %" PRIu64 "\n",
+           (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R,
+           a2amm_fp8_type_name(s.a_type), a2amm_fp8_type_name(s.b_type), meta.dist, meta.scale_mode,
+           opt.seed);
+    printf("  per rank: A %zu B, scaleA %zu B, B %zu B, scaleB %zu B, output %zu B\n", z.a_bytes,
+           z.sa_bytes, z.b_bytes, z.sb_bytes, z.out_bytes);
+    io_rank_inputs *in = calloc((size_t)s.R, sizeof *in);
+    uint16_t *out = malloc(z.out_bytes);
+    int rc = in && out ? A2AMM_OK
+                         : a2amm_fail(&err, A2AMM_E_NOMEM, "cannot allocate %zu bytes", z.out_bytes);
+    double t0 = cli_now();
+    if (!rc) rc = write_inputs(dir, &s, &z, &opt, in, &err);
+    double t1 = cli_now();
+    if (!rc && golden) rc = write_goldens(dir, &s, &z, in, out, &err);
+    double t2 = cli_now();
+    if (!rc) rc = io_meta_write(dir, &meta, &err);
+    for (int r = 0; in && r < s.R; r++) io_rank_inputs_free(&in[r]);
+    free(in);
+    free(out);
+    if (rc) {
+        cli_print_error("gen", &err);
+        return 1;
+    }
+    printf("  inputs: %.2f s", t1 - t0);
+    if (golden)
+        printf(", golden: %.2f s (fp64 reference, %.1f GFLOP)", t2 - t1,
+               2.0 * (double)s.M * (double)s.N * (double)s.K * (double)s.R / 1e9);
+    printf("\n  wrote %s/input/<0..%lld>/ and %s%s\n", dir, (long long)s.R - 1,
+           golden ? dir : "", golden ? "/output/<r>/cpu_output.bin" : "(no golden)");
+    return 0;
+}

@@ -1,0 +1,138 @@
+/* `a2amm verify`: the seed's per-rank acceptance test, with more detail. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "common/error.h"
+#include "io/io.h"
+#include "mx/mx.h"
+#include "verify/verify.h"
+
+static void verify_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: a2amm verify M N R [--dir DIR] [--rtol X] [--atol X]\n"
+            "\n"
+            "Compares every rank's result DIR/output/<r>/npu_out.bin with its golden\n"
+            "DIR/output/<r>/cpu_output.bin (both bf16 [M, N]) the way the seed's\n"
+            "verify_result.py does: torch.allclose(golden, result, rtol=1e-2, atol=1e-2,\n"
+            "equal_nan=True). Prints the seed's summary per rank (abs err max/mean/rmse,\n"
+            "rel err max, count over tolerance, top-left corners), the worst error in bf16\n"
+            "ulps and the first element that is not close. Exit 0 only if every rank passes.\n"
+            "\n"
+            "options:\n"
+            "  --dir DIR   the folder gen and run used (default: .)\n"
+            "  --rtol X    relative tolerance (default 1e-2)\n"
+            "  --atol X    absolute tolerance (default 1e-2)\n"
+            "\n"
+            "example:\n"
+            "  a2amm gen 700 256 96 2 --dir /tmp/a2amm-demo && a2amm run 700 256 96 2 --dir /tmp/a2amm-demo\n"
+            "  a2amm verify 700 96 2 --dir /tmp/a2amm-demo\n");
+}
+
+/* Loads both files of rank r; 0 or an error already printed. */
+static int load_pair(const char *dir, int r, size_t bytes, uint16_t *golden, uint16_t *out)
+{
+    char path[IO_PATH_MAX];
+    a2amm_error err = {0, ""};
+    int rc = io_rank_path(path, sizeof path, dir, "output", r, "npu_out.bin", &err);
+    if (!rc) rc = io_read_exact(path, out, bytes, &err);
+    if (!rc) rc = io_rank_path(path, sizeof path, dir, "output", r, "cpu_output.bin", &err);
+    if (!rc) rc = io_read_exact(path, golden, bytes, &err);
+    if (rc) printf("[FAIL] Rank %d: %s\n", r, err.msg);
+    return rc;
+}
+
+static int verify_rank(const char *dir, int r, int64_t M, int64_t N, double rtol, double atol,
+                       uint16_t *golden, uint16_t *out)
+{
+    if (load_pair(dir, r, (size_t)(M * N) * 2, golden, out)) return 0;
+    verify_stats st;
+    verify_compare(golden, out, M * N, rtol, atol, &st);
+    printf("\n[Rank %d] [verify] shape=(%lld, %lld), elements=%lld\n", r, (long long)M, (long long)N,
+           (long long)(M * N));
+    printf("  abs_err: max=%.6e, mean=%.6e, rmse=%.6e\n", st.abs_max, st.abs_mean, st.rmse);
+    printf("  rel_err: max=%.6e\n", st.rel_max);
+    printf("  count(|abs_err| > %g): %lld / %lld\n", atol, (long long)st.over_tol, (long long)st.count);
+    if (st.ulp_max_index >= 0)
+        printf("  worst error: %u bf16 ulp at (%lld, %lld)\n", st.ulp_max,
+               (long long)(st.ulp_max_index / N), (long long)(st.ulp_max_index % N));
+    if (st.nonfinite) printf("  NaN/Inf pairs (compared for equality only): %lld\n", (long long)st.nonfinite);
+    cli_print_corner("cpu golden", golden, M, N, 4, 4);
+    cli_print_corner("npu output", out, M, N, 4, 4);
+    if (st.pass) {
+        printf("[PASS] Rank %d: results match the golden\n", r);
+    } else {
+        int64_t i = st.first_bad;
+        printf("[FAIL] Rank %d: %lld elements not close (rtol=%g, atol=%g); first at row %lld, "
+               "column %lld: golden %.8g (0x%04x), output %.8g (0x%04x)\n",
+               r, (long long)st.not_close, rtol, atol, (long long)(i / N), (long long)(i % N),
+               (double)mx_bf16_to_f32(golden[i]), golden[i], (double)mx_bf16_to_f32(out[i]), out[i]);
+    }
+    return st.pass;
+}
+
+int cmd_verify(int argc, char **argv)
+{
+    const char *dir = ".";
+    double rtol = VERIFY_TOL, atol = VERIFY_TOL;
+    char *pos[3];
+    int npos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int m;
+        if (cli_is_help(argv[i])) { verify_usage(stdout); return 0; }
+        if ((m = cli_option(argc, argv, &i, "--dir", &v))) { if (m < 0) return 2; dir = v; }
+        else if ((m = cli_option(argc, argv, &i, "--rtol", &v))) {
+            if (m < 0 || cli_parse_double("verify", "--rtol", v, 0, 1e300, &rtol)) return 2;
+        } else if ((m = cli_option(argc, argv, &i, "--atol", &v))) {
+            if (m < 0 || cli_parse_double("verify", "--atol", v, 0, 1e300, &atol)) return 2;
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
+            fprintf(stderr, "a2amm verify: unknown option '%s' (see a2amm verify --help)\n", argv[i]);
+            return 2;
+        } else if (npos < 3) pos[npos++] = argv[i];
+        else {
+            fprintf(stderr, "a2amm verify: too many arguments at '%s' (expected M N R)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (npos != 3) {
+        fprintf(stderr, "a2amm verify: expected M N R, got %d of them\n", npos);
+        verify_usage(stderr);
+        return 2;
+    }
+    int64_t M, N, R;
+    if (cli_parse_i64("verify", "M", pos[0], 1, INT64_C(1) << 40, &M) ||
+        cli_parse_i64("verify", "N", pos[1], 1, INT64_C(1) << 40, &N) ||
+        cli_parse_i64("verify", "R", pos[2], 1, 1 << 20, &R))
+        return 2;
+    if (M > (INT64_C(1) << 40) / N) {
+        fprintf(stderr, "a2amm verify: M*N = %lld*%lld is too large\n", (long long)M, (long long)N);
+        return 2;
+    }
+    uint16_t *golden = malloc((size_t)(M * N) * 2), *out = malloc((size_t)(M * N) * 2);
+    if (!golden || !out) {
+        fprintf(stderr, "a2amm verify: cannot allocate 2 x %lld bytes\n", (long long)(M * N * 2));
+        free(golden), free(out);
+        return 1;
+    }
+    printf("============================================================\n");
+    printf("Verifying outputs for %lld ranks in %s/output\n", (long long)R, dir);
+    printf("Matrix shape: M=%lld, N=%lld\n", (long long)M, (long long)N);
+    printf("============================================================\n");
+    int npass = 0;
+    char *status = calloc((size_t)R, 1);
+    for (int r = 0; r < R; r++) {
+        int ok = verify_rank(dir, r, M, N, rtol, atol, golden, out);
+        npass += ok;
+        if (status) status[r] = (char)ok;
+    }
+    printf("\n============================================================\nVerification Summary:\n");
+    for (int r = 0; status && r < R; r++) printf("  Rank %d: %s\n", r, status[r] ? "PASS" : "FAIL");
+    if (npass == R) printf("\n[ALL PASS] All %lld ranks passed verification!\n", (long long)R);
+    else printf("\n[ERROR] %lld of %lld ranks differ from the golden.\n", (long long)(R - npass), (long long)R);
+    free(status), free(golden), free(out);
+    return npass == R ? 0 : 1;
+}

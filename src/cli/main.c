@@ -1,0 +1,34 @@
+/* The a2amm command: dispatches to the subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+
+static void main_usage(FILE *f)
+{
+    fprintf(f,
+            "a2amm: the fused AllToAll + MXFP8 quantized matmul across R ranks, on CPUs.\n"
+            "\n"
+            "usage: a2amm COMMAND [args]   (a2amm COMMAND --help for each)\n"
+            "\n"
+            "commands:\n"
+            "  gen M K N R      write every rank's MXFP8 inputs in the seed's layout and the golden\n"
+            "  verify M N R     check every rank's npu_out.bin against its golden (the seed's test)\n"
+            "\n"
+            "example (the seed's flow):\n"
+            "  a2amm gen 700 256 96 2 --dir /tmp/a2amm-demo\n"
+            "  a2amm verify 700 96 2 --dir /tmp/a2amm-demo\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || cli_is_help(argv[1])) {
+        main_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "gen")) return cmd_gen(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "verify")) return cmd_verify(argc - 1, argv + 1);
+    fprintf(stderr, "a2amm: unknown command '%s' (try a2amm --help)\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,43 @@
+/* Status codes and their messages; filling an a2amm_error. */
+#include "common/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+const char *a2amm_strerror(int status)
+{
+    switch (status) {
+    case A2AMM_OK: return "success";
+    case A2AMM_E_INVAL: return "invalid argument";
+    case A2AMM_E_IO: return "input/output error";
+    case A2AMM_E_SIZE: return "file size mismatch";
+    case A2AMM_E_NOMEM: return "out of memory";
+    case A2AMM_E_OVERFLOW: return "size overflow";
+    case A2AMM_E_FORMAT: return "bad file content";
+    case A2AMM_E_TIMEOUT: return "timed out";
+    case A2AMM_E_PEER: return "another rank failed";
+    case A2AMM_E_SYS: return "system call failed";
+    case A2AMM_E_MISMATCH: return "results outside tolerance";
+    default: return "unknown status";
+    }
+}
+
+int a2amm_fail(a2amm_error *err, int code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->code = code;
+    }
+    return code;
+}
+
+void a2amm_error_clear(a2amm_error *err)
+{
+    if (err) {
+        err->code = A2AMM_OK;
+        err->msg[0] = '\0';
+    }
+}

@@ -1,0 +1,74 @@
+/* The contract's shape rules and the sizes that follow from a shape. */
+#include "common/error.h"
+
+#include <stdint.h>
+#include <string.h>
+#include <strings.h>
+
+const char *a2amm_fp8_type_name(a2amm_fp8_type t)
+{
+    return t == A2AMM_E5M2 ? "e5m2" : "e4m3";
+}
+
+int a2amm_fp8_type_parse(const char *s, a2amm_fp8_type *out)
+{
+    if (s && strcasecmp(s, "e4m3") == 0) { *out = A2AMM_E4M3; return A2AMM_OK; }
+    if (s && strcasecmp(s, "e5m2") == 0) { *out = A2AMM_E5M2; return A2AMM_OK; }
+    return A2AMM_E_INVAL;
+}
+
+/* a*b into *out unless it exceeds limit; returns 0 on overflow. */
+static int mul_within(uint64_t a, uint64_t b, uint64_t limit, uint64_t *out)
+{
+    if (a != 0 && b > limit / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+int a2amm_shape_check(const a2amm_shape *s, a2amm_sizes *sizes, a2amm_error *err)
+{
+    if (s->M < 1 || s->K < 1 || s->N < 1 || s->R < 1)
+        return a2amm_fail(err, A2AMM_E_INVAL,
+                          "M, K, N and R must all be at least 1 (got M=%lld K=%lld N=%lld R=%lld)",
+                          (long long)s->M, (long long)s->K, (long long)s->N, (long long)s->R);
+    if (s->K % s->R != 0)
+        return a2amm_fail(err, A2AMM_E_INVAL,
+                          "K must be divisible by R (got K=%lld, R=%lld, K %% R = %lld)",
+                          (long long)s->K, (long long)s->R, (long long)(s->K % s->R));
+    int64_t ka = s->K / s->R;
+    if (ka % 32 != 0)
+        return a2amm_fail(err, A2AMM_E_INVAL,
+                          "K / R must be a multiple of 32 (whole MX blocks per rank); got K / R = %lld / %lld = %lld",
+                          (long long)s->K, (long long)s->R, (long long)ka);
+    if ((unsigned)s->a_type > A2AMM_E5M2 || (unsigned)s->b_type > A2AMM_E5M2)
+        return a2amm_fail(err, A2AMM_E_INVAL, "element types must be e4m3 or e5m2");
+
+    /* Every size below is checked against a limit that leaves room for
+     * offsets and index arithmetic in int64 and size_t. */
+    const uint64_t limit = (uint64_t)INT64_MAX / 8;
+    uint64_t ska = 2 * (((uint64_t)ka + 63) / 64);
+    uint64_t sk = 2 * (((uint64_t)s->K + 63) / 64);
+    uint64_t rm, a, sa, b, sb, mn, out;
+    if (!mul_within((uint64_t)s->R, (uint64_t)s->M, limit, &rm) ||
+        !mul_within(rm, (uint64_t)ka, limit, &a) ||
+        !mul_within(rm, ska, limit, &sa) ||
+        !mul_within((uint64_t)s->N, (uint64_t)s->K, limit, &b) ||
+        !mul_within((uint64_t)s->N, sk, limit, &sb) ||
+        !mul_within((uint64_t)s->M, (uint64_t)s->N, limit, &mn) ||
+        !mul_within(mn, 2, limit, &out) ||
+        a > SIZE_MAX || b > SIZE_MAX || out > SIZE_MAX)
+        return a2amm_fail(err, A2AMM_E_OVERFLOW,
+                          "shape M=%lld K=%lld N=%lld R=%lld is too large: its buffer sizes overflow",
+                          (long long)s->M, (long long)s->K, (long long)s->N, (long long)s->R);
+    if (sizes) {
+        sizes->ka = ka;
+        sizes->ska = (int64_t)ska;
+        sizes->sk = (int64_t)sk;
+        sizes->a_bytes = (size_t)a;
+        sizes->sa_bytes = (size_t)sa;
+        sizes->b_bytes = (size_t)b;
+        sizes->sb_bytes = (size_t)sb;
+        sizes->out_bytes = (size_t)out;
+    }
+    return A2AMM_OK;
+}

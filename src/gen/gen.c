@@ -1,0 +1,114 @@
+/* Deterministic input generation for every distribution gen offers. */
+#include "gen/gen.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/error.h"
+
+static const struct {
+    const char *name, *help;
+} DISTS[GEN_DIST_COUNT] = {
+    [GEN_DIST_NORMAL] = {"normal", "signed Gaussian values quantized with the chosen scale mode (default)"},
+    [GEN_DIST_SEED] = {"seed", "like the seed's generator: fp8 values in [1, 8], scales 2^0..2^3, all positive"},
+    [GEN_DIST_UNIFORM] = {"uniform", "signed uniform values in [-1, 1] quantized"},
+    [GEN_DIST_EXTREME] = {"extreme", "normal codes with A scales near 2^-120 and B scales near 2^+115"},
+    [GEN_DIST_SPECIAL] = {"special", "normal, plus NaN scales (0xFF) and NaN codes in a few blocks"},
+};
+
+const char *gen_dist_name(gen_dist d) { return DISTS[d].name; }
+const char *gen_dist_help(gen_dist d) { return DISTS[d].help; }
+
+int gen_dist_parse(const char *s, gen_dist *out)
+{
+    for (int d = 0; s && d < GEN_DIST_COUNT; d++)
+        if (strcasecmp(s, DISTS[d].name) == 0) {
+            *out = (gen_dist)d;
+            return A2AMM_OK;
+        }
+    return A2AMM_E_INVAL;
+}
+
+/* splitmix64: a small, well-mixed integer generator; one stream per
+ * (seed, rank, matrix) so ranks can be generated in any order. */
+typedef struct rng { uint64_t s; } rng;
+
+static uint64_t rng_next(rng *g)
+{
+    uint64_t z = (g->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static rng rng_stream(uint64_t seed, int rank, int matrix)
+{
+    rng g = {seed ^ (0xA2A33A2Aull * (uint64_t)(rank + 1)) ^ ((uint64_t)matrix << 56)};
+    for (int i = 0; i < 4; i++) (void)rng_next(&g);
+    return g;
+}
+
+/* Uniform in [0, 1) with 53 random bits: exact in double. */
+static double rng_unit(rng *g) { return (double)(rng_next(g) >> 11) * 0x1p-53; }
+
+/* Approximately standard normal: the Irwin-Hall sum of 12 uniforms minus
+ * 6. Plain arithmetic, so the same bits on every machine. */
+static float rng_normal(rng *g)
+{
+    double s = 0.0;
+    for (int i = 0; i < 12; i++) s += rng_unit(g);
+    return (float)(s - 6.0);
+}
+
+static float rng_value(rng *g, gen_dist d)
+{
+    return d == GEN_DIST_UNIFORM ? (float)(2.0 * rng_unit(g) - 1.0) : rng_normal(g);
+}
+
+/*
+ * Fills `rows` rows of `len` codes and their scale rows (stride bytes each,
+ * pad bytes 0). `is_a` picks the A-side extreme scales.
+ */
+static int fill_matrix(const gen_options *o, rng *g, a2amm_fp8_type type, int64_t rows,
+                       int64_t len, int64_t stride, int is_a, uint8_t *codes, uint8_t *scales,
+                       a2amm_error *err)
+{
+    float *row = NULL;
+    if (o->dist != GEN_DIST_SEED && !(row = malloc((size_t)len * sizeof *row)))
+        return a2amm_fail(err, A2AMM_E_NOMEM, "gen: cannot allocate a row of %lld values", (long long)len);
+    int64_t blocks = len / MX_BLOCK;
+    for (int64_t i = 0; i < rows; i++) {
+        uint8_t *c = codes + i * len, *s = scales + i * stride;
+        memset(s, 0, (size_t)stride);
+        if (o->dist == GEN_DIST_SEED) {
+            /* codes of the values 1..8: E4M3 0x38..0x50, E5M2 0x3C..0x48 */
+            uint8_t lo = type == A2AMM_E4M3 ? 0x38 : 0x3C, hi = type == A2AMM_E4M3 ? 0x50 : 0x48;
+            for (int64_t k = 0; k < len; k++) c[k] = (uint8_t)(lo + rng_next(g) % (uint64_t)(hi - lo + 1));
+            for (int64_t b = 0; b < blocks; b++) s[b] = (uint8_t)(127 + rng_next(g) % 4);
+            continue;
+        }
+        for (int64_t k = 0; k < len; k++) row[k] = rng_value(g, o->dist);
+        mx_quantize_row(row, (size_t)len, type, o->scale_mode, c, s);
+        if (o->dist == GEN_DIST_EXTREME)
+            for (int64_t b = 0; b < blocks; b++)
+                s[b] = (uint8_t)((is_a ? 7 : 242) + rng_next(g) % 3);
+        if (o->dist == GEN_DIST_SPECIAL) {
+            /* about one row in 16 gets a NaN scale, one in 16 a NaN code */
+            uint64_t pick = rng_next(g);
+            if (pick % 16 == 0) s[(pick >> 8) % (uint64_t)blocks] = MX_E8M0_NAN;
+            if (pick % 16 == 1) c[(pick >> 8) % (uint64_t)len] = MX_FP8_NAN;
+        }
+    }
+    free(row);
+    return A2AMM_OK;
+}
+
+int gen_rank_inputs(const a2amm_shape *s, const a2amm_sizes *z, const gen_options *o, int rank,
+                    io_rank_inputs *in, a2amm_error *err)
+{
+    rng ga = rng_stream(o->seed, rank, 0), gb = rng_stream(o->seed, rank, 1);
+    int rc = fill_matrix(o, &ga, s->a_type, s->R * s->M, z->ka, z->ska, 1, in->a, in->sa, err);
+    if (!rc) rc = fill_matrix(o, &gb, s->b_type, s->N, s->K, z->sk, 0, in->b, in->sb, err);
+    return rc;
+}

@@ -1,0 +1,68 @@
+/*
+ * The seed's on-disk layout and safe file I/O.
+ *
+ *   DIR/input/<r>/input_a.bin       A_r  [R*M, ka] fp8
+ *   DIR/input/<r>/input_scaleA.bin  SA_r [R*M, ska] E8M0
+ *   DIR/input/<r>/input_b.bin       B_r  [N, K] fp8 (B transposed)
+ *   DIR/input/<r>/input_scaleB.bin  SB_r [N, sk] E8M0
+ *   DIR/output/<r>/cpu_output.bin   golden, bf16 [M, N]
+ *   DIR/output/<r>/npu_out.bin      result, bf16 [M, N]
+ *   DIR/input/a2amm-meta.txt        what gen recorded (shape, element types)
+ *
+ * Reads check the exact size; writes go to a temporary name and are renamed,
+ * so a failure never leaves a half-written file under the real name.
+ */
+#ifndef A2AMM_IO_H
+#define A2AMM_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "a2amm.h"
+
+#define IO_PATH_MAX 4096
+
+/* One rank's four input arrays. */
+typedef struct io_rank_inputs {
+    uint8_t *a, *sa, *b, *sb;
+} io_rank_inputs;
+
+/* What gen records beside the inputs. */
+typedef struct io_meta {
+    a2amm_shape shape;
+    char dist[24];
+    char scale_mode[24];
+    uint64_t seed;
+} io_meta;
+
+/* DIR/<sub>/<rank>/<name> into buf; A2AMM_E_INVAL if it does not fit. */
+int io_rank_path(char *buf, size_t len, const char *dir, const char *sub, int rank,
+                 const char *name, a2amm_error *err);
+
+/* Reads exactly `bytes` bytes; a missing file or one of another size is an
+ * error naming the file, the expected and the actual size. */
+int io_read_exact(const char *path, void *buf, size_t bytes, a2amm_error *err);
+
+/* Writes a whole file atomically (temporary name, then rename), creating
+ * the parent folders. */
+int io_write_atomic(const char *path, const void *buf, size_t bytes, a2amm_error *err);
+
+/* mkdir -p. */
+int io_mkdirs(const char *path, a2amm_error *err);
+
+/* Allocates (io_rank_inputs_alloc) and frees the four arrays of one rank. */
+int io_rank_inputs_alloc(const a2amm_sizes *sz, io_rank_inputs *in, a2amm_error *err);
+void io_rank_inputs_free(io_rank_inputs *in);
+
+/* Reads / writes rank r's four input files, each checked for its size. */
+int io_load_rank_inputs(const char *dir, int rank, const a2amm_sizes *sz,
+                        io_rank_inputs *in, a2amm_error *err);
+int io_save_rank_inputs(const char *dir, int rank, const a2amm_sizes *sz,
+                        const io_rank_inputs *in, a2amm_error *err);
+
+/* DIR/input/a2amm-meta.txt. io_meta_read returns A2AMM_E_IO (message says
+ * so) when the file does not exist, A2AMM_E_FORMAT when it is malformed. */
+int io_meta_write(const char *dir, const io_meta *meta, a2amm_error *err);
+int io_meta_read(const char *dir, io_meta *meta, a2amm_error *err);
+
+#endif

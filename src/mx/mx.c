@@ -1,0 +1,222 @@
+/* MX number formats: fp8 E4M3/E5M2, E8M0, bf16, and block quantization. */
+#include "mx/mx.h"
+
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+
+/* A small binary float format, described by what rounding needs. */
+typedef struct small_format {
+    int mbits;      /* stored mantissa bits */
+    int bias;
+    int emin;       /* exponent of the smallest normal: 1 - bias */
+    double max;     /* largest finite value */
+} small_format;
+
+static const small_format FMT_E4M3 = {3, 7, -6, 448.0};
+static const small_format FMT_E5M2 = {2, 15, -14, 57344.0};
+static const small_format FMT_BF16 = {7, 127, -126, 0x1.fep127};
+
+/*
+ * Rounds |a| (finite, > 0) to the format's precision with an unbounded
+ * exponent range above, ties to even. Returns the exponent and mantissa
+ * fields through efield and mfield, or 0 when the rounded value exceeds max.
+ */
+static int round_to_format(double a, const small_format *f, int *efield, int *mfield)
+{
+    int e2;
+    (void)frexp(a, &e2);     /* a = frac * 2^e2, frac in [0.5, 1): exact */
+    int e = e2 - 1;          /* a in [2^e, 2^(e+1)) */
+    if (e < f->emin) e = f->emin;
+    double n = ldexp(a, f->mbits - e);       /* a / quantum, exact */
+    double whole = floor(n);
+    double frac = n - whole;
+    if (frac > 0.5 || (frac == 0.5 && fmod(whole, 2.0) != 0.0)) whole += 1.0;
+    if (ldexp(whole, e - f->mbits) > f->max) return 0;
+    long m = (long)whole;
+    long implicit = 1L << f->mbits;
+    if (m >= 2 * implicit) { m >>= 1; e += 1; }   /* rounding carried */
+    if (m >= implicit) {
+        *efield = e + f->bias;
+        *mfield = (int)(m - implicit);
+    } else {                                      /* subnormal (or zero) */
+        *efield = 0;
+        *mfield = (int)m;
+    }
+    return 1;
+}
+
+float mx_fp8_to_f32(uint8_t code, a2amm_fp8_type type)
+{
+    int s = code >> 7;
+    int e, m;
+    double v;
+    if (type == A2AMM_E4M3) {
+        e = (code >> 3) & 0xF;
+        m = code & 7;
+        if (e == 15 && m == 7) return NAN;
+        v = e ? ldexp(8 + m, e - 10) : ldexp(m, -9);
+    } else {
+        e = (code >> 2) & 0x1F;
+        m = code & 3;
+        if (e == 31) return m ? NAN : (s ? -INFINITY : INFINITY);
+        v = e ? ldexp(4 + m, e - 17) : ldexp(m, -16);
+    }
+    return (float)(s ? -v : v);
+}
+
+float mx_fp8_max(a2amm_fp8_type type)
+{
+    return type == A2AMM_E4M3 ? 448.0f : 57344.0f;
+}
+
+int mx_fp8_emax(a2amm_fp8_type type)
+{
+    return type == A2AMM_E4M3 ? 8 : 15;
+}
+
+uint8_t mx_f64_to_fp8(double x, a2amm_fp8_type type, int saturate)
+{
+    const small_format *f = type == A2AMM_E4M3 ? &FMT_E4M3 : &FMT_E5M2;
+    uint8_t sign = signbit(x) ? 0x80 : 0;
+    uint8_t max_code = type == A2AMM_E4M3 ? 0x7E : 0x7B;
+    uint8_t overflow_code = saturate ? max_code : (type == A2AMM_E4M3 ? 0x7F : 0x7C);
+    if (isnan(x)) return MX_FP8_NAN;
+    if (isinf(x)) return sign | overflow_code;
+    double a = fabs(x);
+    if (a == 0.0) return sign;
+    int ef, mf;
+    if (!round_to_format(a, f, &ef, &mf)) return sign | overflow_code;
+    return (uint8_t)(sign | (ef << f->mbits) | mf);
+}
+
+uint8_t mx_f32_to_fp8(float x, a2amm_fp8_type type, int saturate)
+{
+    return mx_f64_to_fp8((double)x, type, saturate);
+}
+
+double mx_e8m0_to_f64(uint8_t b)
+{
+    return b == MX_E8M0_NAN ? NAN : ldexp(1.0, (int)b - 127);
+}
+
+float mx_e8m0_to_f32(uint8_t b)
+{
+    return (float)mx_e8m0_to_f64(b);   /* 2^-127 is a float subnormal: exact */
+}
+
+uint8_t mx_f32_to_e8m0(float x)
+{
+    if (!(x > 0.0f) || isinf(x)) return MX_E8M0_NAN;
+    int e2;
+    double frac = frexp((double)x, &e2);   /* x = (2*frac) * 2^(e2-1) */
+    int e = e2 - 1;
+    if (2.0 * frac >= 1.5) e += 1;
+    if (e < -127) e = -127;
+    if (e > 127) e = 127;
+    return (uint8_t)(e + 127);
+}
+
+float mx_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+uint16_t mx_f32_to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040);  /* quiet NaN */
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+uint16_t mx_f64_to_bf16(double x)
+{
+    uint16_t sign = signbit(x) ? 0x8000 : 0;
+    if (isnan(x)) return 0x7FC0;
+    if (isinf(x)) return sign | 0x7F80;
+    double a = fabs(x);
+    if (a == 0.0) return sign;
+    int ef, mf;
+    if (!round_to_format(a, &FMT_BF16, &ef, &mf)) return sign | 0x7F80;
+    return (uint16_t)(sign | (ef << 7) | mf);
+}
+
+/* ---- Block quantization ---------------------------------------------- */
+
+const char *mx_scale_mode_name(mx_scale_mode m)
+{
+    return m == MX_SCALE_RCEIL ? "rceil" : "floor";
+}
+
+int mx_scale_mode_parse(const char *s, mx_scale_mode *out)
+{
+    if (s && strcasecmp(s, "floor") == 0) { *out = MX_SCALE_FLOOR; return A2AMM_OK; }
+    if (s && strcasecmp(s, "rceil") == 0) { *out = MX_SCALE_RCEIL; return A2AMM_OK; }
+    return A2AMM_E_INVAL;
+}
+
+static int clamp_scale_exponent(int e)
+{
+    return e < -127 ? -127 : (e > 127 ? 127 : e);
+}
+
+uint8_t mx_block_scale(const float *x, size_t n, a2amm_fp8_type type, mx_scale_mode mode)
+{
+    float amax = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) return MX_E8M0_NAN;
+        float a = fabsf(x[i]);
+        if (a > amax) amax = a;
+    }
+    if (amax == 0.0f) return 0;
+    if (mode == MX_SCALE_FLOOR) {
+        uint32_t u;
+        memcpy(&u, &amax, sizeof u);
+        int biased = (int)((u >> 23) & 0xFF);     /* 0 for subnormal amax */
+        return (uint8_t)(clamp_scale_exponent(biased - 127 - mx_fp8_emax(type)) + 127);
+    }
+    /* RCEIL: d = fl32(amax * fl32(1/max)); exponent of d rounded up unless
+     * d is an exact power of two. */
+    volatile float inv_max = 1.0f / mx_fp8_max(type);   /* fl32(1/max) */
+    float d = amax * inv_max;
+    if (d == 0.0f) return 0;
+    int e2;
+    double frac = frexp((double)d, &e2);    /* d = frac * 2^e2, frac in [0.5,1) */
+    int e = frac == 0.5 ? e2 - 1 : e2;
+    return (uint8_t)(clamp_scale_exponent(e) + 127);
+}
+
+void mx_quantize_block(const float *x, size_t n, a2amm_fp8_type type, mx_scale_mode mode,
+                       uint8_t *codes, uint8_t *scale)
+{
+    uint8_t b = mx_block_scale(x, n, type, mode);
+    *scale = b;
+    if (b == MX_E8M0_NAN) {
+        memset(codes, MX_FP8_NAN, n);
+        return;
+    }
+    /* Divide by the scale in double: exact, and no float subnormal rounding
+     * before the single rounding to fp8. */
+    for (size_t i = 0; i < n; i++)
+        codes[i] = mx_f64_to_fp8(ldexp((double)x[i], 127 - (int)b), type, 1);
+}
+
+void mx_quantize_row(const float *x, size_t len, a2amm_fp8_type type, mx_scale_mode mode,
+                     uint8_t *codes, uint8_t *scales)
+{
+    for (size_t k = 0, blk = 0; k < len; k += MX_BLOCK, blk++) {
+        size_t n = len - k < MX_BLOCK ? len - k : MX_BLOCK;
+        mx_quantize_block(x + k, n, type, mode, codes + k, scales + blk);
+    }
+}
+
+double mx_dequant(uint8_t code, uint8_t scale, a2amm_fp8_type type)
+{
+    if (scale == MX_E8M0_NAN) return NAN;
+    return ldexp((double)mx_fp8_to_f32(code, type), (int)scale - 127);
+}

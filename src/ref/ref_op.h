@@ -1,0 +1,25 @@
+/*
+ * The reference operator: every rank's output computed in one process,
+ * exactly as the contract says. Dequantize to fp64 (exact), multiply with
+ * OpenBLAS dgemm (fp64 accumulation), round once to bf16 (nearest even).
+ * Rows or columns that hold a NaN or Inf are recomputed by a scalar fp64
+ * loop so IEEE special values propagate exactly as the contract says,
+ * whatever the BLAS does with them. Shares nothing with the fast kernels but
+ * the mx decoders, so it can judge them.
+ */
+#ifndef A2AMM_REF_OP_H
+#define A2AMM_REF_OP_H
+
+#include <stdint.h>
+
+#include "a2amm.h"
+
+/*
+ * Computes out_j [M, N] bf16 for destination rank j.
+ * a[r], sa[r]: A_r and SA_r of every source rank r < R.
+ * b, sb: rank j's own B (transposed, [N, K]) and SB.
+ */
+int ref_op_rank(const a2amm_shape *shape, int j, const uint8_t *const *a, const uint8_t *const *sa,
+                const uint8_t *b, const uint8_t *sb, uint16_t *out, a2amm_error *err);
+
+#endif

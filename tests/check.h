@@ -1,0 +1,32 @@
+/*
+ * A tiny test harness: CHECK records a failure with its place and a message
+ * and goes on; check_summary() prints the counts and gives the exit code.
+ */
+#ifndef A2AMM_TESTS_CHECK_H
+#define A2AMM_TESTS_CHECK_H
+
+#include <stdio.h>
+
+static long check_total, check_failed;
+
+#define CHECK(cond, ...)                                                        \
+    do {                                                                        \
+        check_total++;                                                          \
+        if (!(cond)) {                                                          \
+            check_failed++;                                                     \
+            if (check_failed <= 50) {                                           \
+                fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
+                fprintf(stderr, __VA_ARGS__);                                   \
+                fputc('\n', stderr);                                            \
+            }                                                                   \
+        }                                                                       \
+    } while (0)
+
+/* Prints "<name>: N checks, F failed" and returns the process exit code. */
+static inline int check_summary(const char *name)
+{
+    printf("%s: %ld checks, %ld failed\n", name, check_total, check_failed);
+    return check_failed == 0 && check_total > 0 ? 0 : 1;
+}
+
+#endif

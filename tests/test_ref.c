@@ -1,0 +1,259 @@
+/*
+ * The reference operator (ref_op_rank, the golden) against an independent
+ * scalar computation written here from the contract's formula: long double
+ * accumulation of fp8_value * 2^(scale-127) products, one bf16 rounding.
+ * Covers all four type pairs, shapes that are multiples of nothing, NaN
+ * scales, Inf codes, extreme scales and scale pad bytes.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "gen/gen.h"
+#include "io/io.h"
+#include "mx/mx.h"
+#include "ref/ref_op.h"
+
+typedef struct problem {
+    a2amm_shape s;
+    a2amm_sizes z;
+    io_rank_inputs *in;
+} problem;
+
+static int problem_make(problem *p, int64_t M, int64_t K, int64_t N, int64_t R, a2amm_fp8_type at,
+                        a2amm_fp8_type bt, gen_dist dist, uint64_t seed)
+{
+    p->s = (a2amm_shape){M, K, N, R, at, bt};
+    if (a2amm_shape_check(&p->s, &p->z, NULL)) return -1;
+    p->in = calloc((size_t)R, sizeof *p->in);
+    gen_options o = {dist, seed, MX_SCALE_FLOOR};
+    for (int r = 0; r < R; r++) {
+        if (io_rank_inputs_alloc(&p->z, &p->in[r], NULL)) return -1;
+        if (gen_rank_inputs(&p->s, &p->z, &o, r, &p->in[r], NULL)) return -1;
+    }
+    return 0;
+}
+
+static void problem_free(problem *p)
+{
+    for (int r = 0; r < p->s.R; r++) io_rank_inputs_free(&p->in[r]);
+    free(p->in);
+}
+
+/* The contract, literally: element (row, kk) of A_r uses scale byte
+ * row*ska + kk/32; B[kk][c] = b[c*K + kk] with scale c*sk + kk/32. */
+static long double value_table[2][256], scale_table[256];
+
+static void tables_init(void)
+{
+    for (int c = 0; c < 256; c++) {
+        value_table[0][c] = mx_fp8_to_f32((uint8_t)c, A2AMM_E4M3);
+        value_table[1][c] = mx_fp8_to_f32((uint8_t)c, A2AMM_E5M2);
+        scale_table[c] = c == 0xFF ? NAN : ldexpl(1.0L, c - 127);
+    }
+}
+
+static long double element(uint8_t code, uint8_t scale, a2amm_fp8_type t)
+{
+    return value_table[t][code] * scale_table[scale];
+}
+
+/* Exact sum and the sum of |products| for out_j[i][c]. */
+static void scalar_dot(const problem *p, int j, int64_t i, int64_t c, long double *sum, long double *mag)
+{
+    const a2amm_shape *s = &p->s;
+    const a2amm_sizes *z = &p->z;
+    long double acc = 0, abs_acc = 0;
+    for (int64_t r = 0; r < s->R; r++)
+        for (int64_t t = 0; t < z->ka; t++) {
+            int64_t row = j * s->M + i, kk = r * z->ka + t;
+            long double av = element(p->in[r].a[row * z->ka + t], p->in[r].sa[row * z->ska + t / 32], s->a_type);
+            long double bv = element(p->in[j].b[c * s->K + kk], p->in[j].sb[c * z->sk + kk / 32], s->b_type);
+            acc += av * bv;
+            abs_acc += fabsl(av * bv);
+        }
+    *sum = acc;
+    *mag = abs_acc;
+}
+
+/* Is `got` the bf16 rounding of `sum`? Allows a neighbour only where the sum
+ * sits so close to a rounding midpoint that fp64 accumulation order decides. */
+static int golden_ok(uint16_t got, long double sum, long double mag)
+{
+    uint16_t want = mx_f64_to_bf16((double)sum);
+    float g = mx_bf16_to_f32(got), w = mx_bf16_to_f32(want);
+    if (isnan(w)) return isnan(g);
+    if (got == want || (g == 0 && w == 0)) return 1;
+    long double mid = ((long double)g + (long double)w) / 2;
+    return fabsl(sum - mid) <= mag * 0x1p-45L;
+}
+
+static void check_problem(const char *what, problem *p)
+{
+    const a2amm_shape *s = &p->s;
+    const uint8_t **a = malloc((size_t)s->R * sizeof *a), **sa = malloc((size_t)s->R * sizeof *sa);
+    uint16_t *out = malloc(p->z.out_bytes);
+    for (int r = 0; r < s->R; r++) a[r] = p->in[r].a, sa[r] = p->in[r].sa;
+    for (int j = 0; j < s->R; j++) {
+        a2amm_error err = {0, ""};
+        int rc = ref_op_rank(s, j, a, sa, p->in[j].b, p->in[j].sb, out, &err);
+        CHECK(rc == 0, "%s: ref_op_rank rank %d: %s", what, j, err.msg);
+        long bad = 0;
+        for (int64_t i = 0; i < s->M; i++)
+            for (int64_t c = 0; c < s->N; c++) {
+                long double sum, mag;
+                scalar_dot(p, j, i, c, &sum, &mag);
+                if (!golden_ok(out[i * s->N + c], sum, mag) && bad++ < 3)
+                    CHECK(0, "%s: rank %d (%lld,%lld): golden 0x%04x, scalar %.10Lg", what, j,
+                          (long long)i, (long long)c, out[i * s->N + c], sum);
+            }
+        CHECK(bad == 0, "%s: rank %d: %ld elements disagree with the scalar computation", what, j, bad);
+    }
+    free(a), free(sa), free(out);
+}
+
+static void test_type_pairs(void)
+{
+    for (int at = 0; at < 2; at++)
+        for (int bt = 0; bt < 2; bt++) {
+            problem p;
+            char what[64];
+            snprintf(what, sizeof what, "M700 N96 K256 R2 %s x %s", at ? "e5m2" : "e4m3", bt ? "e5m2" : "e4m3");
+            CHECK(problem_make(&p, 700, 256, 96, 2, at, bt, GEN_DIST_NORMAL, 7 + at * 2 + bt) == 0, "%s", what);
+            check_problem(what, &p);
+            problem_free(&p);
+        }
+}
+
+static void test_odd_shapes(void)
+{
+    static const int64_t shapes[][4] = {{1, 32, 1, 1}, {5, 96, 7, 3}, {33, 64, 65, 2}, {3, 128, 1, 4}, {2, 256, 3, 8}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        for (int d = 0; d < 3; d++) {
+            gen_dist dist = d == 0 ? GEN_DIST_SEED : d == 1 ? GEN_DIST_UNIFORM : GEN_DIST_EXTREME;
+            problem p;
+            char what[96];
+            snprintf(what, sizeof what, "M%lld K%lld N%lld R%lld dist %s", (long long)shapes[k][0],
+                     (long long)shapes[k][1], (long long)shapes[k][2], (long long)shapes[k][3], gen_dist_name(dist));
+            CHECK(problem_make(&p, shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3], A2AMM_E4M3,
+                               A2AMM_E5M2, dist, 100 + k) == 0, "%s", what);
+            check_problem(what, &p);
+            problem_free(&p);
+        }
+    }
+}
+
+/* Extreme scales give results in bf16's normal range that a fold-into-bf16
+ * fast path would lose; the golden keeps them. */
+static void test_extreme_scales(void)
+{
+    problem p;
+    CHECK(problem_make(&p, 16, 64, 8, 2, A2AMM_E4M3, A2AMM_E4M3, GEN_DIST_EXTREME, 5) == 0, "extreme");
+    check_problem("extreme", &p);
+    const uint8_t *a[2] = {p.in[0].a, p.in[1].a}, *sa[2] = {p.in[0].sa, p.in[1].sa};
+    uint16_t out[16 * 8];
+    ref_op_rank(&p.s, 0, a, sa, p.in[0].b, p.in[0].sb, out, NULL);
+    int nonzero = 0;
+    for (int i = 0; i < 16 * 8; i++) nonzero += mx_bf16_to_f32(out[i]) != 0;
+    CHECK(nonzero > 100, "extreme scales: only %d of 128 outputs are non-zero", nonzero);
+    problem_free(&p);
+}
+
+/* NaN scales poison their block, so the whole output row (for an A scale)
+ * or column (for a B scale) is NaN. */
+static void test_nan_scales(void)
+{
+    problem p;
+    CHECK(problem_make(&p, 9, 64, 5, 2, A2AMM_E4M3, A2AMM_E4M3, GEN_DIST_NORMAL, 11) == 0, "nan");
+    p.in[1].sa[(0 * 9 + 4) * p.z.ska + 0] = 0xFF; /* rank 1 block sent to rank 0, row 4 */
+    p.in[0].sb[3 * p.z.sk + 0] = 0xFF;             /* rank 0's B column 3 */
+    const uint8_t *a[2] = {p.in[0].a, p.in[1].a}, *sa[2] = {p.in[0].sa, p.in[1].sa};
+    uint16_t out[9 * 5];
+    CHECK(ref_op_rank(&p.s, 0, a, sa, p.in[0].b, p.in[0].sb, out, NULL) == 0, "nan scales");
+    for (int i = 0; i < 9; i++)
+        for (int c = 0; c < 5; c++) {
+            int want_nan = i == 4 || c == 3;
+            CHECK(isnan(mx_bf16_to_f32(out[i * 5 + c])) == want_nan, "NaN scale: (%d,%d) is %g", i, c,
+                  (double)mx_bf16_to_f32(out[i * 5 + c]));
+        }
+    check_problem("nan scales", &p);
+    problem_free(&p);
+}
+
+/* E5M2 infinities: Inf * finite = Inf, Inf * 0 = NaN, Inf - Inf = NaN. */
+static void test_infinities(void)
+{
+    problem p;
+    CHECK(problem_make(&p, 3, 32, 3, 1, A2AMM_E5M2, A2AMM_E5M2, GEN_DIST_SEED, 3) == 0, "inf");
+    /* seed dist: all values positive and non-zero */
+    p.in[0].a[0 * 32 + 5] = 0x7C;                 /* row 0: +Inf at k=5 */
+    p.in[0].a[1 * 32 + 5] = 0x7C;                 /* row 1: +Inf at k=5 ... */
+    p.in[0].a[1 * 32 + 6] = 0xFC;                 /* ... and -Inf at k=6 */
+    p.in[0].b[2 * 32 + 5] = 0x00;                 /* column 2: zero at k=5 */
+    const uint8_t *a[1] = {p.in[0].a}, *sa[1] = {p.in[0].sa};
+    uint16_t out[9];
+    CHECK(ref_op_rank(&p.s, 0, a, sa, p.in[0].b, p.in[0].sb, out, NULL) == 0, "inf");
+    CHECK(out[0] == 0x7F80 && out[1] == 0x7F80, "Inf*finite: got 0x%04x 0x%04x", out[0], out[1]);
+    CHECK(isnan(mx_bf16_to_f32(out[2])), "Inf*0 gives NaN: got 0x%04x", out[2]);
+    CHECK(isnan(mx_bf16_to_f32(out[3])) && isnan(mx_bf16_to_f32(out[4])), "Inf-Inf gives NaN");
+    CHECK(isfinite(mx_bf16_to_f32(out[6])), "row 2 stays finite");
+    check_problem("infinities", &p);
+    problem_free(&p);
+}
+
+/* Scale pad bytes carry no meaning: any value gives the same result. */
+static void test_pad_bytes(void)
+{
+    problem p;
+    CHECK(problem_make(&p, 6, 96, 4, 1, A2AMM_E4M3, A2AMM_E4M3, GEN_DIST_NORMAL, 13) == 0, "pad");
+    CHECK(p.z.ska == 4 && p.z.sk == 4, "ka=96 has 3 blocks and 1 pad byte per row");
+    const uint8_t *a[1] = {p.in[0].a}, *sa[1] = {p.in[0].sa};
+    uint16_t before[24], after[24];
+    ref_op_rank(&p.s, 0, a, sa, p.in[0].b, p.in[0].sb, before, NULL);
+    for (int i = 0; i < 6; i++) p.in[0].sa[i * 4 + 3] = 0xFF;
+    for (int c = 0; c < 4; c++) p.in[0].sb[c * 4 + 3] = 0x9C;
+    ref_op_rank(&p.s, 0, a, sa, p.in[0].b, p.in[0].sb, after, NULL);
+    CHECK(memcmp(before, after, sizeof before) == 0, "pad bytes changed the result");
+    problem_free(&p);
+}
+
+/* The MXFP8 dot example from mx-test-vectors.md: 257 rounds to 256. */
+static void test_dot_rounding(void)
+{
+    problem p;
+    CHECK(problem_make(&p, 1, 32, 1, 1, A2AMM_E4M3, A2AMM_E4M3, GEN_DIST_NORMAL, 1) == 0, "dot");
+    float v[32] = {16, 1};
+    mx_quantize_row(v, 32, A2AMM_E4M3, MX_SCALE_FLOOR, p.in[0].a, p.in[0].sa);
+    mx_quantize_row(v, 32, A2AMM_E4M3, MX_SCALE_FLOOR, p.in[0].b, p.in[0].sb);
+    const uint8_t *a[1] = {p.in[0].a}, *sa[1] = {p.in[0].sa};
+    uint16_t out;
+    ref_op_rank(&p.s, 0, a, sa, p.in[0].b, p.in[0].sb, &out, NULL);
+    CHECK(out == 0x4380, "dot of [16,1] with itself: want bf16 0x4380 (256), got 0x%04x", out);
+    problem_free(&p);
+}
+
+static void test_bad_rank(void)
+{
+    a2amm_shape s = {4, 64, 4, 2, A2AMM_E4M3, A2AMM_E4M3};
+    a2amm_error err = {0, ""};
+    uint8_t buf[1024] = {0};
+    const uint8_t *a[2] = {buf, buf};
+    uint16_t out[16];
+    CHECK(ref_op_rank(&s, 2, a, a, buf, buf, out, &err) == A2AMM_E_INVAL && strstr(err.msg, "rank 2"),
+          "rank 2 of 2 is refused: %s", err.msg);
+}
+
+int main(void)
+{
+    tables_init();
+    test_type_pairs();
+    test_odd_shapes();
+    test_extreme_scales();
+    test_nan_scales();
+    test_infinities();
+    test_pad_bytes();
+    test_dot_rounding();
+    test_bad_rank();
+    return check_summary("test_ref");
+}
