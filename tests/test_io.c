@@ -1,0 +1,183 @@
+/*
+ * Shape rules, exact-size reads, atomic writes, the meta file, and the
+ * determinism of gen: each bad input gives an error naming what is wrong.
+ */
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "gen/gen.h"
+#include "io/io.h"
+
+static char tmpdir[256];
+
+static void test_shape_rules(void)
+{
+    a2amm_error err = {0, ""};
+    a2amm_sizes z;
+    a2amm_shape s = {700, 256, 96, 2, A2AMM_E4M3, A2AMM_E4M3};
+    CHECK(a2amm_shape_check(&s, &z, &err) == 0, "700 256 96 2 is fine: %s", err.msg);
+    CHECK(z.ka == 128 && z.ska == 4 && z.sk == 8, "derived sizes ka=%lld ska=%lld sk=%lld",
+          (long long)z.ka, (long long)z.ska, (long long)z.sk);
+    CHECK(z.a_bytes == 2 * 700 * 128 && z.sa_bytes == 2 * 700 * 4 && z.b_bytes == 96 * 256 &&
+          z.sb_bytes == 96 * 8 && z.out_bytes == 700 * 96 * 2, "byte sizes");
+
+    s = (a2amm_shape){100, 200, 64, 4, A2AMM_E4M3, A2AMM_E4M3}; /* the seed's usage example */
+    CHECK(a2amm_shape_check(&s, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "multiple of 32"),
+          "ka = 50 refused naming the rule: %s", err.msg);
+    s = (a2amm_shape){100, 200, 64, 3, A2AMM_E4M3, A2AMM_E4M3};
+    CHECK(a2amm_shape_check(&s, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "divisible by R"),
+          "K %% R != 0 refused: %s", err.msg);
+    int64_t bad[][4] = {{0, 64, 8, 1}, {8, 0, 8, 1}, {8, 64, 0, 1}, {8, 64, 8, 0}, {-1, 64, 8, 1}, {8, 64, -5, 2}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        s = (a2amm_shape){bad[i][0], bad[i][1], bad[i][2], bad[i][3], A2AMM_E4M3, A2AMM_E4M3};
+        CHECK(a2amm_shape_check(&s, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "at least 1"),
+              "non-positive dimension %zu refused: %s", i, err.msg);
+    }
+    s = (a2amm_shape){INT64_C(1) << 40, INT64_C(1) << 20, INT64_C(1) << 30, 1, A2AMM_E4M3, A2AMM_E4M3};
+    CHECK(a2amm_shape_check(&s, NULL, &err) == A2AMM_E_OVERFLOW && strstr(err.msg, "overflow"),
+          "overflowing sizes refused: %s", err.msg);
+    s = (a2amm_shape){INT64_C(1) << 61, 32, 1, 1, A2AMM_E4M3, A2AMM_E4M3};
+    CHECK(a2amm_shape_check(&s, NULL, &err) == A2AMM_E_OVERFLOW, "M=2^61 refused: %s", err.msg);
+}
+
+static void write_bytes(const char *path, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    for (size_t i = 0; i < n; i++) fputc((int)(i & 0xFF), f);
+    fclose(f);
+}
+
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.') n++;
+    if (d) closedir(d);
+    return n;
+}
+
+static void test_read_exact(void)
+{
+    char path[512];
+    uint8_t buf[64];
+    a2amm_error err = {0, ""};
+    snprintf(path, sizeof path, "%s/f.bin", tmpdir);
+    write_bytes(path, 64);
+    CHECK(io_read_exact(path, buf, 64, &err) == 0 && buf[63] == 63, "exact read: %s", err.msg);
+    CHECK(io_read_exact(path, buf, 32, &err) == A2AMM_E_SIZE && strstr(err.msg, path) &&
+              strstr(err.msg, "expected 32 bytes, found 64") && strstr(err.msg, "long"),
+          "long file named with both sizes: %s", err.msg);
+    write_bytes(path, 10);
+    CHECK(io_read_exact(path, buf, 64, &err) == A2AMM_E_SIZE && strstr(err.msg, "expected 64 bytes, found 10") &&
+              strstr(err.msg, "short"),
+          "short file: %s", err.msg);
+    snprintf(path, sizeof path, "%s/missing.bin", tmpdir);
+    CHECK(io_read_exact(path, buf, 64, &err) == A2AMM_E_IO && strstr(err.msg, "missing.bin") &&
+              strstr(err.msg, "64 bytes"),
+          "missing file: %s", err.msg);
+}
+
+static void test_write_atomic(void)
+{
+    char path[1100], sub[512];
+    a2amm_error err = {0, ""};
+    snprintf(sub, sizeof sub, "%s/w", tmpdir);
+    snprintf(path, sizeof path, "%s/a/b/out.bin", sub);
+    uint8_t data[100];
+    for (int i = 0; i < 100; i++) data[i] = (uint8_t)(i * 7);
+    CHECK(io_write_atomic(path, data, 100, &err) == 0, "write into new folders: %s", err.msg);
+    uint8_t back[100];
+    CHECK(io_read_exact(path, back, 100, &err) == 0 && memcmp(back, data, 100) == 0, "round trip");
+    char parent[600];
+    snprintf(parent, sizeof parent, "%s/a/b", sub);
+    CHECK(count_entries(parent) == 1, "no temporary file left beside the result (%d entries)", count_entries(parent));
+    /* A write whose folder cannot be made (a file stands in the way) fails,
+     * names the path and leaves nothing. */
+    snprintf(path, sizeof path, "%s/a/b/out.bin/x.bin", sub);
+    CHECK(io_write_atomic(path, data, 100, &err) == A2AMM_E_IO && strstr(err.msg, "out.bin"),
+          "blocked write fails: %s", err.msg);
+    CHECK(count_entries(parent) == 1, "failed write left something behind");
+}
+
+static void test_meta(void)
+{
+    io_meta m = {.shape = {700, 256, 96, 2, A2AMM_E5M2, A2AMM_E4M3}, .seed = UINT64_MAX};
+    snprintf(m.dist, sizeof m.dist, "extreme");
+    snprintf(m.scale_mode, sizeof m.scale_mode, "rceil");
+    a2amm_error err = {0, ""};
+    CHECK(io_meta_write(tmpdir, &m, &err) == 0, "meta write: %s", err.msg);
+    io_meta back;
+    CHECK(io_meta_read(tmpdir, &back, &err) == 0, "meta read: %s", err.msg);
+    CHECK(back.shape.M == 700 && back.shape.K == 256 && back.shape.N == 96 && back.shape.R == 2 &&
+              back.shape.a_type == A2AMM_E5M2 && back.shape.b_type == A2AMM_E4M3 && back.seed == UINT64_MAX &&
+              !strcmp(back.dist, "extreme") && !strcmp(back.scale_mode, "rceil"),
+          "meta round trip");
+    char path[512];
+    snprintf(path, sizeof path, "%s/input/a2amm-meta.txt", tmpdir);
+    FILE *f = fopen(path, "w");
+    fputs("a2amm-meta 1\nM 5\nK 64\nN 3\nR 1\na_type e9m9\nb_type e4m3\n", f);
+    fclose(f);
+    CHECK(io_meta_read(tmpdir, &back, &err) == A2AMM_E_FORMAT && strstr(err.msg, "e9m9"), "bad type: %s", err.msg);
+    f = fopen(path, "w");
+    fputs("a2amm-meta 1\nM 5\n", f);
+    fclose(f);
+    CHECK(io_meta_read(tmpdir, &back, &err) == A2AMM_E_FORMAT && strstr(err.msg, "incomplete"), "incomplete: %s", err.msg);
+    unlink(path);
+    CHECK(io_meta_read(tmpdir, &back, &err) == A2AMM_E_IO && strstr(err.msg, "a2amm-meta.txt"), "missing: %s", err.msg);
+}
+
+/* Same seed, same bytes; another seed, other bytes; every dist fills all. */
+static void test_gen_determinism(void)
+{
+    a2amm_shape s = {5, 128, 3, 2, A2AMM_E4M3, A2AMM_E5M2};
+    a2amm_sizes z;
+    a2amm_shape_check(&s, &z, NULL);
+    for (int d = 0; d < GEN_DIST_COUNT; d++) {
+        io_rank_inputs x, y, w;
+        io_rank_inputs_alloc(&z, &x, NULL), io_rank_inputs_alloc(&z, &y, NULL), io_rank_inputs_alloc(&z, &w, NULL);
+        gen_options o = {(gen_dist)d, 42, MX_SCALE_FLOOR}, o2 = o;
+        o2.seed = 43;
+        gen_rank_inputs(&s, &z, &o, 1, &x, NULL);
+        gen_rank_inputs(&s, &z, &o, 1, &y, NULL);
+        gen_rank_inputs(&s, &z, &o2, 1, &w, NULL);
+        CHECK(!memcmp(x.a, y.a, z.a_bytes) && !memcmp(x.b, y.b, z.b_bytes) && !memcmp(x.sa, y.sa, z.sa_bytes) &&
+                  !memcmp(x.sb, y.sb, z.sb_bytes),
+              "dist %s: same seed, same bytes", gen_dist_name((gen_dist)d));
+        CHECK(memcmp(x.a, w.a, z.a_bytes) && memcmp(x.b, w.b, z.b_bytes), "dist %s: seeds differ",
+              gen_dist_name((gen_dist)d));
+        io_rank_inputs_free(&x), io_rank_inputs_free(&y), io_rank_inputs_free(&w);
+    }
+    /* A fixed fingerprint: the first bytes of the default distribution must
+     * not change between machines or releases without notice. */
+    io_rank_inputs x;
+    io_rank_inputs_alloc(&z, &x, NULL);
+    gen_options o = {GEN_DIST_NORMAL, 1, MX_SCALE_FLOOR};
+    gen_rank_inputs(&s, &z, &o, 0, &x, NULL);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < z.a_bytes; i++) h = (h ^ x.a[i]) * 1099511628211ull;
+    for (size_t i = 0; i < z.sb_bytes; i++) h = (h ^ x.sb[i]) * 1099511628211ull;
+    CHECK(h == 0x22a6445726642dfaull, "gen fingerprint (normal, seed 1) changed: %016llx", (unsigned long long)h);
+    CHECK(x.sa[z.ska - 1] == 0 || z.ka / 32 == z.ska, "pad bytes are written as 0");
+    io_rank_inputs_free(&x);
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/a2amm-test-io.XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    test_shape_rules();
+    test_read_exact();
+    test_write_atomic();
+    test_meta();
+    test_gen_determinism();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return check_summary("test_io");
+}
