@@ -1,0 +1,182 @@
+/*
+ * comm: symmetric memory between the ranks of one run, in the OpenSHMEM
+ * vocabulary (symmetric allocation, put, get, put-with-signal, 64-bit
+ * signals with wait-until, barrier, fence, quiet), so that a transport over
+ * Open MPI's OpenSHMEM can sit behind the same calls later.
+ *
+ * The transport here is `shm`: a launcher forks one process per rank over a
+ * "world", one memfd-backed shared mapping made before the fork that holds
+ * every rank's symmetric heap, a doorbell per rank, and the run's failure
+ * record. Nothing is ever created in /dev/shm.
+ *
+ * Symmetric addresses are, as in OpenSHMEM, pointers into the calling rank's
+ * own heap (what comm_alloc returned, plus an offset); the peer's copy of the
+ * same object is named by the same pointer and a pe number.
+ *
+ * Every wait takes a deadline (absolute CLOCK_MONOTONIC nanoseconds, see
+ * comm_deadline_after) and ends with A2AMM_E_TIMEOUT when it passes, or with
+ * A2AMM_E_PEER as soon as any rank of the world has failed. Waiting ranks
+ * sleep on a futex, so there may be more ranks than cores.
+ *
+ * Errors are returned with a message (via the `a2amm_error *`, which may be
+ * NULL) that names this rank, what it waited for and what it saw.
+ *
+ * A comm_ctx is used by one thread at a time.
+ */
+#ifndef A2AMM_COMM_H
+#define A2AMM_COMM_H
+
+#include "a2amm.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define COMM_MAX_RANKS 1024
+#define COMM_DOING_CHARS 160 /* longest "what I am doing" text, with its NUL */
+
+typedef struct comm_world comm_world; /* the shared mapping; the launcher's */
+typedef struct comm_ctx comm_ctx;     /* one rank's view, inside its process */
+
+/* ---- Time ---------------------------------------------------------------- */
+/* Now, in CLOCK_MONOTONIC nanoseconds (the same clock in every process). */
+int64_t comm_now_ns(void);
+/* The deadline `seconds` from now (a negative or NaN value means now). */
+int64_t comm_deadline_after(double seconds);
+
+/* ---- The world (made and destroyed by the launcher's process) ------------ */
+/*
+ * Maps a world for `nranks` ranks (1..COMM_MAX_RANKS), each with a symmetric
+ * heap of `heap_bytes` (rounded up to a page; pages cost memory only once
+ * touched). Must be called before comm_launch, which forks the ranks.
+ */
+int comm_world_create(int nranks, size_t heap_bytes, comm_world **out, a2amm_error *err);
+/* Unmaps the world and frees the handle (NULL is allowed). */
+void comm_world_destroy(comm_world *world);
+int comm_world_nranks(const comm_world *world);
+
+/* ---- A rank's identity and status ---------------------------------------- */
+int comm_rank(const comm_ctx *ctx);
+int comm_nranks(const comm_ctx *ctx);
+/*
+ * Records what this rank is doing now ("waiting for tile 3 slot 2 from rank
+ * 1"), printf-style. It appears in timeout and failure messages, and in the
+ * launcher's report when this rank dies. Cheap enough to call per tile.
+ */
+void comm_set_doing(comm_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+ * Marks the world failed because of this rank, with `code` and a printf-style
+ * reason, and wakes every waiting rank (their waits return A2AMM_E_PEER).
+ * The first failure of a world is the one kept. The reason is prefixed with
+ * "rank N: " unless it already starts so. Returns `code`.
+ */
+int comm_fail(comm_ctx *ctx, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A2AMM_OK, or A2AMM_E_PEER with the failure's message if the world failed:
+ * for long computations between waits. */
+int comm_check_peers(comm_ctx *ctx, a2amm_error *err);
+
+/* ---- Symmetric memory ---------------------------------------------------- */
+/*
+ * Allocates `bytes` (zero-filled) in this rank's symmetric heap, aligned to
+ * `align` (a power of two up to 4096; 0 means 64). Every rank must make the
+ * same allocations in the same order; the same call then gives every rank
+ * the same offset. A2AMM_E_NOMEM when the heap is full. Never freed.
+ */
+int comm_alloc(comm_ctx *ctx, size_t bytes, size_t align, void **out, a2amm_error *err);
+/* Offset of a symmetric address in the heap, or SIZE_MAX if it is not one. */
+size_t comm_sym_offset(const comm_ctx *ctx, const void *sym);
+/* Bytes of this rank's heap handed out so far. */
+size_t comm_heap_used(const comm_ctx *ctx);
+/*
+ * A pointer through which this process can load and store pe's copy of the
+ * symmetric object at `sym`, or NULL where the transport has none (never for
+ * shm; callers must still handle NULL and fall back to put / get).
+ */
+void *comm_ptr(const comm_ctx *ctx, const void *sym, int pe);
+
+/* Copies `bytes` from local memory `src` into pe's copy of `dest_sym`. */
+int comm_put(comm_ctx *ctx, void *dest_sym, const void *src, size_t bytes, int pe, a2amm_error *err);
+/* Copies `bytes` from pe's copy of `src_sym` into local memory `dest`. */
+int comm_get(comm_ctx *ctx, void *dest, const void *src_sym, size_t bytes, int pe, a2amm_error *err);
+/* Orders this rank's earlier puts to each pe before its later ones. */
+void comm_fence(comm_ctx *ctx);
+/* Completes all of this rank's earlier puts and signal updates. */
+void comm_quiet(comm_ctx *ctx);
+
+/* ---- Signals: 64-bit words in the symmetric heap -------------------------- */
+typedef enum comm_signal_op { COMM_SIGNAL_SET, COMM_SIGNAL_ADD } comm_signal_op;
+typedef enum comm_cmp {
+    COMM_CMP_EQ, COMM_CMP_NE, COMM_CMP_GT, COMM_CMP_GE, COMM_CMP_LT, COMM_CMP_LE
+} comm_cmp;
+
+/* "==", "!=", ">", ">=", "<", "<=". */
+const char *comm_cmp_name(comm_cmp cmp);
+
+/*
+ * Puts `bytes` into pe's `dest_sym`, then updates pe's signal `sig_sym` by
+ * `op` with `value`, release-ordered: whoever sees the new signal value sees
+ * all the data.
+ */
+int comm_put_signal(comm_ctx *ctx, void *dest_sym, const void *src, size_t bytes,
+                    uint64_t *sig_sym, uint64_t value, comm_signal_op op, int pe,
+                    a2amm_error *err);
+/* Sets / adds to pe's signal `sig_sym` (release-ordered) and wakes pe. */
+int comm_signal_set(comm_ctx *ctx, uint64_t *sig_sym, uint64_t value, int pe, a2amm_error *err);
+int comm_signal_add(comm_ctx *ctx, uint64_t *sig_sym, uint64_t value, int pe, a2amm_error *err);
+/* This rank's signal `sig_sym` now (acquire-ordered). */
+uint64_t comm_signal_fetch(const comm_ctx *ctx, const uint64_t *sig_sym);
+/*
+ * Waits until this rank's signal `sig_sym` compares to `value` as `cmp` says
+ * (signal CMP value). A2AMM_OK, A2AMM_E_TIMEOUT when `deadline_ns` passes,
+ * A2AMM_E_PEER when the world fails. `seen` (may be NULL) gets the last value
+ * read.
+ */
+int comm_signal_wait_until(comm_ctx *ctx, uint64_t *sig_sym, comm_cmp cmp, uint64_t value,
+                           int64_t deadline_ns, uint64_t *seen, a2amm_error *err);
+
+/* Waits for every rank to arrive; implies comm_quiet. Same error rules. */
+int comm_barrier(comm_ctx *ctx, int64_t deadline_ns, a2amm_error *err);
+
+/* ---- The launcher ------------------------------------------------------- */
+/* The body of a rank. Returns A2AMM_OK or a negative A2AMM_E_* status. */
+typedef int (*comm_rank_fn)(comm_ctx *ctx, void *arg);
+
+typedef struct comm_launch_options {
+    double timeout_s; /* the whole run's safety limit; <= 0 means 600 s */
+    double grace_s;   /* after a failure, how long the others get to leave
+                         before they are killed; <= 0 means 1.5 s */
+} comm_launch_options;
+
+/* How one rank ended. */
+typedef struct comm_rank_outcome {
+    pid_t pid;
+    int status;             /* what its rank function returned, or
+                               A2AMM_E_PEER if it died, was killed or
+                               exited without returning */
+    int exit_code;          /* its exit code, -1 if killed by a signal */
+    int term_signal;        /* the signal that killed it, or 0 */
+    int killed_by_launcher; /* 1 if it outlived the grace (or timeout) */
+    int failed_first;       /* 1 for the rank whose failure ended the run */
+    char doing[COMM_DOING_CHARS]; /* what it said it was doing last */
+} comm_rank_outcome;
+
+/*
+ * Forks one process per rank of `world`; each runs rank_fn(ctx, arg) and
+ * exits with its result (it never returns into the caller). The caller
+ * supervises: when a rank fails (returns an error, exits, crashes or is
+ * killed), the world is marked failed naming it and what it was doing, the
+ * other ranks' waits end, and after the grace period any rank still alive is
+ * killed. Every child is reaped before returning. A world runs once.
+ * Children die with the calling thread (PR_SET_PDEATHSIG): call this from a
+ * thread that lives until it returns.
+ *
+ * Returns A2AMM_OK if every rank returned A2AMM_OK; otherwise the first
+ * failure's status (A2AMM_E_PEER for a rank that died, A2AMM_E_TIMEOUT for
+ * the safety limit) with its message in `err`. `outcomes` (nranks entries,
+ * may be NULL) gets how each rank ended.
+ */
+int comm_launch(comm_world *world, comm_rank_fn rank_fn, void *arg,
+                const comm_launch_options *options, comm_rank_outcome *outcomes,
+                a2amm_error *err);
+
+#endif

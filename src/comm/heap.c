@@ -1,0 +1,93 @@
+/*
+ * The symmetric heap of the shm transport: the bump allocator, translating a
+ * symmetric address to a peer's copy, put, get, fence and quiet.
+ */
+#include "comm/comm_shm.h"
+
+#include <string.h>
+
+int comm_alloc(comm_ctx *ctx, size_t bytes, size_t align, void **out, a2amm_error *err)
+{
+    *out = NULL;
+    if (align == 0)
+        align = 64;
+    if ((align & (align - 1)) != 0 || align > COMM_HEAP_ALIGN)
+        return comm_report(ctx, err, A2AMM_E_INVAL,
+                           "rank %d: symmetric allocation aligned to %zu asked for, expected a "
+                           "power of two up to %d", ctx->rank, align, COMM_HEAP_ALIGN);
+    size_t start = (ctx->heap_used + align - 1) & ~(align - 1);
+    if (start > ctx->heap_bytes || bytes > ctx->heap_bytes - start)
+        return comm_report(ctx, err, A2AMM_E_NOMEM,
+                           "rank %d: symmetric heap full: %zu bytes asked for at offset %zu, "
+                           "heap is %zu bytes", ctx->rank, bytes, start, ctx->heap_bytes);
+    ctx->heap_used = start + bytes;
+    *out = ctx->my_heap + start;
+    return A2AMM_OK;
+}
+
+size_t comm_sym_offset(const comm_ctx *ctx, const void *sym)
+{
+    const char *p = sym;
+    if (p < ctx->my_heap || p >= ctx->my_heap + ctx->heap_bytes)
+        return SIZE_MAX;
+    return (size_t)(p - ctx->my_heap);
+}
+
+size_t comm_heap_used(const comm_ctx *ctx) { return ctx->heap_used; }
+
+void *comm_ptr(const comm_ctx *ctx, const void *sym, int pe)
+{
+    size_t offset = comm_sym_offset(ctx, sym);
+    if (offset == SIZE_MAX || pe < 0 || pe >= ctx->nranks)
+        return NULL;
+    return ctx->heaps + (size_t)pe * ctx->heap_bytes + offset;
+}
+
+char *comm_peer_range(comm_ctx *ctx, const void *sym, size_t bytes, int pe, const char *op,
+                        a2amm_error *err)
+{
+    size_t offset = comm_sym_offset(ctx, sym);
+    if (pe < 0 || pe >= ctx->nranks) {
+        comm_report(ctx, err, A2AMM_E_INVAL, "rank %d: %s to pe %d, expected 0..%d", ctx->rank,
+                    op, pe, ctx->nranks - 1);
+        return NULL;
+    }
+    if (offset == SIZE_MAX || bytes > ctx->heap_bytes - offset) {
+        comm_report(ctx, err, A2AMM_E_INVAL,
+                    "rank %d: %s of %zu bytes on pe %d at %p: not inside the symmetric heap "
+                    "(%zu bytes)", ctx->rank, op, bytes, pe, sym, ctx->heap_bytes);
+        return NULL;
+    }
+    return ctx->heaps + (size_t)pe * ctx->heap_bytes + offset;
+}
+
+int comm_put(comm_ctx *ctx, void *dest_sym, const void *src, size_t bytes, int pe, a2amm_error *err)
+{
+    char *dest = comm_peer_range(ctx, dest_sym, bytes, pe, "put", err);
+    if (!dest)
+        return ctx->last_error.code;
+    memcpy(dest, src, bytes);
+    return A2AMM_OK;
+}
+
+int comm_get(comm_ctx *ctx, void *dest, const void *src_sym, size_t bytes, int pe, a2amm_error *err)
+{
+    const char *src = comm_peer_range(ctx, src_sym, bytes, pe, "get", err);
+    if (!src)
+        return ctx->last_error.code;
+    memcpy(dest, src, bytes);
+    return A2AMM_OK;
+}
+
+/* Stores here are plain stores to shared memory: ordering is all they need. */
+void comm_fence(comm_ctx *ctx)
+{
+    (void)ctx;
+    atomic_thread_fence(memory_order_release);
+}
+
+void comm_quiet(comm_ctx *ctx)
+{
+    (void)ctx;
+    atomic_thread_fence(memory_order_seq_cst);
+}
