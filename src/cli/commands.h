@@ -5,5 +5,6 @@
 
 int cmd_gen(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 #endif

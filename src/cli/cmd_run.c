@@ -1,0 +1,218 @@
+/* `a2amm run` (and the seed's `a2amm M K N R [mode]`): the fused operator
+ * across R processes, in precision or perf mode. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "io/io.h"
+#include "op/op.h"
+
+static void run_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: a2amm run M K N R [precision|perf] [options]\n"
+            "       a2amm M K N R [precision|perf] [options]     (the seed's form)\n"
+            "\n"
+            "Forks R rank processes over shared symmetric memory. Each reads its inputs\n"
+            "from DIR/input/<r>/ (as written by a2amm gen), receives its row blocks of A\n"
+            "from every rank while it multiplies what has arrived by its own B, tile by\n"
+            "tile, and in precision mode writes DIR/output/<r>/npu_out.bin (bf16 [M, N]).\n"
+            "perf mode times repetitions instead (caches flushed before each) and reports\n"
+            "the slowest rank's time, TFLOP/s and the communication left exposed.\n"
+            "\n"
+            "options:\n"
+            "  --dir DIR          the folder gen wrote (default: .)\n"
+            "  --tile-m ROWS      rows of M per pipeline tile (default 512)\n"
+            "  --depth SLOTS      ring slots per source on the put path (default 4)\n"
+            "  --threads T        compute threads per rank (default: cores / R, at least 1)\n"
+            "  --path direct|put  direct: read rows from the peer's memory (default);\n"
+            "                     put: the owner puts rows into a ring of slots and signals\n"
+            "  --unfused          the whole AllToAll, a barrier, then the matmul\n"
+            "  --iters N          perf repetitions (default 10)\n"
+            "  --warmup N         perf warm-up runs (default 1)\n"
+            "  --timeout SECONDS  deadline of every wait between ranks (default 60)\n"
+            "  --a-type/--b-type e4m3|e5m2  element types (default: what gen recorded)\n"
+            "  --json             perf mode: print the figures as one JSON object\n"
+            "\n"
+            "A2AMM_ISA=ref|avx2|avx512 forces a kernel level.\n"
+            "\n"
+            "example:\n"
+            "  a2amm gen 700 256 96 2 --dir /tmp/a2amm-demo\n"
+            "  a2amm run 700 256 96 2 --dir /tmp/a2amm-demo --tile-m 128\n"
+            "  a2amm verify 700 96 2 --dir /tmp/a2amm-demo\n");
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct summary { double min, median, max; } summary;
+
+static summary summarize(const double *v, int n)
+{
+    double *t = malloc((size_t)n * sizeof *t);
+    summary s = {NAN, NAN, NAN};
+    if (!t) return s;
+    memcpy(t, v, (size_t)n * sizeof *t);
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    s.min = t[0];
+    s.max = t[n - 1];
+    s.median = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    free(t);
+    return s;
+}
+
+static void print_perf(const a2amm_shape *s, const op_options *o, const op_result *res, int json)
+{
+    const op_perf *p = &res->perf;
+    double flops = 2.0 * (double)s->M * (double)s->N * (double)s->K * (double)s->R; /* all ranks */
+    summary v[3] = {summarize(p->fused, p->iters), summarize(p->unfused, p->iters), summarize(p->local, p->iters)};
+    const char *names[3] = {o->unfused ? "unfused (as asked)" : "fused", "unfused", "matmul in place"};
+    double exposed = v[0].median - v[2].median;
+    if (json) {
+        printf("{\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%lld,\"a_type\":\"%s\",\"b_type\":\"%s\","
+               "\"path\":\"%s\",\"unfused\":%s,\"tile_m\":%lld,\"depth\":%d,\"threads\":%d,\"isa\":\"%s\","
+               "\"iters\":%d,\"warmup\":%d,\"flush_bytes_per_rank\":%.0f,\"prepare_s\":%.6f",
+               (long long)s->M, (long long)s->K, (long long)s->N, (long long)s->R, a2amm_fp8_type_name(s->a_type),
+               a2amm_fp8_type_name(s->b_type), op_path_name(o->path), o->unfused ? "true" : "false",
+               (long long)o->tile_m, o->depth, res->threads, gemm_isa_name(res->isa), p->iters, o->warmup,
+               p->flush_bytes, p->prepare_s);
+        const char *keys[3] = {"run", "unfused", "local"};
+        for (int i = 0; i < 3; i++)
+            printf(",\"%s\":{\"min_s\":%.6f,\"median_s\":%.6f,\"max_s\":%.6f,\"tflops\":%.4f}", keys[i], v[i].min,
+                   v[i].median, v[i].max, flops / v[i].median / 1e12);
+        printf(",\"exposed_comm_s\":%.6f,\"exposed_comm_fraction\":%.4f}\n", exposed, exposed / v[0].median);
+        return;
+    }
+    printf("perf: %d repetitions after %d warm-up, each after a pass over %.0f MB per rank to flush the caches;\n"
+           "      a repetition's time is the slowest rank's. %.1f GFLOP per repetition (all ranks).\n",
+           p->iters, o->warmup, p->flush_bytes / 1e6, flops / 1e9);
+    printf("  %-20s %10s %10s %10s %10s\n", "", "min ms", "median ms", "max ms", "TFLOP/s");
+    for (int i = 0; i < 3; i++)
+        printf("  %-20s %10.3f %10.3f %10.3f %10.4f\n", names[i], v[i].min * 1e3, v[i].median * 1e3, v[i].max * 1e3,
+               flops / v[i].median / 1e12);
+    printf("  exposed communication: %.3f ms (median %s - median matmul in place; %.1f%% of the run)\n",
+           exposed * 1e3, names[0], 100.0 * exposed / v[0].median);
+    printf("  B preparation, once per rank before the repetitions: %.3f ms (slowest rank)\n", p->prepare_s * 1e3);
+    printf("  time %.3f ms, %.1f GFLOP/s (median %s)\n", v[0].median * 1e3, flops / v[0].median / 1e9, names[0]);
+}
+
+/* Element types: flags first, else what gen recorded, else e4m3. */
+static int resolve_types(const char *dir, const char *at, const char *bt, a2amm_shape *s)
+{
+    io_meta meta;
+    a2amm_error err = {0, ""};
+    int have_meta = io_meta_read(dir, &meta, &err) == A2AMM_OK;
+    s->a_type = have_meta ? meta.shape.a_type : A2AMM_E4M3;
+    s->b_type = have_meta ? meta.shape.b_type : A2AMM_E4M3;
+    if (at && cli_parse_type("run", "--a-type", at, &s->a_type)) return -1;
+    if (bt && cli_parse_type("run", "--b-type", bt, &s->b_type)) return -1;
+    if (have_meta && (meta.shape.M != s->M || meta.shape.K != s->K || meta.shape.N != s->N || meta.shape.R != s->R))
+        fprintf(stderr, "a2amm run: warning: %s was generated for M=%lld K=%lld N=%lld R=%lld, not for this shape\n",
+                dir, (long long)meta.shape.M, (long long)meta.shape.K, (long long)meta.shape.N, (long long)meta.shape.R);
+    return 0;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    op_options o;
+    op_options_default(&o);
+    const char *dir = ".", *at = NULL, *bt = NULL;
+    char *pos[4];
+    int npos = 0, json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int m;
+        int64_t x;
+        if (cli_is_help(argv[i])) { run_usage(stdout); return 0; }
+        if ((m = cli_option(argc, argv, &i, "--dir", &v))) { if (m < 0) return 2; dir = v; }
+        else if ((m = cli_option(argc, argv, &i, "--tile-m", &v))) {
+            if (m < 0 || cli_parse_i64("run", "--tile-m", v, 1, INT64_C(1) << 40, &o.tile_m)) return 2;
+        } else if ((m = cli_option(argc, argv, &i, "--depth", &v))) {
+            if (m < 0 || cli_parse_i64("run", "--depth", v, 1, 1024, &x)) return 2;
+            o.depth = (int)x;
+        } else if ((m = cli_option(argc, argv, &i, "--threads", &v))) {
+            if (m < 0 || cli_parse_i64("run", "--threads", v, 0, 1024, &x)) return 2;
+            o.threads = (int)x;
+        } else if ((m = cli_option(argc, argv, &i, "--iters", &v))) {
+            if (m < 0 || cli_parse_i64("run", "--iters", v, 1, 100000, &x)) return 2;
+            o.iters = (int)x;
+        } else if ((m = cli_option(argc, argv, &i, "--warmup", &v))) {
+            if (m < 0 || cli_parse_i64("run", "--warmup", v, 0, 1000, &x)) return 2;
+            o.warmup = (int)x;
+        } else if ((m = cli_option(argc, argv, &i, "--timeout", &v))) {
+            if (m < 0 || cli_parse_double("run", "--timeout", v, 0.001, 1e7, &o.timeout_s)) return 2;
+        } else if ((m = cli_option(argc, argv, &i, "--path", &v))) {
+            if (m < 0) return 2;
+            if (!strcmp(v, "direct")) o.path = OP_PATH_DIRECT;
+            else if (!strcmp(v, "put")) o.path = OP_PATH_PUT;
+            else {
+                fprintf(stderr, "a2amm run: --path must be direct or put, got '%s'\n", v);
+                return 2;
+            }
+        } else if ((m = cli_option(argc, argv, &i, "--a-type", &v))) { if (m < 0) return 2; at = v; }
+        else if ((m = cli_option(argc, argv, &i, "--b-type", &v))) { if (m < 0) return 2; bt = v; }
+        else if (!strcmp(argv[i], "--unfused")) o.unfused = 1;
+        else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "precision") && npos == 4) o.mode = OP_MODE_PRECISION;
+        else if (!strcmp(argv[i], "perf") && npos == 4) o.mode = OP_MODE_PERF;
+        else if (argv[i][0] == '-' && argv[i][1] != '\0' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
+            fprintf(stderr, "a2amm run: unknown option '%s' (see a2amm run --help)\n", argv[i]);
+            return 2;
+        } else if (npos < 4) pos[npos++] = argv[i];
+        else {
+            fprintf(stderr, "a2amm run: unexpected '%s': after M K N R comes precision or perf\n", argv[i]);
+            return 2;
+        }
+    }
+    if (npos != 4) {
+        fprintf(stderr, "a2amm run: expected M K N R, got %d of them\n", npos);
+        run_usage(stderr);
+        return 2;
+    }
+    a2amm_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
+    if (cli_parse_shape("run", pos, &s, NULL)) return 2;
+    if (resolve_types(dir, at, bt, &s)) return 2;
+
+    if (!json)
+        printf("a2amm run: M=%lld K=%lld N=%lld R=%lld, A %s, B %s, %s mode, %s, path %s, tile %lld rows, depth %d\n",
+               (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R, a2amm_fp8_type_name(s.a_type),
+               a2amm_fp8_type_name(s.b_type), o.mode == OP_MODE_PERF ? "perf" : "precision",
+               o.unfused ? "unfused" : "fused", op_path_name(o.path), (long long)o.tile_m, o.depth);
+    fflush(stdout);
+    op_result res;
+    a2amm_error err = {0, ""};
+    double t0 = cli_now();
+    int rc = op_run(dir, &s, &o, &res, &err);
+    double wall = cli_now() - t0;
+    if (!json || rc) {
+        if (res.ranks) {
+            printf("  %lld tiles, %d compute thread%s per rank, kernel %s\n", (long long)res.ntiles, res.threads,
+                   res.threads == 1 ? "" : "s", gemm_isa_name(res.isa));
+            for (int r = 0; r < s.R; r++) {
+                const op_rank_report *k = &res.ranks[r];
+                if (k->status == 0) printf("  [Rank %d] ok\n", r);
+                else if (k->term_signal)
+                    printf("  [Rank %d] FAILED: killed by signal %d while: %s\n", r, k->term_signal, k->doing);
+                else printf("  [Rank %d] FAILED (%s) while: %s\n", r, a2amm_strerror(k->status), k->doing);
+            }
+        }
+    }
+    if (rc) {
+        cli_print_error("run", &err);
+        printf("All workers finished. Status: FAILURE\n");
+    } else {
+        if (o.mode == OP_MODE_PERF) print_perf(&s, &o, &res, json);
+        else if (!json)
+            printf("  wrote %s/output/<0..%lld>/npu_out.bin in %.3f s (whole run: load, prepare, multiply, write)\n",
+                   dir, (long long)s.R - 1, wall);
+        if (!json) printf("All workers finished. Status: SUCCESS\n");
+    }
+    op_result_free(&res);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,113 @@
+/* The gemm dispatcher: picks the ISA level once, routes calls to its kernel. */
+#include "gemm/gemm_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/error.h"
+#include "mx/mx.h"
+
+static const char *const ISA_NAMES[GEMM_ISA_COUNT] = {"ref", "avx2", "avx512"};
+
+const char *gemm_isa_name(gemm_isa isa)
+{
+    return (unsigned)isa < GEMM_ISA_COUNT ? ISA_NAMES[isa] : "?";
+}
+
+static const gemm_kernel_ops *kernel_ops(gemm_isa isa)
+{
+    switch (isa) {
+    case GEMM_ISA_REF: return &gemm_ref_ops;
+    case GEMM_ISA_AVX2: return gemm_avx2_ops_get();
+    case GEMM_ISA_AVX512: return gemm_avx512_ops_get();
+    }
+    return NULL;
+}
+
+int gemm_isa_supported(gemm_isa isa)
+{
+    if (!kernel_ops(isa)) return 0;
+    __builtin_cpu_init();
+    switch (isa) {
+    case GEMM_ISA_REF: return 1;
+    case GEMM_ISA_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case GEMM_ISA_AVX512:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
+    }
+    return 0;
+}
+
+int gemm_isa_select(gemm_isa *out, a2amm_error *err)
+{
+    const char *forced = getenv("A2AMM_ISA");
+    if (forced && *forced) {
+        for (int i = 0; i < GEMM_ISA_COUNT; i++)
+            if (strcasecmp(forced, ISA_NAMES[i]) == 0) {
+                if (!gemm_isa_supported((gemm_isa)i))
+                    return a2amm_fail(err, A2AMM_E_INVAL,
+                                      "A2AMM_ISA=%s: this CPU or build cannot run the %s kernels", forced,
+                                      ISA_NAMES[i]);
+                *out = (gemm_isa)i;
+                return A2AMM_OK;
+            }
+        return a2amm_fail(err, A2AMM_E_INVAL, "A2AMM_ISA=%s: expected ref, avx2 or avx512", forced);
+    }
+    for (int i = GEMM_ISA_COUNT - 1; i >= 0; i--)
+        if (gemm_isa_supported((gemm_isa)i)) {
+            *out = (gemm_isa)i;
+            return A2AMM_OK;
+        }
+    *out = GEMM_ISA_REF;
+    return A2AMM_OK;
+}
+
+int gemm_b_prepare(gemm_isa isa, const uint8_t *bq, const uint8_t *sb, int64_t N, int64_t K,
+                   int64_t ldsb, a2amm_fp8_type type, gemm_b **out, a2amm_error *err)
+{
+    *out = NULL;
+    if (N < 1 || K < 32 || K % 32 != 0 || ldsb < K / 32)
+        return a2amm_fail(err, A2AMM_E_INVAL,
+                          "gemm: B must be [N >= 1, K] with K a positive multiple of 32 and scale "
+                          "stride >= K/32 (got N=%lld K=%lld stride=%lld)",
+                          (long long)N, (long long)K, (long long)ldsb);
+    if (!gemm_isa_supported(isa))
+        return a2amm_fail(err, A2AMM_E_INVAL, "gemm: this CPU or build cannot run the %s kernels",
+                          gemm_isa_name(isa));
+    gemm_b *b = calloc(1, sizeof *b);
+    if (!b) return a2amm_fail(err, A2AMM_E_NOMEM, "gemm: out of memory");
+    *b = (gemm_b){isa, N, K, type, NULL};
+    int rc = kernel_ops(isa)->prepare(b, bq, sb, ldsb, err);
+    if (rc) {
+        free(b);
+        return rc;
+    }
+    *out = b;
+    return A2AMM_OK;
+}
+
+void gemm_b_free(gemm_b *b)
+{
+    if (!b) return;
+    kernel_ops(b->isa)->release(b);
+    free(b);
+}
+
+int64_t gemm_b_n(const gemm_b *b) { return b->N; }
+int64_t gemm_b_k(const gemm_b *b) { return b->K; }
+gemm_isa gemm_b_isa(const gemm_b *b) { return b->isa; }
+
+void gemm_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
+                     int64_t n0, int64_t n1, float *c, int64_t ldc)
+{
+    if (rows <= 0 || klen <= 0 || n1 <= n0) return;
+    kernel_ops(b->isa)->accumulate(b, a, rows, k0, klen, n0, n1, c, ldc);
+}
+
+void gemm_store_bf16(const float *c, int64_t ldc, int64_t rows, int64_t n0, int64_t n1,
+                     uint16_t *out, int64_t ldo)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t n = n0; n < n1; n++) out[i * ldo + n] = mx_f32_to_bf16(c[i * ldc + n]);
+}

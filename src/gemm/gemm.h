@@ -1,0 +1,79 @@
+/*
+ * The MXFP8 x MXFP8 -> fp32 matmul the operator is made of.
+ *
+ * B (a rank's weights, stored transposed [N, K] fp8 with E8M0 scales) is
+ * prepared once into a gemm_b handle and reused across calls. A arrives in
+ * slabs: `rows` rows of fp8 covering one range [k0, k0 + klen) of B's K,
+ * with their scales, straight from wherever the rows live (a peer's memory,
+ * a slot, a local buffer). gemm_accumulate adds A_slab * B[k0:k0+klen, n0:n1]
+ * into an fp32 C; gemm_store_bf16 rounds C to bf16 once, to nearest even,
+ * in integer arithmetic (subnormals kept).
+ *
+ * Determinism: for a given ISA level, the value of C[i][n] depends only on
+ * the inputs and on the sequence of k ranges accumulated into it; never on
+ * `rows`, on how [n0, n1) is split between threads, or on anything else.
+ * Different ISA levels agree within the contract's tolerance.
+ */
+#ifndef A2AMM_GEMM_H
+#define A2AMM_GEMM_H
+
+#include <stdint.h>
+
+#include "a2amm.h"
+
+typedef enum gemm_isa {
+    GEMM_ISA_REF = 0,   /* portable C: the reference twin of every kernel */
+    GEMM_ISA_AVX2 = 1,  /* AVX2 + FMA */
+    GEMM_ISA_AVX512 = 2 /* AVX-512 BF16 (vdpbf16ps) + VBMI */
+} gemm_isa;
+
+#define GEMM_ISA_COUNT 3
+
+/* "ref", "avx2", "avx512". */
+const char *gemm_isa_name(gemm_isa isa);
+/* Whether this CPU (and OS) can run the level. */
+int gemm_isa_supported(gemm_isa isa);
+/*
+ * The level to use: the best this CPU supports, or the one the environment
+ * variable A2AMM_ISA (ref|avx2|avx512) forces. A forced level this CPU
+ * cannot run is an error naming it.
+ */
+int gemm_isa_select(gemm_isa *out, a2amm_error *err);
+
+/* Prepared weights: one rank's B, packed for one ISA level. */
+typedef struct gemm_b gemm_b;
+
+/*
+ * Prepares B: b is [N, K] fp8 (B transposed, row c holds column c of B),
+ * sb its scales [N, ldsb] (one E8M0 byte per 32 K values; ldsb >= K/32).
+ * K must be a multiple of 32.
+ */
+int gemm_b_prepare(gemm_isa isa, const uint8_t *b, const uint8_t *sb, int64_t N, int64_t K,
+                   int64_t ldsb, a2amm_fp8_type type, gemm_b **out, a2amm_error *err);
+void gemm_b_free(gemm_b *b);
+int64_t gemm_b_n(const gemm_b *b);
+int64_t gemm_b_k(const gemm_b *b);
+gemm_isa gemm_b_isa(const gemm_b *b);
+
+/* Rows of A: fp8 values a[i*lda + t] with scale sa[i*ldsa + t/32]. */
+typedef struct gemm_a_slab {
+    const uint8_t *a;
+    const uint8_t *sa;
+    int64_t lda, ldsa;
+    a2amm_fp8_type type;
+} gemm_a_slab;
+
+/*
+ * C[i][n] += sum_{t < klen} A[i][t] * B[k0 + t][n] for i < rows, n0 <= n < n1,
+ * accumulating in fp32 in a fixed order (by 32-blocks of K, ascending). k0
+ * and klen are multiples of 32. NaN scales and NaN/Inf values propagate as
+ * IEEE arithmetic says. Thread-safe for disjoint C regions.
+ */
+void gemm_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
+                     int64_t n0, int64_t n1, float *c, int64_t ldc);
+
+/* out[i][n] = bf16_rne(C[i][n]) for i < rows, n0 <= n < n1. */
+void gemm_store_bf16(const float *c, int64_t ldc, int64_t rows, int64_t n0, int64_t n1,
+                     uint16_t *out, int64_t ldo);
+
+#endif

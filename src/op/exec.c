@@ -1,0 +1,281 @@
+/*
+ * The executions of one rank: the fused pipeline over tiles of M (rows read
+ * directly from peers, or put into a ring of slots and signalled), the
+ * unfused AllToAll-then-matmul, and the matmul alone on data in place.
+ */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "op/rank.h"
+
+#define ALIGN 64
+
+size_t op_rank_heap_bytes(const a2amm_shape *s, const a2amm_sizes *z, const op_options *opt,
+                          int need_ring, int need_xbuf)
+{
+    size_t tm = (size_t)(opt->tile_m < s->M ? opt->tile_m : s->M);
+    size_t bytes = z->a_bytes + z->sa_bytes + 4 * ALIGN;
+    if (need_ring)
+        bytes += (size_t)opt->depth * (size_t)s->R * tm * (size_t)(z->ka + z->ska) +
+                 ((size_t)opt->depth + 1) * (size_t)s->R * 8 + 4 * ALIGN;
+    if (need_xbuf) bytes += z->a_bytes + z->sa_bytes + 2 * ALIGN;
+    return bytes + 4096;
+}
+
+int op_rank_alloc(op_rank *rk, int need_ring, int need_xbuf, a2amm_error *err)
+{
+    const a2amm_shape *s = rk->s;
+    const a2amm_sizes *z = rk->z;
+    size_t R = (size_t)s->R, tm = (size_t)rk->tm, depth = (size_t)rk->opt->depth;
+    int rc = comm_alloc(rk->ctx, z->a_bytes, ALIGN, (void **)&rk->a, err);
+    if (!rc) rc = comm_alloc(rk->ctx, z->sa_bytes, ALIGN, (void **)&rk->sa, err);
+    if (!rc && need_ring) {
+        rc = comm_alloc(rk->ctx, depth * R * tm * (size_t)z->ka, ALIGN, (void **)&rk->ring, err);
+        if (!rc) rc = comm_alloc(rk->ctx, depth * R * tm * (size_t)z->ska, ALIGN, (void **)&rk->ring_s, err);
+        if (!rc) rc = comm_alloc(rk->ctx, depth * R * 8, ALIGN, (void **)&rk->arrived, err);
+        if (!rc) rc = comm_alloc(rk->ctx, R * 8, ALIGN, (void **)&rk->released, err);
+    }
+    if (!rc && need_xbuf) {
+        rc = comm_alloc(rk->ctx, z->a_bytes, ALIGN, (void **)&rk->xbuf, err);
+        if (!rc) rc = comm_alloc(rk->ctx, z->sa_bytes, ALIGN, (void **)&rk->xbuf_s, err);
+    }
+    if (rc) return rc;
+    rk->c = malloc(tm * (size_t)s->N * sizeof *rk->c);
+    rk->out = malloc(z->out_bytes);
+    if (!rk->c || !rk->out)
+        return a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: cannot allocate %.1f MB of result buffers", rk->me,
+                          (double)(tm * (size_t)s->N * 4 + z->out_bytes) / 1e6);
+    return A2AMM_OK;
+}
+
+void op_rank_free(op_rank *rk)
+{
+    gemm_b_free(rk->b);
+    pool_destroy(rk->pool);
+    free(rk->c);
+    free(rk->out);
+    rk->b = NULL, rk->pool = NULL, rk->c = NULL, rk->out = NULL;
+}
+
+/* ---- The matmul of one tile from one source, split over threads by N ---- */
+
+typedef struct tile_job {
+    const op_rank *rk;
+    gemm_a_slab slab;
+    int64_t rows, k0, chunk;
+} tile_job;
+
+static void tile_task(void *arg, int task)
+{
+    const tile_job *j = arg;
+    int64_t N = j->rk->s->N, n0 = task * j->chunk, n1 = n0 + j->chunk < N ? n0 + j->chunk : N;
+    gemm_accumulate(j->rk->b, &j->slab, j->rows, j->k0, j->rk->z->ka, n0, n1, j->rk->c, N);
+}
+
+/* C[rows, :] += rows of source `src` (a, sa with row strides ka / ska). */
+static void multiply_source(op_rank *rk, int src, const uint8_t *a, const uint8_t *sa, int64_t rows)
+{
+    int64_t N = rk->s->N;
+    int T = pool_threads(rk->pool);
+    int64_t chunk = (N + T - 1) / T;
+    chunk = (chunk + 63) / 64 * 64; /* whole 64-column panels per thread */
+    int ntasks = (int)((N + chunk - 1) / chunk);
+    tile_job job = {rk, {a, sa, rk->z->ka, rk->z->ska, rk->s->a_type}, rows, src * rk->z->ka, chunk};
+    pool_run(rk->pool, tile_task, &job, ntasks);
+}
+
+static void store_tile(op_rank *rk, int64_t i0, int64_t rows)
+{
+    int64_t N = rk->s->N;
+    gemm_store_bf16(rk->c, N, rows, 0, N, rk->out + i0 * N, N);
+}
+
+/* The rows of rank `src`'s A that go to `dst`, starting at tile row i0. */
+static const uint8_t *rows_of(const op_rank *rk, const uint8_t *a_base, int dst, int64_t i0, int64_t width)
+{
+    return a_base + ((int64_t)dst * rk->s->M + i0) * width;
+}
+
+/* The failure tests' injected fault, once, at tile 1 (or 0). */
+static int maybe_fault(op_rank *rk, int64_t t)
+{
+    if (rk->fault == OP_FAULT_NONE || rk->fault_done || t != (rk->ntiles > 1 ? 1 : 0)) return A2AMM_OK;
+    rk->fault_done = 1;
+    switch (rk->fault) {
+    case OP_FAULT_KILL: raise(SIGKILL); break;
+    case OP_FAULT_EXIT: _exit(3);
+    case OP_FAULT_STALL:
+        for (;;) pause();
+    case OP_FAULT_ERROR:
+        return comm_fail(rk->ctx, A2AMM_E_INVAL, "rank %d: injected error at tile %lld", rk->me, (long long)t);
+    default: break;
+    }
+    return A2AMM_OK;
+}
+
+/* ---- The put path: sending tile t to every other rank ------------------- */
+
+static int send_tile(op_rank *rk, uint64_t g, int64_t t, a2amm_error *err)
+{
+    const a2amm_sizes *z = rk->z;
+    int64_t i0 = t * rk->tm, rows = rk->s->M - i0 < rk->tm ? rk->s->M - i0 : rk->tm;
+    int depth = rk->opt->depth, slot = (int)(t % depth);
+    for (int k = 1; k < rk->R; k++) {
+        int d = (rk->me + k) % rk->R;
+        if (g >= (uint64_t)depth) {
+            /* slot reuse: d must have consumed tile g - depth from me */
+            uint64_t need = g - (uint64_t)depth + 1, seen = 0;
+            comm_set_doing(rk->ctx, "sending tile %lld to rank %d: waiting for slot %d to be released (signal >= %llu)",
+                           (long long)t, d, slot, (unsigned long long)need);
+            int rc = comm_signal_wait_until(rk->ctx, &rk->released[d], COMM_CMP_GE, need,
+                                            comm_deadline_after(rk->opt->timeout_s), &seen, err);
+            if (rc == A2AMM_E_TIMEOUT)
+                return comm_fail(rk->ctx, rc,
+                                 "rank %d: timed out after %g s waiting for rank %d to release slot %d "
+                                 "(tile %lld): released signal >= %llu, last seen %llu",
+                                 rk->me, rk->opt->timeout_s, d, slot, (long long)t - depth,
+                                 (unsigned long long)need, (unsigned long long)seen);
+            if (rc) return rc;
+        }
+        size_t off = ((size_t)slot * (size_t)rk->R + (size_t)rk->me) * (size_t)rk->tm;
+        int rc = comm_put(rk->ctx, rk->ring + off * (size_t)z->ka, rows_of(rk, rk->a, d, i0, z->ka),
+                          (size_t)(rows * z->ka), d, err);
+        if (!rc)
+            rc = comm_put_signal(rk->ctx, rk->ring_s + off * (size_t)z->ska, rows_of(rk, rk->sa, d, i0, z->ska),
+                                 (size_t)(rows * z->ska), &rk->arrived[slot * rk->R + rk->me], g + 1,
+                                 COMM_SIGNAL_SET, d, err);
+        if (rc) return comm_fail(rk->ctx, rc, "rank %d: put of tile %lld to rank %d failed: %s", rk->me,
+                                 (long long)t, d, err ? err->msg : "");
+    }
+    return A2AMM_OK;
+}
+
+/* Waits until tile t from `src` sits in its slot. */
+static int wait_tile(op_rank *rk, uint64_t g, int64_t t, int src, a2amm_error *err)
+{
+    int slot = (int)(t % rk->opt->depth);
+    uint64_t seen = 0;
+    comm_set_doing(rk->ctx, "tile %lld/%lld: waiting for rows from rank %d (slot %d, signal >= %llu)",
+                   (long long)t, (long long)rk->ntiles, src, slot, (unsigned long long)(g + 1));
+    int rc = comm_signal_wait_until(rk->ctx, &rk->arrived[slot * rk->R + src], COMM_CMP_GE, g + 1,
+                                    comm_deadline_after(rk->opt->timeout_s), &seen, err);
+    if (rc == A2AMM_E_TIMEOUT)
+        return comm_fail(rk->ctx, rc,
+                         "rank %d: timed out after %g s waiting for tile %lld from rank %d: slot %d signal "
+                         ">= %llu, last seen %llu",
+                         rk->me, rk->opt->timeout_s, (long long)t, src, slot, (unsigned long long)(g + 1),
+                         (unsigned long long)seen);
+    return rc;
+}
+
+int op_exec_fused(op_rank *rk, uint64_t epoch, a2amm_error *err)
+{
+    const a2amm_sizes *z = rk->z;
+    int put = rk->opt->path == OP_PATH_PUT && rk->R > 1;
+    uint64_t base = epoch * (uint64_t)rk->ntiles;
+    int64_t prefill = rk->ntiles < rk->opt->depth ? rk->ntiles : rk->opt->depth;
+    for (int64_t t = 0; put && t < prefill; t++) {
+        int rc = send_tile(rk, base + (uint64_t)t, t, err);
+        if (rc) return rc;
+    }
+    for (int64_t t = 0; t < rk->ntiles; t++) {
+        int64_t i0 = t * rk->tm, rows = rk->s->M - i0 < rk->tm ? rk->s->M - i0 : rk->tm;
+        int slot = (int)(t % rk->opt->depth);
+        int frc = maybe_fault(rk, t);
+        if (frc) return frc;
+        memset(rk->c, 0, (size_t)(rows * rk->s->N) * sizeof *rk->c);
+        for (int k = 0; k < rk->R; k++) {
+            int src = (rk->me + k) % rk->R;
+            const uint8_t *a, *sa;
+            if (src == rk->me) {
+                a = rows_of(rk, rk->a, rk->me, i0, z->ka);
+                sa = rows_of(rk, rk->sa, rk->me, i0, z->ska);
+            } else if (put) {
+                int rc = wait_tile(rk, base + (uint64_t)t, t, src, err);
+                if (rc) return rc;
+                size_t off = ((size_t)slot * (size_t)rk->R + (size_t)src) * (size_t)rk->tm;
+                a = rk->ring + off * (size_t)z->ka;
+                sa = rk->ring_s + off * (size_t)z->ska;
+            } else {
+                const uint8_t *pa = comm_ptr(rk->ctx, rk->a, src), *psa = comm_ptr(rk->ctx, rk->sa, src);
+                if (!pa || !psa)
+                    return comm_fail(rk->ctx, A2AMM_E_INVAL,
+                                     "rank %d: this transport cannot read rank %d's memory directly; use the put path",
+                                     rk->me, src);
+                a = rows_of(rk, pa, rk->me, i0, z->ka);
+                sa = rows_of(rk, psa, rk->me, i0, z->ska);
+            }
+            comm_set_doing(rk->ctx, "tile %lld/%lld: multiplying the rows of rank %d", (long long)t,
+                           (long long)rk->ntiles, src);
+            multiply_source(rk, src, a, sa, rows);
+        }
+        if (put) {
+            for (int k = 1; k < rk->R; k++) {
+                int src = (rk->me + k) % rk->R;
+                int rc = comm_signal_set(rk->ctx, &rk->released[rk->me], base + (uint64_t)t + 1, src, err);
+                if (rc) return rc;
+            }
+        }
+        store_tile(rk, i0, rows);
+        if (put && t + rk->opt->depth < rk->ntiles) {
+            int rc = send_tile(rk, base + (uint64_t)(t + rk->opt->depth), t + rk->opt->depth, err);
+            if (rc) return rc;
+        }
+    }
+    comm_set_doing(rk->ctx, "fused run done");
+    return A2AMM_OK;
+}
+
+int op_exec_local(op_rank *rk, a2amm_error *err)
+{
+    (void)err;
+    const a2amm_sizes *z = rk->z;
+    for (int64_t t = 0; t < rk->ntiles; t++) {
+        int64_t i0 = t * rk->tm, rows = rk->s->M - i0 < rk->tm ? rk->s->M - i0 : rk->tm;
+        memset(rk->c, 0, (size_t)(rows * rk->s->N) * sizeof *rk->c);
+        for (int k = 0; k < rk->R; k++) {
+            int src = (rk->me + k) % rk->R;
+            /* my own rows are block `me` of my A; the others' are block `src` of xbuf */
+            const uint8_t *abase = src == rk->me ? rk->a : rk->xbuf;
+            const uint8_t *sbase = src == rk->me ? rk->sa : rk->xbuf_s;
+            multiply_source(rk, src, rows_of(rk, abase, src, i0, z->ka), rows_of(rk, sbase, src, i0, z->ska), rows);
+        }
+        store_tile(rk, i0, rows);
+    }
+    return A2AMM_OK;
+}
+
+int op_exec_unfused(op_rank *rk, a2amm_error *err)
+{
+    const a2amm_sizes *z = rk->z;
+    size_t blk = (size_t)(rk->s->M * z->ka), blk_s = (size_t)(rk->s->M * z->ska);
+    comm_set_doing(rk->ctx, "unfused: all-to-all exchange");
+    for (int k = 1; k < rk->R; k++) {
+        int peer = (rk->me + k) % rk->R;
+        int rc;
+        if (rk->opt->path == OP_PATH_PUT) {
+            /* my rows for `peer` into its xbuf block `me` */
+            rc = comm_put(rk->ctx, rk->xbuf + (size_t)rk->me * blk, rows_of(rk, rk->a, peer, 0, z->ka), blk, peer, err);
+            if (!rc)
+                rc = comm_put(rk->ctx, rk->xbuf_s + (size_t)rk->me * blk_s, rows_of(rk, rk->sa, peer, 0, z->ska),
+                              blk_s, peer, err);
+        } else {
+            /* peer's rows for me into my xbuf block `peer` */
+            rc = comm_get(rk->ctx, rk->xbuf + (size_t)peer * blk, rows_of(rk, rk->a, rk->me, 0, z->ka), blk, peer, err);
+            if (!rc)
+                rc = comm_get(rk->ctx, rk->xbuf_s + (size_t)peer * blk_s, rows_of(rk, rk->sa, rk->me, 0, z->ska),
+                              blk_s, peer, err);
+        }
+        if (rc) return comm_fail(rk->ctx, rc, "rank %d: unfused exchange with rank %d failed", rk->me, peer);
+    }
+    comm_set_doing(rk->ctx, "unfused: barrier after the exchange");
+    int rc = comm_barrier(rk->ctx, comm_deadline_after(rk->opt->timeout_s), err);
+    if (rc) return rc;
+    comm_set_doing(rk->ctx, "unfused: matmul");
+    rc = op_exec_local(rk, err);
+    comm_set_doing(rk->ctx, "unfused run done");
+    return rc;
+}

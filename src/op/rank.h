@@ -1,0 +1,55 @@
+/* One rank's state inside its process, and the executions the run times:
+ * fused (direct or put path), unfused, and the matmul on data in place. */
+#ifndef A2AMM_OP_RANK_H
+#define A2AMM_OP_RANK_H
+
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "common/pool.h"
+#include "gemm/gemm.h"
+#include "op/op.h"
+
+/* Fault injection for the failure tests (A2AMM_FAULT_RANK=r and
+ * A2AMM_FAULT=kill|exit|stall|error): rank r misbehaves at tile 1. */
+typedef enum op_fault { OP_FAULT_NONE, OP_FAULT_KILL, OP_FAULT_EXIT, OP_FAULT_STALL, OP_FAULT_ERROR } op_fault;
+
+typedef struct op_rank {
+    const a2amm_shape *s;
+    const a2amm_sizes *z;
+    const op_options *opt;
+    comm_ctx *ctx;
+    int me, R;
+    int64_t ntiles, tm;
+    /* symmetric memory */
+    uint8_t *a, *sa;             /* my A_r [R*M, ka] and SA_r */
+    uint8_t *ring, *ring_s;      /* put path: [depth][R][tm] rows of ka / ska */
+    uint64_t *arrived;           /* put path: [depth][R], set by the source */
+    uint64_t *released;          /* put path: [R], set by each destination */
+    uint8_t *xbuf, *xbuf_s;      /* unfused: [R][M] rows of ka / ska */
+    /* local */
+    gemm_b *b;
+    pool *pool;
+    float *c;                    /* [tm, N] accumulators */
+    uint16_t *out;               /* [M, N] result */
+    op_fault fault;
+    int fault_done;
+} op_rank;
+
+/* Allocates the symmetric regions (same order on every rank) and the local
+ * buffers; B is prepared separately. */
+int op_rank_alloc(op_rank *rk, int need_ring, int need_xbuf, a2amm_error *err);
+void op_rank_free(op_rank *rk);
+
+/* Symmetric heap bytes one rank needs. */
+size_t op_rank_heap_bytes(const a2amm_shape *s, const a2amm_sizes *z, const op_options *opt,
+                          int need_ring, int need_xbuf);
+
+/* The executions; `epoch` numbers the executions of one kind so signals
+ * only ever grow. Each returns A2AMM_OK or the error (already reported to
+ * every rank through comm_fail when it started here). */
+int op_exec_fused(op_rank *rk, uint64_t epoch, a2amm_error *err);
+int op_exec_unfused(op_rank *rk, a2amm_error *err);
+int op_exec_local(op_rank *rk, a2amm_error *err);
+
+#endif

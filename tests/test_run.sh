@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# a2amm run: the fused operator across R processes, end to end against the
+# golden; bit-identical results across every pipeline setting; perf mode;
+# and what happens when a rank dies, stalls or has a bad input.
+. "$(dirname "$0")/lib.sh"
+
+shm_before=$(ls /dev/shm | sort)
+
+# run_verify "what" dir M K N R [run options]: run then verify must pass.
+run_verify() {
+    local what=$1 d=$2 M=$3 K=$4 N=$5 R=$6; shift 6
+    expect_ok "$what: run" "$A2AMM" run "$M" "$K" "$N" "$R" --dir "$d" "$@"
+    expect_output "$what: SUCCESS" "Status: SUCCESS"
+    expect_ok "$what: verify" "$A2AMM" verify "$M" "$N" "$R" --dir "$d"
+}
+
+# --- R = 1, 2, 3, 4, 8 with both element types on both sides, odd shapes
+i=0
+for spec in "1 37 64 5 e4m3 e5m2" "2 700 256 96 e5m2 e4m3" "3 70 96 33 e5m2 e5m2" "4 45 128 1 e4m3 e4m3" "8 19 256 24 e5m2 e4m3"; do
+    set -- $spec
+    R=$1 M=$2 K=$3 N=$4 at=$5 bt=$6
+    d="$SCRATCH/r$R"
+    "$A2AMM" gen "$M" "$K" "$N" "$R" --a-type $at --b-type $bt --seed $((40 + i)) --dir "$d" >/dev/null
+    run_verify "R=$R M=$M K=$K N=$N $at x $bt (tile 16)" "$d" "$M" "$K" "$N" "$R" --tile-m 16
+    run_verify "R=$R put path" "$d" "$M" "$K" "$N" "$R" --tile-m 16 --path put --depth 2
+    i=$((i + 1))
+done
+# the seed's own command form, types read from what gen recorded
+expect_ok "seed form: a2amm M K N R precision" "$A2AMM" 70 96 33 3 precision --dir "$SCRATCH/r3"
+expect_output "seed form reads the recorded types" "A e5m2, B e5m2"
+expect_ok "verify after seed form" "$A2AMM" verify 70 33 3 --dir "$SCRATCH/r3"
+
+# --- M smaller than one tile, N = 1, NaN scales, extreme scales
+d="$SCRATCH/small"; "$A2AMM" gen 3 64 1 2 --dir "$d" >/dev/null
+run_verify "M < tile, N = 1" "$d" 3 64 1 2
+d="$SCRATCH/nan"; "$A2AMM" gen 40 128 20 2 --dist special --dir "$d" >/dev/null
+run_verify "NaN scales and codes" "$d" 40 128 20 2 --tile-m 8
+check "the special inputs do make NaN outputs" python3 -c "
+import struct,sys
+b=open('$d/output/0/npu_out.bin','rb').read()
+v=struct.unpack('<%dH'%(len(b)//2), b)
+sys.exit(0 if any((x & 0x7f80)==0x7f80 and (x & 0x7f) for x in v) else 1)"
+d="$SCRATCH/extreme"; "$A2AMM" gen 40 128 20 2 --dist extreme --dir "$d" >/dev/null
+run_verify "extreme scales" "$d" 40 128 20 2 --tile-m 8
+
+# --- bit-identical across tile sizes, depths, threads, paths, fused/unfused
+d="$SCRATCH/bits"; "$A2AMM" gen 150 192 70 3 --dir "$d" >/dev/null
+"$A2AMM" run 150 192 70 3 --dir "$d" >/dev/null
+for r in 0 1 2; do cp "$d/output/$r/npu_out.bin" "$SCRATCH/base.$r"; done
+for opts in "--tile-m 1" "--tile-m 7 --path put --depth 1" "--tile-m 64 --path put --depth 3" "--tile-m 1000" \
+            "--threads 2" "--threads 3 --path put" "--unfused" "--unfused --path put" "--tile-m 33 --threads 2 --path put --depth 5"; do
+    "$A2AMM" run 150 192 70 3 --dir "$d" $opts >"$SCRATCH/out" 2>&1 || fail "run $opts failed"
+    same=1
+    for r in 0 1 2; do cmp -s "$d/output/$r/npu_out.bin" "$SCRATCH/base.$r" || same=0; done
+    check "same bits with $opts" test $same -eq 1
+done
+"$A2AMM" run 150 192 70 3 --dir "$d" >/dev/null
+same=1; for r in 0 1 2; do cmp -s "$d/output/$r/npu_out.bin" "$SCRATCH/base.$r" || same=0; done
+check "same bits run to run" test $same -eq 1
+
+# --- perf mode: the table and the JSON object
+expect_ok "perf mode" "$A2AMM" run 150 192 70 3 perf --dir "$d" --iters 3
+expect_output "perf reports exposed communication" "exposed communication"
+expect_output "perf reports the median" "median"
+expect_ok "perf --json" "$A2AMM" run 150 192 70 3 perf --dir "$d" --iters 2 --path put --json
+check "perf --json is one JSON object with the figures" python3 -c "
+import json,sys
+o=json.loads(open('$SCRATCH/out').read())
+assert o['iters']==2 and o['path']=='put'
+for k in ('run','unfused','local'): assert o[k]['median_s']>0 and o[k]['min_s']<=o[k]['median_s']<=o[k]['max_s']
+assert 'exposed_comm_s' in o"
+
+# --- bad arguments
+expect_fail "bad mode" "after M K N R comes precision or perf" "$A2AMM" run 150 192 70 3 fast --dir "$d"
+expect_fail "bad path" "--path must be direct or put" "$A2AMM" run 150 192 70 3 --path udma --dir "$d"
+expect_fail "zero tile" "--tile-m must be a whole number from 1" "$A2AMM" run 150 192 70 3 --tile-m 0 --dir "$d"
+expect_fail "seed example refused" "K / R must be a multiple of 32" "$A2AMM" 100 200 64 4
+
+# --- a bad input on one rank only is reported before any rank starts
+d="$SCRATCH/bad"; "$A2AMM" gen 64 256 32 4 --dir "$d" >/dev/null
+truncate -s 100 "$d/input/2/input_a.bin"
+expect_fail "short file on rank 2 of 4" "rank 2: $d/input/2/input_a.bin: expected 16384 bytes, found 100 bytes (file is short)" \
+    "$A2AMM" run 64 256 32 4 --dir "$d"
+check "no rank wrote output" test ! -e "$d/output/0/npu_out.bin"
+rm "$d/input/3/input_scaleB.bin"
+truncate -s 16384 "$d/input/2/input_a.bin"
+expect_fail "missing file on rank 3" "rank 3: $d/input/3/input_scaleB.bin is missing" "$A2AMM" run 64 256 32 4 --dir "$d"
+
+# --- a rank that dies: everyone stops, named, non-zero, nothing left behind
+d="$SCRATCH/fail"; "$A2AMM" gen 256 256 64 4 --dir "$d" >/dev/null
+for fault in kill exit error; do
+    start=$SECONDS
+    A2AMM_FAULT_RANK=2 A2AMM_FAULT=$fault "$A2AMM" run 256 256 64 4 --dir "$d" --tile-m 32 --path put >"$SCRATCH/out" 2>&1
+    rc=$?
+    check "$fault: non-zero exit" test $rc -ne 0
+    check "$fault: all stop within 3 s" test $((SECONDS - start)) -le 3
+    expect_output "$fault: names rank 2" "rank 2"
+    expect_output "$fault: FAILURE" "Status: FAILURE"
+done
+A2AMM_FAULT_RANK=2 A2AMM_FAULT=kill "$A2AMM" run 256 256 64 4 --dir "$d" --tile-m 32 >"$SCRATCH/out" 2>&1
+expect_output "kill -9 is named as signal 9" "killed by signal 9"
+
+# an outside kill -9 of one rank process in the middle of a long perf run
+"$A2AMM" run 256 256 64 4 perf --iters 100000 --dir "$d" --tile-m 32 >"$SCRATCH/long" 2>&1 &
+launcher=$!
+victim=""
+for _ in $(seq 100); do
+    kids=$(pgrep -P $launcher | sort -n)
+    [ "$(echo "$kids" | grep -c .)" -eq 4 ] && { victim=$(echo "$kids" | sed -n 2p); break; }
+    sleep 0.05
+done
+check "found the 4 rank processes" test -n "$victim"
+sleep 0.5
+start=$SECONDS
+kill -9 $victim
+wait $launcher; rc=$?
+check "outside kill: launcher exits non-zero" test $rc -ne 0
+check "outside kill: within 3 s" test $((SECONDS - start)) -le 3
+check "outside kill: message names the rank and signal 9" grep -q "was killed by signal 9" "$SCRATCH/long"
+check "outside kill: no rank process left" test -z "$(pgrep -P $launcher)"
+for k in $kids; do check "rank pid $k is gone" bash -c "! kill -0 $k 2>/dev/null"; done
+
+# --- a stalled rank: the waits end at --timeout, naming who waited for what
+start=$SECONDS
+A2AMM_FAULT_RANK=1 A2AMM_FAULT=stall "$A2AMM" run 256 256 64 4 --dir "$d" --tile-m 32 --path put --timeout 1 >"$SCRATCH/out" 2>&1
+rc=$?
+check "stall: non-zero exit" test $rc -ne 0
+check "stall: ends within 5 s" test $((SECONDS - start)) -le 5
+expect_output "stall: a timeout message naming tile, slot and signal" "timed out after 1 s waiting for"
+check "stall: names the slot and the signal value" grep -Eq "slot [0-9]+.*signal >= [0-9]+, last seen [0-9]+" "$SCRATCH/out"
+
+check "no /dev/shm entry left" test "$(ls /dev/shm | sort)" = "$shm_before"
+finish
