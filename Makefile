@@ -8,6 +8,8 @@ OPT      ?= -O2 -g
 CPPFLAGS += -Iinclude -Isrc -D_GNU_SOURCE -I/usr/include/x86_64-linux-gnu/openblas-pthread
 CFLAGS   += -std=c11 -Wall -Wextra -Werror -pthread $(OPT)
 LDLIBS   += -lopenblas -lm -pthread
+# The benchmark's peers (oneDNN) are linked by the command only, never by the library.
+CLI_LDLIBS := -ldnnl
 SAN      := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 
 LIB_SRC  := $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c)))
@@ -32,7 +34,7 @@ $(BUILD)/liba2amm.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/a2amm: $(CLI_OBJ) $(BUILD)/liba2amm.a
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CLI_LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/liba2amm.a tests/check.h
 	@mkdir -p $(dir $@)

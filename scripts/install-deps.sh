@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a2amm needs on a Debian machine when it is missing: a C
-# compiler, make and OpenBLAS (used by the reference operator and benchmarks).
+# compiler, make, OpenBLAS (the reference operator, a benchmark peer) and
+# oneDNN (a benchmark peer).
 # Safe to run again: it does nothing when everything is present.
 set -euo pipefail
 need=()
@@ -8,6 +9,10 @@ command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v make >/dev/null 2>&1 || need+=(make)
 [ -e /usr/include/x86_64-linux-gnu/cblas.h ] || [ -e /usr/include/cblas.h ] || need+=(libopenblas-dev)
 ls /usr/lib/x86_64-linux-gnu/libopenblas.so >/dev/null 2>&1 || need+=(libopenblas-dev)
+# oneDNN: the strongest peer `a2amm bench gemm` measures against
+[ -e /usr/include/dnnl.h ] || need+=(libdnnl-dev)
+# python3: a few shell tests read binary outputs with it
+command -v python3 >/dev/null 2>&1 || need+=(python3)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi
