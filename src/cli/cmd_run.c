@@ -36,6 +36,8 @@ static void run_usage(FILE *f)
             "  --timeout SECONDS  deadline of every wait between ranks (default 60)\n"
             "  --a-type/--b-type e4m3|e5m2  element types (default: what gen recorded)\n"
             "  --json             perf mode: print the figures as one JSON object\n"
+            "  --baseline         perf mode: also time the whole AllToAll + dequantize to fp32 +\n"
+            "                     OpenBLAS sgemm (what a user writes today)\n"
             "\n"
             "A2AMM_ISA=ref|avx2|avx512 forces a kernel level.\n"
             "\n"
@@ -71,8 +73,12 @@ static void print_perf(const a2amm_shape *s, const op_options *o, const op_resul
 {
     const op_perf *p = &res->perf;
     double flops = 2.0 * (double)s->M * (double)s->N * (double)s->K * (double)s->R; /* all ranks */
-    summary v[3] = {summarize(p->fused, p->iters), summarize(p->unfused, p->iters), summarize(p->local, p->iters)};
-    const char *names[3] = {o->unfused ? "unfused (as asked)" : "fused", "unfused", "matmul in place"};
+    int nv = p->baseline ? 4 : 3;
+    summary v[4] = {summarize(p->fused, p->iters), summarize(p->unfused, p->iters), summarize(p->local, p->iters),
+                    {NAN, NAN, NAN}};
+    if (p->baseline) v[3] = summarize(p->baseline, p->iters);
+    const char *names[4] = {o->unfused ? "unfused (as asked)" : "fused", "unfused", "matmul in place",
+                            "baseline (sgemm)"};
     double exposed = v[0].median - v[2].median;
     if (json) {
         printf("{\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%lld,\"a_type\":\"%s\",\"b_type\":\"%s\","
@@ -82,8 +88,8 @@ static void print_perf(const a2amm_shape *s, const op_options *o, const op_resul
                a2amm_fp8_type_name(s->b_type), op_path_name(o->path), o->unfused ? "true" : "false",
                (long long)o->tile_m, o->depth, res->threads, gemm_isa_name(res->isa), p->iters, o->warmup,
                p->flush_bytes, p->prepare_s);
-        const char *keys[3] = {"run", "unfused", "local"};
-        for (int i = 0; i < 3; i++)
+        const char *keys[4] = {"run", "unfused", "local", "baseline"};
+        for (int i = 0; i < nv; i++)
             printf(",\"%s\":{\"min_s\":%.6f,\"median_s\":%.6f,\"max_s\":%.6f,\"tflops\":%.4f}", keys[i], v[i].min,
                    v[i].median, v[i].max, flops / v[i].median / 1e12);
         printf(",\"exposed_comm_s\":%.6f,\"exposed_comm_fraction\":%.4f}\n", exposed, exposed / v[0].median);
@@ -92,10 +98,12 @@ static void print_perf(const a2amm_shape *s, const op_options *o, const op_resul
     printf("perf: %d repetitions after %d warm-up, each after a pass over %.0f MB per rank to flush the caches;\n"
            "      a repetition's time is the slowest rank's. %.1f GFLOP per repetition (all ranks).\n",
            p->iters, o->warmup, p->flush_bytes / 1e6, flops / 1e9);
-    printf("  %-20s %10s %10s %10s %10s\n", "", "min ms", "median ms", "max ms", "TFLOP/s");
-    for (int i = 0; i < 3; i++)
-        printf("  %-20s %10.3f %10.3f %10.3f %10.4f\n", names[i], v[i].min * 1e3, v[i].median * 1e3, v[i].max * 1e3,
-               flops / v[i].median / 1e12);
+    printf("  %-20s %10s %10s %10s %10s %10s\n", "", "min ms", "median ms", "max ms", "TFLOP/s", "vs first");
+    for (int i = 0; i < nv; i++)
+        printf("  %-20s %10.3f %10.3f %10.3f %10.4f %9.2fx\n", names[i], v[i].min * 1e3, v[i].median * 1e3,
+               v[i].max * 1e3, flops / v[i].median / 1e12, v[i].median / v[0].median);
+    if (p->baseline)
+        printf("  baseline: the whole AllToAll, dequantize to fp32, OpenBLAS sgemm (fp32 weights prepared once)\n");
     printf("  exposed communication: %.3f ms (median %s - median matmul in place; %.1f%% of the run)\n",
            exposed * 1e3, names[0], 100.0 * exposed / v[0].median);
     printf("  B preparation, once per rank before the repetitions: %.3f ms (slowest rank)\n", p->prepare_s * 1e3);
@@ -159,6 +167,7 @@ int cmd_run(int argc, char **argv)
         else if ((m = cli_option(argc, argv, &i, "--b-type", &v))) { if (m < 0) return 2; bt = v; }
         else if (!strcmp(argv[i], "--unfused")) o.unfused = 1;
         else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--baseline")) o.baseline = 1;
         else if (!strcmp(argv[i], "precision") && npos == 4) o.mode = OP_MODE_PRECISION;
         else if (!strcmp(argv[i], "perf") && npos == 4) o.mode = OP_MODE_PERF;
         else if (argv[i][0] == '-' && argv[i][1] != '\0' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {

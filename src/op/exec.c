@@ -53,6 +53,7 @@ int op_rank_alloc(op_rank *rk, int need_ring, int need_xbuf, a2amm_error *err)
 
 void op_rank_free(op_rank *rk)
 {
+    op_baseline_free(rk);
     gemm_b_free(rk->b);
     pool_destroy(rk->pool);
     free(rk->c);
@@ -248,7 +249,7 @@ int op_exec_local(op_rank *rk, a2amm_error *err)
     return A2AMM_OK;
 }
 
-int op_exec_unfused(op_rank *rk, a2amm_error *err)
+int op_exchange_all(op_rank *rk, a2amm_error *err)
 {
     const a2amm_sizes *z = rk->z;
     size_t blk = (size_t)(rk->s->M * z->ka), blk_s = (size_t)(rk->s->M * z->ska);
@@ -272,7 +273,12 @@ int op_exec_unfused(op_rank *rk, a2amm_error *err)
         if (rc) return comm_fail(rk->ctx, rc, "rank %d: unfused exchange with rank %d failed", rk->me, peer);
     }
     comm_set_doing(rk->ctx, "unfused: barrier after the exchange");
-    int rc = comm_barrier(rk->ctx, comm_deadline_after(rk->opt->timeout_s), err);
+    return comm_barrier(rk->ctx, comm_deadline_after(rk->opt->timeout_s), err);
+}
+
+int op_exec_unfused(op_rank *rk, a2amm_error *err)
+{
+    int rc = op_exchange_all(rk, err);
     if (rc) return rc;
     comm_set_doing(rk->ctx, "unfused: matmul");
     rc = op_exec_local(rk, err);

@@ -38,6 +38,8 @@ typedef struct op_options {
     op_mode mode;
     int iters;        /* perf repetitions (default 10) */
     int warmup;       /* perf warm-up runs (default 1) */
+    int baseline;     /* perf: also time what a user writes today: the whole
+                         exchange, dequantize to fp32, OpenBLAS sgemm */
 } op_options;
 
 /* The defaults above. */
@@ -50,6 +52,7 @@ typedef struct op_perf {
     double *fused;     /* [iters]: the configured run (fused, or unfused if asked) */
     double *unfused;   /* [iters]: whole AllToAll, barrier, matmul */
     double *local;     /* [iters]: the same matmuls on data already in place */
+    double *baseline;  /* [iters] when asked: exchange + dequantize + OpenBLAS sgemm */
     double prepare_s;  /* the slowest rank's B preparation (once) */
     double flush_bytes;/* bytes each rank passed over to flush caches */
 } op_perf;

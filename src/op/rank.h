@@ -34,6 +34,8 @@ typedef struct op_rank {
     uint16_t *out;               /* [M, N] result */
     op_fault fault;
     int fault_done;
+    /* the baseline (perf only): fp32 operands for OpenBLAS sgemm */
+    float *bl_x, *bl_b, *bl_c;   /* [M, K], [N, K], [M, N] */
 } op_rank;
 
 /* Allocates the symmetric regions (same order on every rank) and the local
@@ -51,5 +53,13 @@ size_t op_rank_heap_bytes(const a2amm_shape *s, const a2amm_sizes *z, const op_o
 int op_exec_fused(op_rank *rk, uint64_t epoch, a2amm_error *err);
 int op_exec_unfused(op_rank *rk, a2amm_error *err);
 int op_exec_local(op_rank *rk, a2amm_error *err);
+
+/* The baseline: B dequantized to fp32 once; then per run the whole exchange,
+ * X_j dequantized to fp32 and OpenBLAS sgemm (baseline.c). */
+int op_baseline_prepare(op_rank *rk, const uint8_t *b, const uint8_t *sb, a2amm_error *err);
+int op_exec_baseline(op_rank *rk, a2amm_error *err);
+void op_baseline_free(op_rank *rk);
+/* The unfused exchange alone: every peer's rows for me into xbuf, then a barrier. */
+int op_exchange_all(op_rank *rk, a2amm_error *err);
 
 #endif

@@ -14,6 +14,9 @@
 #include "io/io.h"
 #include "op/rank.h"
 
+/* The timed variants in perf mode, in the order of the times array. */
+enum { V_RUN, V_UNFUSED, V_LOCAL, V_BASELINE, OP_VARIANTS };
+
 void op_options_default(op_options *o)
 {
     *o = (op_options){.tile_m = 512, .depth = 4, .threads = 0, .path = OP_PATH_DIRECT, .unfused = 0,
@@ -30,7 +33,7 @@ typedef struct run_args {
     int64_t ntiles, tm;
     gemm_isa isa;
     int need_ring, need_xbuf;
-    double *times; /* shared: [3][iters][R] then prepare [R] */
+    double *times; /* shared: [OP_VARIANTS][iters][R] then prepare [R] */
 } run_args;
 
 static op_fault fault_from_env(int rank)
@@ -65,6 +68,7 @@ static int rank_load(op_rank *rk, const run_args *ra, double *prepare_s, a2amm_e
         rc = gemm_b_prepare(ra->isa, b, sb, rk->s->N, rk->s->K, z->sk, rk->s->b_type, &rk->b, err);
         *prepare_s = (double)(comm_now_ns() - t0) * 1e-9;
     }
+    if (!rc && ra->opt.baseline && ra->opt.mode == OP_MODE_PERF) rc = op_baseline_prepare(rk, b, sb, err);
     free(b);
     free(sb);
     return rc;
@@ -112,10 +116,17 @@ static int exec_local_epoch(op_rank *rk, uint64_t epoch, a2amm_error *err)
     return op_exec_local(rk, err);
 }
 
+static int exec_baseline_epoch(op_rank *rk, uint64_t epoch, a2amm_error *err)
+{
+    (void)epoch;
+    return op_exec_baseline(rk, err);
+}
+
 static int rank_perf(op_rank *rk, const run_args *ra, a2amm_error *err)
 {
     exec_fn configured = ra->opt.unfused ? exec_unfused_epoch : op_exec_fused;
-    exec_fn variants[3] = {configured, exec_unfused_epoch, exec_local_epoch};
+    exec_fn variants[OP_VARIANTS] = {configured, exec_unfused_epoch, exec_local_epoch, exec_baseline_epoch};
+    int nvariants = ra->opt.baseline ? OP_VARIANTS : V_BASELINE;
     size_t fbytes = flush_bytes(rk->R);
     uint8_t *fbuf = calloc(fbytes, 1);
     if (!fbuf) return comm_fail(rk->ctx, A2AMM_E_NOMEM, "rank %d: cannot allocate the cache-flush buffer", rk->me);
@@ -128,11 +139,11 @@ static int rank_perf(op_rank *rk, const run_args *ra, a2amm_error *err)
     }
     if (!rc && ra->opt.warmup == 0) rc = exec_unfused_epoch(rk, 0, err);
     for (int it = 0; !rc && it < ra->opt.iters; it++)
-        for (int v = 0; !rc && v < 3; v++) {
+        for (int v = 0; !rc && v < nvariants; v++) {
             flush_caches(fbuf, fbytes);
             rc = comm_barrier(rk->ctx, comm_deadline_after(ra->opt.timeout_s), err);
             int64_t t0 = comm_now_ns();
-            if (!rc) rc = variants[v](rk, v == 0 ? epoch++ : 0, err);
+            if (!rc) rc = variants[v](rk, v == V_RUN ? epoch++ : 0, err);
             int64_t t1 = comm_now_ns();
             ra->times[((size_t)v * (size_t)ra->opt.iters + (size_t)it) * (size_t)rk->R + (size_t)rk->me] =
                 (double)(t1 - t0) * 1e-9;
@@ -154,7 +165,7 @@ static int rank_main(comm_ctx *ctx, void *arg)
     if (!rc) rc = pool_create(threads, &rk.pool, &err);
     double prep = 0;
     if (!rc) rc = rank_load(&rk, ra, &prep, &err);
-    ra->times[(size_t)3 * (size_t)ra->opt.iters * (size_t)rk.R + (size_t)rk.me] = prep;
+    ra->times[(size_t)OP_VARIANTS * (size_t)ra->opt.iters * (size_t)rk.R + (size_t)rk.me] = prep;
     if (rc) rc = comm_fail(ctx, rc, "rank %d: %s", rk.me, err.msg);
     comm_set_doing(ctx, "waiting at the start barrier");
     if (!rc) rc = comm_barrier(ctx, comm_deadline_after(ra->opt.timeout_s), &err);
@@ -248,7 +259,7 @@ int op_run(const char *dir, const a2amm_shape *s, const op_options *opt_in, op_r
     res->isa = ra.isa;
     res->ntiles = ra.ntiles;
     res->ranks = calloc((size_t)R, sizeof *res->ranks);
-    size_t tbytes = ((size_t)3 * (size_t)ra.opt.iters + 1) * (size_t)R * sizeof(double);
+    size_t tbytes = ((size_t)OP_VARIANTS * (size_t)ra.opt.iters + 1) * (size_t)R * sizeof(double);
     ra.times = mmap(NULL, tbytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     comm_rank_outcome *outcomes = calloc((size_t)R, sizeof *outcomes);
     if (!res->ranks || ra.times == MAP_FAILED || !outcomes) {
@@ -274,14 +285,16 @@ int op_run(const char *dir, const a2amm_shape *s, const op_options *opt_in, op_r
         p->fused = calloc((size_t)p->iters, sizeof(double));
         p->unfused = calloc((size_t)p->iters, sizeof(double));
         p->local = calloc((size_t)p->iters, sizeof(double));
-        if (!p->fused || !p->unfused || !p->local) {
+        if (ra.opt.baseline) p->baseline = calloc((size_t)p->iters, sizeof(double));
+        if (!p->fused || !p->unfused || !p->local || (ra.opt.baseline && !p->baseline)) {
             rc = a2amm_fail(err, A2AMM_E_NOMEM, "out of memory");
         } else {
-            max_over_ranks(ra.times, p->iters, R, 0, p->fused);
-            max_over_ranks(ra.times, p->iters, R, 1, p->unfused);
-            max_over_ranks(ra.times, p->iters, R, 2, p->local);
+            max_over_ranks(ra.times, p->iters, R, V_RUN, p->fused);
+            max_over_ranks(ra.times, p->iters, R, V_UNFUSED, p->unfused);
+            max_over_ranks(ra.times, p->iters, R, V_LOCAL, p->local);
+            if (p->baseline) max_over_ranks(ra.times, p->iters, R, V_BASELINE, p->baseline);
             for (int r = 0; r < R; r++)
-                p->prepare_s = fmax(p->prepare_s, ra.times[(size_t)3 * (size_t)p->iters * (size_t)R + (size_t)r]);
+                p->prepare_s = fmax(p->prepare_s, ra.times[(size_t)OP_VARIANTS * (size_t)p->iters * (size_t)R + (size_t)r]);
             p->flush_bytes = (double)flush_bytes(R);
         }
     }
@@ -297,5 +310,6 @@ void op_result_free(op_result *r)
     free(r->perf.fused);
     free(r->perf.unfused);
     free(r->perf.local);
+    free(r->perf.baseline);
     memset(r, 0, sizeof *r);
 }
