@@ -44,19 +44,6 @@ static void gen_usage(FILE *f)
             "  a2amm gen 700 256 96 2 --dir /tmp/a2amm-demo --a-type e5m2\n");
 }
 
-/* Every rank's inputs, generated and written; kept in memory for the golden. */
-static int write_inputs(const char *dir, const a2amm_shape *s, const a2amm_sizes *z,
-                        const gen_options *opt, io_rank_inputs *in, a2amm_error *err)
-{
-    for (int r = 0; r < s->R; r++) {
-        int rc = io_rank_inputs_alloc(z, &in[r], err);
-        if (!rc) rc = gen_rank_inputs(s, z, opt, r, &in[r], err);
-        if (!rc) rc = io_save_rank_inputs(dir, r, z, &in[r], err);
-        if (rc) return rc;
-    }
-    return A2AMM_OK;
-}
-
 static int write_goldens(const char *dir, const a2amm_shape *s, const a2amm_sizes *z,
                          const io_rank_inputs *in, uint16_t *out, a2amm_error *err)
 {
@@ -145,7 +132,7 @@ int cmd_gen(int argc, char **argv)
     int rc = in && out ? A2AMM_OK
                          : a2amm_fail(&err, A2AMM_E_NOMEM, "cannot allocate %zu bytes", z.out_bytes);
     double t0 = cli_now();
-    if (!rc) rc = write_inputs(dir, &s, &z, &opt, in, &err);
+    if (!rc) rc = gen_write_inputs(dir, &s, &z, &opt, in, &err);
     double t1 = cli_now();
     if (!rc && golden) rc = write_goldens(dir, &s, &z, in, out, &err);
     double t2 = cli_now();

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "io/io.h"
 #include "op/op.h"
+#include "cli/perf_report.h"
 
 static void run_usage(FILE *f)
 {
@@ -45,69 +46,6 @@ static void run_usage(FILE *f)
             "  a2amm gen 700 256 96 2 --dir /tmp/a2amm-demo\n"
             "  a2amm run 700 256 96 2 --dir /tmp/a2amm-demo --tile-m 128\n"
             "  a2amm verify 700 96 2 --dir /tmp/a2amm-demo\n");
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-typedef struct summary { double min, median, max; } summary;
-
-static summary summarize(const double *v, int n)
-{
-    double *t = malloc((size_t)n * sizeof *t);
-    summary s = {NAN, NAN, NAN};
-    if (!t) return s;
-    memcpy(t, v, (size_t)n * sizeof *t);
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    s.min = t[0];
-    s.max = t[n - 1];
-    s.median = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-    free(t);
-    return s;
-}
-
-static void print_perf(const a2amm_shape *s, const op_options *o, const op_result *res, int json)
-{
-    const op_perf *p = &res->perf;
-    double flops = 2.0 * (double)s->M * (double)s->N * (double)s->K * (double)s->R; /* all ranks */
-    int nv = p->baseline ? 4 : 3;
-    summary v[4] = {summarize(p->fused, p->iters), summarize(p->unfused, p->iters), summarize(p->local, p->iters),
-                    {NAN, NAN, NAN}};
-    if (p->baseline) v[3] = summarize(p->baseline, p->iters);
-    const char *names[4] = {o->unfused ? "unfused (as asked)" : "fused", "unfused", "matmul in place",
-                            "baseline (sgemm)"};
-    double exposed = v[0].median - v[2].median;
-    if (json) {
-        printf("{\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%lld,\"a_type\":\"%s\",\"b_type\":\"%s\","
-               "\"path\":\"%s\",\"unfused\":%s,\"tile_m\":%lld,\"depth\":%d,\"threads\":%d,\"isa\":\"%s\","
-               "\"iters\":%d,\"warmup\":%d,\"flush_bytes_per_rank\":%.0f,\"prepare_s\":%.6f",
-               (long long)s->M, (long long)s->K, (long long)s->N, (long long)s->R, a2amm_fp8_type_name(s->a_type),
-               a2amm_fp8_type_name(s->b_type), op_path_name(o->path), o->unfused ? "true" : "false",
-               (long long)o->tile_m, o->depth, res->threads, gemm_isa_name(res->isa), p->iters, o->warmup,
-               p->flush_bytes, p->prepare_s);
-        const char *keys[4] = {"run", "unfused", "local", "baseline"};
-        for (int i = 0; i < nv; i++)
-            printf(",\"%s\":{\"min_s\":%.6f,\"median_s\":%.6f,\"max_s\":%.6f,\"tflops\":%.4f}", keys[i], v[i].min,
-                   v[i].median, v[i].max, flops / v[i].median / 1e12);
-        printf(",\"exposed_comm_s\":%.6f,\"exposed_comm_fraction\":%.4f}\n", exposed, exposed / v[0].median);
-        return;
-    }
-    printf("perf: %d repetitions after %d warm-up, each after a pass over %.0f MB per rank to flush the caches;\n"
-           "      a repetition's time is the slowest rank's. %.1f GFLOP per repetition (all ranks).\n",
-           p->iters, o->warmup, p->flush_bytes / 1e6, flops / 1e9);
-    printf("  %-20s %10s %10s %10s %10s %10s\n", "", "min ms", "median ms", "max ms", "TFLOP/s", "vs first");
-    for (int i = 0; i < nv; i++)
-        printf("  %-20s %10.3f %10.3f %10.3f %10.4f %9.2fx\n", names[i], v[i].min * 1e3, v[i].median * 1e3,
-               v[i].max * 1e3, flops / v[i].median / 1e12, v[i].median / v[0].median);
-    if (p->baseline)
-        printf("  baseline: the whole AllToAll, dequantize to fp32, OpenBLAS sgemm (fp32 weights prepared once)\n");
-    printf("  exposed communication: %.3f ms (median %s - median matmul in place; %.1f%% of the run)\n",
-           exposed * 1e3, names[0], 100.0 * exposed / v[0].median);
-    printf("  B preparation, once per rank before the repetitions: %.3f ms (slowest rank)\n", p->prepare_s * 1e3);
-    printf("  time %.3f ms, %.1f GFLOP/s (median %s)\n", v[0].median * 1e3, flops / v[0].median / 1e9, names[0]);
 }
 
 /* Element types: flags first, else what gen recorded, else e4m3. */
@@ -216,7 +154,7 @@ int cmd_run(int argc, char **argv)
         cli_print_error("run", &err);
         printf("All workers finished. Status: FAILURE\n");
     } else {
-        if (o.mode == OP_MODE_PERF) print_perf(&s, &o, &res, json);
+        if (o.mode == OP_MODE_PERF) cli_print_op_perf(&s, &o, &res, json);
         else if (!json)
             printf("  wrote %s/output/<0..%lld>/npu_out.bin in %.3f s (whole run: load, prepare, multiply, write)\n",
                    dir, (long long)s.R - 1, wall);

@@ -112,3 +112,15 @@ int gen_rank_inputs(const a2amm_shape *s, const a2amm_sizes *z, const gen_option
     if (!rc) rc = fill_matrix(o, &gb, s->b_type, s->N, s->K, z->sk, 0, in->b, in->sb, err);
     return rc;
 }
+
+int gen_write_inputs(const char *dir, const a2amm_shape *s, const a2amm_sizes *z, const gen_options *opt,
+                     io_rank_inputs *in, a2amm_error *err)
+{
+    for (int r = 0; r < s->R; r++) {
+        int rc = io_rank_inputs_alloc(z, &in[r], err);
+        if (!rc) rc = gen_rank_inputs(s, z, opt, r, &in[r], err);
+        if (!rc) rc = io_save_rank_inputs(dir, r, z, &in[r], err);
+        if (rc) return rc;
+    }
+    return A2AMM_OK;
+}

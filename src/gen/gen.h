@@ -38,4 +38,12 @@ typedef struct gen_options {
 int gen_rank_inputs(const a2amm_shape *shape, const a2amm_sizes *sizes, const gen_options *opt,
                     int rank, io_rank_inputs *in, a2amm_error *err);
 
+/*
+ * Generates every rank's inputs into in[0..R-1] (allocated here; the caller
+ * frees them with io_rank_inputs_free, also after a failure) and writes them
+ * in the seed's layout under dir.
+ */
+int gen_write_inputs(const char *dir, const a2amm_shape *shape, const a2amm_sizes *sizes,
+                     const gen_options *opt, io_rank_inputs *in, a2amm_error *err);
+
 #endif

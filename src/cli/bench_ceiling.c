@@ -1,0 +1,229 @@
+/*
+ * The built-in ceiling probe of `a2amm bench`: peak vdpbf16ps and FMA
+ * throughput with independent accumulators, on T threads at once.
+ */
+#include "cli/bench_ceiling.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "common/error.h"
+
+/* One probe loop: `iters` trips, returns a sum of its accumulators so the
+ * work cannot be dropped. */
+typedef double (*probe_fn)(int64_t iters);
+
+typedef struct probe {
+    probe_fn fn;
+    double flop_per_iter;
+} probe;
+
+#define REP24(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) \
+                 X(12) X(13) X(14) X(15) X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23)
+#define REP12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+
+/* 24 zmm accumulators, 24 vdpbf16ps per trip: 24 * 16 lanes * 2 products * 2 FLOP. */
+__attribute__((target("avx512f,avx512bf16"))) static double probe_bf16_zmm(int64_t iters)
+{
+    /* 2^-10 * 2^-10, twice per lane per step: the sums stay small and normal */
+    __m512bh x = (__m512bh)_mm512_set1_epi16(0x3A80);
+    __m512bh y = (__m512bh)_mm512_set1_epi16(0x3A80);
+#define DECL(i) __m512 acc##i = _mm512_set1_ps((float)(i));
+    REP24(DECL)
+#undef DECL
+    for (int64_t n = 0; n < iters; n++) {
+#define STEP(i) acc##i = _mm512_dpbf16_ps(acc##i, x, y);
+        REP24(STEP)
+#undef STEP
+        __asm__ volatile("" : "+v"(x)); /* x is not loop-invariant to the compiler */
+    }
+    __m512 s = _mm512_setzero_ps();
+#define SUM(i) s = _mm512_add_ps(s, acc##i);
+    REP24(SUM)
+#undef SUM
+    return (double)_mm512_reduce_add_ps(s);
+}
+
+/* 24 zmm accumulators, 24 vfmadd231ps per trip: 24 * 16 lanes * 2 FLOP. */
+__attribute__((target("avx512f"))) static double probe_fma_zmm(int64_t iters)
+{
+    __m512 x = _mm512_set1_ps(0x1p-10f), y = _mm512_set1_ps(0x1p-10f);
+#define DECL(i) __m512 acc##i = _mm512_set1_ps((float)(i));
+    REP24(DECL)
+#undef DECL
+    for (int64_t n = 0; n < iters; n++) {
+#define STEP(i) acc##i = _mm512_fmadd_ps(x, y, acc##i);
+        REP24(STEP)
+#undef STEP
+        __asm__ volatile("" : "+v"(x));
+    }
+    __m512 s = _mm512_setzero_ps();
+#define SUM(i) s = _mm512_add_ps(s, acc##i);
+    REP24(SUM)
+#undef SUM
+    return (double)_mm512_reduce_add_ps(s);
+}
+
+/* 12 ymm accumulators (16 registers in all without AVX-512), 12 vfmadd231ps
+ * per trip: 12 * 8 lanes * 2 FLOP. */
+__attribute__((target("avx2,fma"))) static double probe_fma_ymm(int64_t iters)
+{
+    __m256 x = _mm256_set1_ps(0x1p-10f), y = _mm256_set1_ps(0x1p-10f);
+#define DECL(i) __m256 acc##i = _mm256_set1_ps((float)(i));
+    REP12(DECL)
+#undef DECL
+    for (int64_t n = 0; n < iters; n++) {
+#define STEP(i) acc##i = _mm256_fmadd_ps(x, y, acc##i);
+        REP12(STEP)
+#undef STEP
+        __asm__ volatile("" : "+x"(x));
+    }
+    __m256 s = _mm256_setzero_ps();
+#define SUM(i) s = _mm256_add_ps(s, acc##i);
+    REP12(SUM)
+#undef SUM
+    float v[8];
+    _mm256_storeu_ps(v, s);
+    double t = 0.0;
+    for (int i = 0; i < 8; i++) t += (double)v[i];
+    return t;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- Running a probe on T threads at once ------------------------------- */
+
+/* The threads wait until all exist, then start together (go = 1), or give
+ * up when one could not be started (go = -1). */
+typedef struct probe_start {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int go;
+} probe_start;
+
+typedef struct probe_thread {
+    const probe *p;
+    int64_t iters;
+    probe_start *start;
+    double t0, t1, sink;
+} probe_thread;
+
+static void *probe_thread_main(void *arg)
+{
+    probe_thread *t = arg;
+    pthread_mutex_lock(&t->start->mu);
+    while (t->start->go == 0) pthread_cond_wait(&t->start->cv, &t->start->mu);
+    int go = t->start->go;
+    pthread_mutex_unlock(&t->start->mu);
+    if (go < 0) return NULL;
+    t->t0 = now_s();
+    t->sink = t->p->fn(t->iters);
+    t->t1 = now_s();
+    return NULL;
+}
+
+/* GFLOP/s of `threads` threads running `iters` trips each, from the first
+ * start to the last finish. Returns a negative value if threads fail. */
+static double run_parallel(const probe *p, int threads, int64_t iters, volatile double *sink)
+{
+    probe_thread *ts = calloc((size_t)threads, sizeof *ts);
+    pthread_t *ids = calloc((size_t)threads, sizeof *ids);
+    probe_start start = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    double gflops = -1.0;
+    int started = 0;
+    for (; ts && ids && started < threads; started++) {
+        ts[started] = (probe_thread){p, iters, &start, 0.0, 0.0, 0.0};
+        if (pthread_create(&ids[started], NULL, probe_thread_main, &ts[started]) != 0) break;
+    }
+    pthread_mutex_lock(&start.mu);
+    start.go = started == threads ? 1 : -1;
+    pthread_cond_broadcast(&start.cv);
+    pthread_mutex_unlock(&start.mu);
+    for (int i = 0; i < started; i++) pthread_join(ids[i], NULL);
+    if (started == threads) {
+        double t0 = ts[0].t0, t1 = ts[0].t1;
+        for (int i = 0; i < threads; i++) {
+            t0 = ts[i].t0 < t0 ? ts[i].t0 : t0;
+            t1 = ts[i].t1 > t1 ? ts[i].t1 : t1;
+            *sink += ts[i].sink;
+        }
+        gflops = p->flop_per_iter * (double)iters * threads / (t1 - t0) / 1e9;
+    }
+    pthread_cond_destroy(&start.cv);
+    pthread_mutex_destroy(&start.mu);
+    free(ts);
+    free(ids);
+    return gflops;
+}
+
+/* The probe's peak over three runs of about seconds/3 each, trips
+ * calibrated on one thread first. */
+static double measure(const probe *p, int threads, double seconds, volatile double *sink)
+{
+    int64_t iters = 1 << 12;
+    double dt;
+    for (;;) {
+        double t0 = now_s();
+        *sink += p->fn(iters);
+        dt = now_s() - t0;
+        if (dt > 0.01 || iters > (INT64_C(1) << 40)) break;
+        iters *= 2;
+    }
+    double want = (double)iters * (seconds / 3.0) / (dt > 0.0 ? dt : 1e-9);
+    iters = want < 1.0 ? 1 : want > 1e12 ? (int64_t)1e12 : (int64_t)want;
+    double best = -1.0;
+    for (int r = 0; r < 3; r++) {
+        double g = run_parallel(p, threads, iters, sink);
+        if (g < 0.0) return -1.0;
+        best = g > best ? g : best;
+    }
+    return best;
+}
+
+int bench_ceiling_measure(int threads, double seconds, bench_ceiling *out, a2amm_error *err)
+{
+    volatile double sink = 0.0;
+    double t0 = now_s();
+    __builtin_cpu_init();
+    int avx512 = __builtin_cpu_supports("avx512f");
+    int bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
+    int fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    *out = (bench_ceiling){threads, NAN, NAN, "n/a: this CPU has no AVX512_BF16", "n/a: this CPU has no FMA", 0.0};
+    if (threads < 1) return a2amm_fail(err, A2AMM_E_INVAL, "ceiling probe: threads must be at least 1");
+    if (bf16) {
+        probe p = {probe_bf16_zmm, 24.0 * 64.0};
+        out->bf16_gflops = measure(&p, threads, seconds, &sink);
+        out->bf16_what = "vdpbf16ps zmm";
+        if (out->bf16_gflops < 0.0) goto no_threads;
+    }
+    if (avx512 || fma) {
+        probe p = avx512 ? (probe){probe_fma_zmm, 24.0 * 32.0} : (probe){probe_fma_ymm, 12.0 * 16.0};
+        out->fma_gflops = measure(&p, threads, seconds, &sink);
+        out->fma_what = avx512 ? "vfmadd231ps zmm" : "vfmadd231ps ymm";
+        if (out->fma_gflops < 0.0) goto no_threads;
+    }
+    out->seconds = now_s() - t0;
+    return A2AMM_OK;
+no_threads:
+    return a2amm_fail(err, A2AMM_E_SYS, "ceiling probe: cannot start %d threads", threads);
+}
+
+static double peak(double x, double y) { return isnan(x) ? y : isnan(y) ? x : x > y ? x : y; }
+
+bench_ceiling bench_ceiling_peak(const bench_ceiling *a, const bench_ceiling *b)
+{
+    bench_ceiling c = *a;
+    c.bf16_gflops = peak(a->bf16_gflops, b->bf16_gflops);
+    c.fma_gflops = peak(a->fma_gflops, b->fma_gflops);
+    c.seconds = a->seconds + b->seconds;
+    return c;
+}

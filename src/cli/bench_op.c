@@ -1,0 +1,138 @@
+/*
+ * `a2amm bench op M K N R`: the fused run beside the unfused run, the same
+ * matmuls on data already in place, and the baseline a user writes today
+ * (whole AllToAll + fp32 dequantize + OpenBLAS sgemm), all in one run.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/perf_report.h"
+#include "gen/gen.h"
+#include "op/op.h"
+
+static void bench_op_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: a2amm bench op M K N R [options]\n"
+            "\n"
+            "Generates MXFP8 inputs for R ranks (normal values, no golden) and times, in one\n"
+            "run, with caches flushed before every repetition and the slowest rank's time\n"
+            "per repetition: the fused run; the unfused run (whole AllToAll, barrier,\n"
+            "matmul); the same matmuls on data already in place (their difference from the\n"
+            "fused run is the communication left exposed); and the baseline a user writes\n"
+            "today (whole AllToAll, dequantize to fp32, OpenBLAS sgemm).\n"
+            "\n"
+            "options:\n"
+            "  --iters N          repetitions (default 10)\n"
+            "  --threads T        compute threads per rank (default: cores / R)\n"
+            "  --tile-m ROWS      rows per pipeline tile (default 512)\n"
+            "  --depth SLOTS      ring slots on the put path (default 4)\n"
+            "  --path direct|put  how rows travel (default direct)\n"
+            "  --dir DIR          keep the generated inputs in DIR (default: a temporary folder)\n"
+            "  --json             one JSON object instead of the table\n"
+            "\n"
+            "example:\n"
+            "  a2amm bench op 512 2048 896 4 --iters 3\n"
+            "  a2amm bench op 2048 8192 3584 4      (the seed's perf shape)\n");
+}
+
+int cmd_bench_op(int argc, char **argv)
+{
+    op_options o;
+    op_options_default(&o);
+    o.mode = OP_MODE_PERF;
+    o.baseline = 1;
+    const char *dir = NULL;
+    char *pos[4];
+    int npos = 0, json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int m;
+        int64_t x;
+        if (cli_is_help(argv[i])) { bench_op_usage(stdout); return 0; }
+        if ((m = cli_option(argc, argv, &i, "--dir", &v))) { if (m < 0) return 2; dir = v; }
+        else if ((m = cli_option(argc, argv, &i, "--iters", &v))) {
+            if (m < 0 || cli_parse_i64("bench op", "--iters", v, 1, 100000, &x)) return 2;
+            o.iters = (int)x;
+        } else if ((m = cli_option(argc, argv, &i, "--threads", &v))) {
+            if (m < 0 || cli_parse_i64("bench op", "--threads", v, 0, 1024, &x)) return 2;
+            o.threads = (int)x;
+        } else if ((m = cli_option(argc, argv, &i, "--tile-m", &v))) {
+            if (m < 0 || cli_parse_i64("bench op", "--tile-m", v, 1, INT64_C(1) << 40, &o.tile_m)) return 2;
+        } else if ((m = cli_option(argc, argv, &i, "--depth", &v))) {
+            if (m < 0 || cli_parse_i64("bench op", "--depth", v, 1, 1024, &x)) return 2;
+            o.depth = (int)x;
+        } else if ((m = cli_option(argc, argv, &i, "--path", &v))) {
+            if (m < 0) return 2;
+            if (!strcmp(v, "direct")) o.path = OP_PATH_DIRECT;
+            else if (!strcmp(v, "put")) o.path = OP_PATH_PUT;
+            else {
+                fprintf(stderr, "a2amm bench op: --path must be direct or put, got '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (argv[i][0] == '-' && argv[i][1] != '\0' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
+            fprintf(stderr, "a2amm bench op: unknown option '%s' (see a2amm bench op --help)\n", argv[i]);
+            return 2;
+        } else if (npos < 4) pos[npos++] = argv[i];
+        else {
+            fprintf(stderr, "a2amm bench op: too many arguments at '%s' (expected M K N R)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (npos != 4) {
+        fprintf(stderr, "a2amm bench op: expected M K N R, got %d of them\n", npos);
+        bench_op_usage(stderr);
+        return 2;
+    }
+    a2amm_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
+    a2amm_sizes z;
+    if (cli_parse_shape("bench op", pos, &s, &z)) return 2;
+
+    char tmp[] = "/tmp/a2amm-bench-op.XXXXXX";
+    if (!dir && !(dir = mkdtemp(tmp))) {
+        perror("a2amm bench op: cannot make a temporary folder");
+        return 1;
+    }
+    a2amm_error err = {0, ""};
+    gen_options g = {GEN_DIST_NORMAL, 1, MX_SCALE_FLOOR};
+    io_rank_inputs *in = calloc((size_t)s.R, sizeof *in);
+    int rc = in ? gen_write_inputs(dir, &s, &z, &g, in, &err) : A2AMM_E_NOMEM;
+    for (int r = 0; in && r < s.R; r++) io_rank_inputs_free(&in[r]);
+    free(in);
+    op_result res = {0};
+    if (!rc) {
+        if (!json) {
+            printf("a2amm bench op: M=%lld K=%lld N=%lld R=%lld, e4m3 x e4m3, path %s, tile %lld, %d repetitions\n",
+                   (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R, op_path_name(o.path),
+                   (long long)o.tile_m, o.iters);
+            fflush(stdout);
+        }
+        rc = op_run(dir, &s, &o, &res, &err);
+    }
+    if (!rc) {
+        if (!json) printf("  %d compute thread%s per rank, kernel %s\n", res.threads, res.threads == 1 ? "" : "s",
+                          gemm_isa_name(res.isa));
+        cli_print_op_perf(&s, &o, &res, json);
+        if (!json) {
+            cli_summary f = cli_summarize(res.perf.fused, res.perf.iters);
+            cli_summary l = cli_summarize(res.perf.local, res.perf.iters);
+            cli_summary b = cli_summarize(res.perf.baseline, res.perf.iters);
+            printf("  ratios (medians): fused / matmul in place = %.3f; baseline / fused = %.2fx\n",
+                   f.median / l.median, b.median / f.median);
+        }
+    } else {
+        cli_print_error("bench op", &err);
+    }
+    op_result_free(&res);
+    if (dir == tmp) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+        if (system(cmd) != 0) fprintf(stderr, "a2amm bench op: could not remove %s\n", tmp);
+    }
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,222 @@
+/*
+ * The benchmark's peers: oneDNN's bf16 matmul with packed weights and
+ * OpenBLAS sgemm, each set up once and then run on demand.
+ */
+#include "cli/bench_peers.h"
+
+#include <cblas.h>
+#include <dlfcn.h>
+#include <dnnl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+
+/* ---- oneDNN ------------------------------------------------------------ */
+
+struct bench_onednn {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    dnnl_primitive_t matmul;
+    dnnl_memory_t a, b, c; /* b: the weights in oneDNN's packed layout */
+    char impl[128];
+    int threads;
+    const char *threads_how;
+};
+
+static int dnnl_failed(a2amm_error *err, dnnl_status_t st, const char *what)
+{
+    return a2amm_fail(err, A2AMM_E_SYS, "oneDNN: %s failed (status %d%s)", what, (int)st,
+                      st == dnnl_unimplemented ? ": no implementation for bf16 matmul on this CPU" : "");
+}
+
+#define DNNL_TRY(call, what)                                   \
+    do {                                                       \
+        dnnl_status_t st_ = (call);                            \
+        if (st_ != dnnl_success) {                             \
+            rc = dnnl_failed(err, st_, what);                  \
+            goto done;                                         \
+        }                                                      \
+    } while (0)
+
+/*
+ * Debian's oneDNN runs on OpenMP (libgomp), which reads OMP_NUM_THREADS
+ * once, when it is loaded, so setting the variable now would change
+ * nothing: the count is set through omp_set_num_threads, looked up in the
+ * libgomp that oneDNN brought in (a2amm itself does not link OpenMP).
+ */
+static void set_omp_threads(bench_onednn *o, int threads)
+{
+    void (*set)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+    int (*get)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "omp_get_max_threads");
+    if (set) set(threads);
+    o->threads = get ? get() : -1;
+    o->threads_how = set ? "omp_set_num_threads" : "oneDNN's own default (no OpenMP runtime found)";
+}
+
+static int dnnl_copy_in(dnnl_memory_t m, const void *src, size_t bytes, a2amm_error *err)
+{
+    void *p = NULL;
+    dnnl_status_t st = dnnl_memory_get_data_handle(m, &p);
+    if (st != dnnl_success || !p) return dnnl_failed(err, st, "dnnl_memory_get_data_handle");
+    memcpy(p, src, bytes);
+    return A2AMM_OK;
+}
+
+int bench_onednn_create(const uint16_t *a, const uint16_t *bt, int64_t M, int64_t N, int64_t K, int threads,
+                        bench_onednn **out, a2amm_error *err)
+{
+    *out = NULL;
+    bench_onednn *o = calloc(1, sizeof *o);
+    if (!o) return a2amm_fail(err, A2AMM_E_NOMEM, "oneDNN: out of memory");
+    set_omp_threads(o, threads);
+    int rc = A2AMM_OK;
+    dnnl_primitive_desc_t pd = NULL, rpd = NULL;
+    dnnl_primitive_t reorder = NULL;
+    dnnl_memory_t b_user = NULL;
+    dnnl_memory_desc_t a_md, b_user_md, b_any_md, c_md;
+    dnnl_dims_t a_dims = {M, K}, b_dims = {K, N}, c_dims = {M, N};
+    dnnl_matmul_desc_t mm_d;
+    const char *impl = NULL;
+
+    DNNL_TRY(dnnl_engine_create(&o->engine, dnnl_cpu, 0), "dnnl_engine_create");
+    DNNL_TRY(dnnl_stream_create(&o->stream, o->engine, dnnl_stream_default_flags), "dnnl_stream_create");
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&a_md, 2, a_dims, dnnl_bf16, dnnl_ab), "A descriptor");
+    /* B is [K, N] logically; stored as B^T [N, K], i.e. K innermost: tag ba */
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&b_user_md, 2, b_dims, dnnl_bf16, dnnl_ba), "B descriptor");
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&b_any_md, 2, b_dims, dnnl_bf16, dnnl_format_tag_any), "B (any) descriptor");
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&c_md, 2, c_dims, dnnl_f32, dnnl_ab), "C descriptor");
+    DNNL_TRY(dnnl_matmul_desc_init(&mm_d, &a_md, &b_any_md, NULL, &c_md), "dnnl_matmul_desc_init");
+    DNNL_TRY(dnnl_primitive_desc_create(&pd, &mm_d, NULL, o->engine, NULL), "matmul primitive descriptor");
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl)
+        snprintf(o->impl, sizeof o->impl, "%s", impl);
+    else
+        snprintf(o->impl, sizeof o->impl, "?");
+    const dnnl_memory_desc_t *w_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    if (!w_md) {
+        rc = a2amm_fail(err, A2AMM_E_SYS, "oneDNN: the matmul reports no weights layout");
+        goto done;
+    }
+    DNNL_TRY(dnnl_primitive_create(&o->matmul, pd), "matmul primitive");
+
+    DNNL_TRY(dnnl_memory_create(&o->a, &a_md, o->engine, DNNL_MEMORY_ALLOCATE), "A memory");
+    DNNL_TRY(dnnl_memory_create(&o->c, &c_md, o->engine, DNNL_MEMORY_ALLOCATE), "C memory");
+    DNNL_TRY(dnnl_memory_create(&b_user, &b_user_md, o->engine, DNNL_MEMORY_ALLOCATE), "B memory");
+    DNNL_TRY(dnnl_memory_create(&o->b, w_md, o->engine, DNNL_MEMORY_ALLOCATE), "packed B memory");
+    rc = dnnl_copy_in(o->a, a, (size_t)M * (size_t)K * sizeof *a, err);
+    if (!rc) rc = dnnl_copy_in(b_user, bt, (size_t)N * (size_t)K * sizeof *bt, err);
+    if (rc) goto done;
+
+    /* the weights into oneDNN's packed layout, once */
+    DNNL_TRY(dnnl_reorder_primitive_desc_create(&rpd, &b_user_md, o->engine, w_md, o->engine, NULL),
+             "B reorder descriptor");
+    DNNL_TRY(dnnl_primitive_create(&reorder, rpd), "B reorder primitive");
+    dnnl_exec_arg_t rargs[2] = {{DNNL_ARG_FROM, b_user}, {DNNL_ARG_TO, o->b}};
+    DNNL_TRY(dnnl_primitive_execute(reorder, o->stream, 2, rargs), "B reorder");
+    DNNL_TRY(dnnl_stream_wait(o->stream), "B reorder (wait)");
+
+done:
+    if (reorder) dnnl_primitive_destroy(reorder);
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
+    if (b_user) dnnl_memory_destroy(b_user);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (rc) {
+        bench_onednn_free(o);
+        return rc;
+    }
+    *out = o;
+    return A2AMM_OK;
+}
+
+int bench_onednn_run(bench_onednn *o, a2amm_error *err)
+{
+    int rc = A2AMM_OK;
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, o->a}, {DNNL_ARG_WEIGHTS, o->b}, {DNNL_ARG_DST, o->c}};
+    DNNL_TRY(dnnl_primitive_execute(o->matmul, o->stream, 3, args), "matmul");
+    DNNL_TRY(dnnl_stream_wait(o->stream), "matmul (wait)");
+done:
+    return rc;
+}
+
+const float *bench_onednn_result(const bench_onednn *o)
+{
+    void *p = NULL;
+    return dnnl_memory_get_data_handle(o->c, &p) == dnnl_success ? p : NULL;
+}
+
+const char *bench_onednn_impl(const bench_onednn *o) { return o->impl; }
+int bench_onednn_threads(const bench_onednn *o) { return o->threads; }
+const char *bench_onednn_threads_how(const bench_onednn *o) { return o->threads_how; }
+
+void bench_onednn_free(bench_onednn *o)
+{
+    if (!o) return;
+    if (o->matmul) dnnl_primitive_destroy(o->matmul);
+    if (o->a) dnnl_memory_destroy(o->a);
+    if (o->b) dnnl_memory_destroy(o->b);
+    if (o->c) dnnl_memory_destroy(o->c);
+    if (o->stream) dnnl_stream_destroy(o->stream);
+    if (o->engine) dnnl_engine_destroy(o->engine);
+    free(o);
+}
+
+const char *bench_onednn_version(void)
+{
+    static char buf[64];
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(buf, sizeof buf, "%d.%d.%d", v->major, v->minor, v->patch);
+    return buf;
+}
+
+/* ---- OpenBLAS ------------------------------------------------------------ */
+
+struct bench_openblas {
+    const float *a, *bt;
+    float *c;
+    int M, N, K;
+};
+
+int bench_openblas_create(const float *a, const float *bt, int64_t M, int64_t N, int64_t K, int threads,
+                          bench_openblas **out, a2amm_error *err)
+{
+    *out = NULL;
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
+        return a2amm_fail(err, A2AMM_E_INVAL, "OpenBLAS: its dimensions are 32-bit ints (got M=%lld N=%lld K=%lld)",
+                          (long long)M, (long long)N, (long long)K);
+    bench_openblas *o = calloc(1, sizeof *o);
+    float *c = malloc((size_t)M * (size_t)N * sizeof *c);
+    if (!o || !c) {
+        free(o);
+        free(c);
+        return a2amm_fail(err, A2AMM_E_NOMEM, "OpenBLAS: cannot allocate C (%.1f MB)",
+                          (double)M * (double)N * 4.0 / 1e6);
+    }
+    *o = (bench_openblas){a, bt, c, (int)M, (int)N, (int)K};
+    openblas_set_num_threads(threads);
+    *out = o;
+    return A2AMM_OK;
+}
+
+int bench_openblas_run(bench_openblas *o, a2amm_error *err)
+{
+    (void)err;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, o->M, o->N, o->K, 1.0f, o->a, o->K, o->bt, o->K, 0.0f,
+                o->c, o->N);
+    return A2AMM_OK;
+}
+
+const float *bench_openblas_result(const bench_openblas *o) { return o->c; }
+
+void bench_openblas_free(bench_openblas *o)
+{
+    if (!o) return;
+    free(o->c);
+    free(o);
+}
+
+const char *bench_openblas_corename(void) { return openblas_get_corename(); }
+const char *bench_openblas_coretype_env(void) { return getenv("OPENBLAS_CORETYPE"); }
+const char *bench_openblas_config(void) { return openblas_get_config(); }
+int bench_openblas_threads(void) { return openblas_get_num_threads(); }

@@ -1,0 +1,58 @@
+/*
+ * The peers `a2amm bench gemm` measures a2amm against, on the same
+ * dequantized values: oneDNN's bf16 matmul with its weights reordered into
+ * oneDNN's packed layout once (the strongest peer a user can install here),
+ * and OpenBLAS sgemm on fp32. Each is set up once (untimed), then run as
+ * often as the caller times it. Only the a2amm command links these
+ * libraries; the a2amm library never does.
+ */
+#ifndef A2AMM_CLI_BENCH_PEERS_H
+#define A2AMM_CLI_BENCH_PEERS_H
+
+#include <stdint.h>
+
+#include "a2amm.h"
+
+/* ---- oneDNN: C[M,N] (fp32) = A[M,K] (bf16) x B (bf16, packed once) ------ */
+typedef struct bench_onednn bench_onednn;
+
+/*
+ * a is A [M, K] bf16 row-major, bt is B transposed [N, K] bf16 (row n holds
+ * column n of B). Sets oneDNN's OpenMP thread count to `threads` first.
+ * Copies what it needs: a and bt may be freed afterwards.
+ */
+int bench_onednn_create(const uint16_t *a, const uint16_t *bt, int64_t M, int64_t N, int64_t K, int threads,
+                        bench_onednn **out, a2amm_error *err);
+/* One matmul, waited for. */
+int bench_onednn_run(bench_onednn *o, a2amm_error *err);
+/* The last run's C [M, N] fp32. */
+const float *bench_onednn_result(const bench_onednn *o);
+/* oneDNN's name for the implementation it chose ("brg:avx512_core_bf16"). */
+const char *bench_onednn_impl(const bench_onednn *o);
+/* The OpenMP threads oneDNN runs on (as OpenMP reports them), and how that
+ * count was set. */
+int bench_onednn_threads(const bench_onednn *o);
+const char *bench_onednn_threads_how(const bench_onednn *o);
+void bench_onednn_free(bench_onednn *o);
+/* "2.6.3" (the library that is loaded, not the header). */
+const char *bench_onednn_version(void);
+
+/* ---- OpenBLAS: C[M,N] = A[M,K] x B, sgemm on fp32 ------------------------ */
+typedef struct bench_openblas bench_openblas;
+
+/* a is A [M, K] fp32 row-major, bt is B transposed [N, K]; both are used in
+ * place (they must outlive the handle). Sets OpenBLAS's thread count. */
+int bench_openblas_create(const float *a, const float *bt, int64_t M, int64_t N, int64_t K, int threads,
+                          bench_openblas **out, a2amm_error *err);
+int bench_openblas_run(bench_openblas *o, a2amm_error *err);
+const float *bench_openblas_result(const bench_openblas *o);
+void bench_openblas_free(bench_openblas *o);
+/* The kernel OpenBLAS chose ("Haswell"), the OPENBLAS_CORETYPE it was given
+ * (NULL when unset), and its build configuration line. */
+const char *bench_openblas_corename(void);
+const char *bench_openblas_coretype_env(void);
+const char *bench_openblas_config(void);
+/* The threads OpenBLAS says it runs on. */
+int bench_openblas_threads(void);
+
+#endif

@@ -1,0 +1,15 @@
+/* Perf-mode figures as people and programs read them. */
+#ifndef A2AMM_CLI_PERF_REPORT_H
+#define A2AMM_CLI_PERF_REPORT_H
+
+#include "op/op.h"
+
+typedef struct cli_summary { double min, median, max; } cli_summary;
+
+/* min, median and max of n > 0 values. */
+cli_summary cli_summarize(const double *v, int n);
+
+/* The perf table of an op run (or one JSON object with --json). */
+void cli_print_op_perf(const a2amm_shape *s, const op_options *o, const op_result *res, int json);
+
+#endif

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# a2amm bench gemm from the command line: help, argument rules, the table's
+# rows and columns, the JSON object's keys, forced ISA levels, odd shapes and
+# the peers' agreement. Behaviour only: no check here looks at a time.
+. "$(dirname "$0")/lib.sh"
+
+# --- help teaches, with examples that work as printed
+expect_ok "a2amm --help" "$A2AMM" --help
+expect_output "main help lists bench" "bench gemm"
+expect_ok "bench --help" "$A2AMM" bench --help
+expect_output "bench help lists gemm" "gemm  M N K"
+expect_output "bench help lists op" "op    M K N R"
+expect_ok "bench gemm --help" "$A2AMM" bench gemm --help
+expect_output "bench gemm help has an example" "example"
+expect_output "bench gemm help names A2AMM_ISA" "A2AMM_ISA=ref|avx2|avx512"
+expect_fail "bench alone" "usage: a2amm bench" "$A2AMM" bench
+expect_fail "unknown benchmark" "unknown benchmark 'frob'" "$A2AMM" bench frob
+
+# --- bad arguments are refused, naming the argument (exit 2)
+expect_fail "K not a multiple of 32" "K must be a multiple of 32" "$A2AMM" bench gemm 64 64 100
+expect_fail "zero M" "M must be a whole number from 1" "$A2AMM" bench gemm 0 64 64
+expect_fail "negative N" "N must be a whole number from 1" "$A2AMM" bench gemm 64 -64 64
+expect_fail "not a number" "K must be a whole number" "$A2AMM" bench gemm 64 64 6x4
+expect_fail "dimension past int32" "M must be a whole number from 1 to 2147483647" "$A2AMM" bench gemm 2147483648 64 64
+expect_fail "overflowing sizes" "overflow" "$A2AMM" bench gemm 2147483647 2147483647 2147483616
+expect_fail "more memory than the machine" "this machine has" "$A2AMM" bench gemm 1000000 1000000 1024
+expect_fail "missing arguments" "expected M N K, got 2" "$A2AMM" bench gemm 64 64
+expect_fail "too many arguments" "too many arguments at '64'" "$A2AMM" bench gemm 64 64 64 64
+expect_fail "unknown option" "unknown option '--bogus'" "$A2AMM" bench gemm 64 64 64 --bogus
+expect_fail "zero threads" "--threads must be a whole number from 1" "$A2AMM" bench gemm 64 64 64 --threads 0
+expect_fail "zero iters" "--iters must be a whole number from 1" "$A2AMM" bench gemm 64 64 64 --iters 0
+expect_fail "iters without value" "option --iters needs a value" "$A2AMM" bench gemm 64 64 64 --iters
+expect_fail "bad forced ISA" "A2AMM_ISA=bogus" env A2AMM_ISA=bogus "$A2AMM" bench gemm 64 64 64 --iters 1
+"$A2AMM" bench gemm 64 64 100 >"$SCRATCH/o" 2>&1
+check "bad args exit 2" test $? -eq 2
+
+# --- the table: every contender, the columns, the lines under it
+expect_ok "bench gemm table" "$A2AMM" bench gemm 96 200 64 --iters 2 --threads 2
+for row in "a2amm MXFP8, prepared B" "a2amm incl. B preparation" "oneDNN bf16, packed B" \
+           "OpenBLAS sgemm fp32" "fp32 FMA ceiling (vfmadd231ps" "bf16 ceiling"; do
+    expect_output "table row: $row" "$row"
+done
+for col in "median ms" "min ms" "max ms" "GFLOP/s" "a2amm/row" "<- a2amm's fraction"; do
+    expect_output "table column: $col" "$col"
+done
+expect_output "says which ISA ran" "a2amm: ISA "
+expect_output "says how many threads" "threads: 2 in each"
+expect_output "says oneDNN's implementation" "oneDNN: 2."
+expect_output "says which OpenBLAS core ran" "OpenBLAS: core "
+expect_output "says the caches were flushed" "to flush the caches"
+expect_output "says how the ceiling was taken" "the higher of two probes"
+expect_output "agreement line" "agreement on 256 sampled elements"
+expect_output "a2amm agrees with fp64" "a2amm vs fp64"
+check "no peer disagrees" bash -c "! grep -q DISAGREES '$SCRATCH/out'"
+check "no warning" bash -c "! grep -q WARNING '$SCRATCH/out'"
+check "every contender measured" bash -c "! grep -q ' n/a ' '$SCRATCH/out'"
+cp "$SCRATCH/out" "$SCRATCH/table"
+check "a2amm's own ratio is 1.00" bash -c "grep 'a2amm MXFP8, prepared B' '$SCRATCH/table' | grep -q ' 1.00\$'"
+
+# --- JSON: one object on stdout and nothing else, with every key
+json_ok() { # json_ok FILE PYTHON-CONDITION...: the file parses and each condition holds
+    python3 - "$@" <<'EOF'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except ValueError as e:
+    print("not one JSON object:", e, file=sys.stderr)
+    sys.exit(1)
+for cond in sys.argv[2:]:
+    if not eval(cond, {"d": d}):
+        print("json condition failed:", cond, file=sys.stderr)
+        sys.exit(1)
+EOF
+}
+"$A2AMM" bench gemm 33 70 96 --iters 1 --threads 3 --json >"$SCRATCH/j.json" 2>"$SCRATCH/j.err"
+check "json run exits 0" test $? -eq 0
+check "json parses, shape and options" json_ok "$SCRATCH/j.json" \
+    'd["command"] == "bench gemm"' 'd["M"] == 33 and d["N"] == 70 and d["K"] == 96' \
+    'd["threads"] == 3 and d["iters"] == 1 and d["warmup"] == 1' 'd["flush_bytes"] > 0'
+check "json has every contender with figures" json_ok "$SCRATCH/j.json" \
+    'all(d[k]["available"] and d[k]["gflops"] > 0 and d[k]["median_s"] > 0 and "ratio" in d[k]
+         for k in ("a2amm", "a2amm_incl_prepare", "onednn", "openblas"))' \
+    'd["a2amm"]["ratio"] == 1' 'd["a2amm_prepare"]["median_s"] > 0' \
+    'abs(d["gflop"] - 2 * 33 * 70 * 96 / 1e9) < 1e-6'
+check "json has the ceiling and the fraction" json_ok "$SCRATCH/j.json" \
+    'd["ceiling"]["fma_gflops"] is None or d["ceiling"]["fma_gflops"] > 0' \
+    'd["ceiling"]["threads"] == 3' 'd["fraction_of"] in ("bf16", "fma")' \
+    'd["fraction_of_ceiling"] is None or d["fraction_of_ceiling"] > 0' \
+    '"bf16_gflops" in d["ceiling"] and "bf16_instruction" in d["ceiling"]' \
+    'd["ceiling"]["fma_gflops"] is None or d["ceiling"]["fma_gflops"] == max(d["ceiling"]["fma_gflops_first"], d["ceiling"]["fma_gflops_last"])'
+check "json names the ISA and the peers' setup" json_ok "$SCRATCH/j.json" \
+    'd["isa"] in ("ref", "avx2", "avx512")' 'd["isa_forced"] is False' \
+    'd["onednn"]["version"].startswith("2.") and d["onednn"]["impl"] != ""' 'd["onednn"]["threads"] == 3' \
+    'd["openblas"]["threads"] == 3' \
+    'd["openblas"]["corename"] != ""' '"coretype_env" in d["openblas"] and "config" in d["openblas"]'
+check "json: the peers agree with a2amm" json_ok "$SCRATCH/j.json" \
+    'd["onednn"]["agrees"] is True and d["openblas"]["agrees"] is True' \
+    'd["check"]["a2amm_vs_fp64"] <= d["check"]["limit"]' 'd["check"]["samples"] == 256' \
+    'd["check"]["bf16_inexact"] == 0'
+check "json: nothing on stderr" test ! -s "$SCRATCH/j.err"
+
+# --- A2AMM_ISA forces a level; OPENBLAS_CORETYPE is reported as it is
+env A2AMM_ISA=ref "$A2AMM" bench gemm 3 65 32 --iters 1 --threads 2 --json >"$SCRATCH/ref.json"
+check "forced ref runs and agrees" json_ok "$SCRATCH/ref.json" 'd["isa"] == "ref" and d["isa_forced"] is True' \
+    'd["fraction_of"] == "fma"' 'd["onednn"]["agrees"] and d["openblas"]["agrees"]' \
+    'd["check"]["samples"] == 3 * 65'
+env OPENBLAS_CORETYPE=Haswell "$A2AMM" bench gemm 1 64 32 --iters 1 --threads 1 --no-flush --json >"$SCRATCH/h.json"
+check "coretype reported as set, one thread, no flush" json_ok "$SCRATCH/h.json" \
+    'd["openblas"]["coretype_env"] == "Haswell"' 'd["threads"] == 1 and d["onednn"]["threads"] == 1 and d["openblas"]["threads"] == 1' \
+    'd["flush_bytes"] == 0' 'd["onednn"]["agrees"] and d["openblas"]["agrees"]'
+expect_ok "unset coretype" env -u OPENBLAS_CORETYPE "$A2AMM" bench gemm 7 64 64 --iters 1 --no-flush --warmup 0
+expect_output "unset coretype is said" "OPENBLAS_CORETYPE=(unset)"
+expect_output "no flush is said" "caches not flushed (--no-flush)"
+
+# --- the help's own example works as printed
+ex=$("$A2AMM" bench gemm --help | sed -n 's/^  a2amm bench gemm /gemm /p' | head -1)
+expect_ok "bench gemm help example: $ex" "$A2AMM" bench $ex
+
+finish
