@@ -129,5 +129,13 @@ check "stall: ends within 5 s" test $((SECONDS - start)) -le 5
 expect_output "stall: a timeout message naming tile, slot and signal" "timed out after 1 s waiting for"
 check "stall: names the slot and the signal value" grep -Eq "slot [0-9]+.*signal >= [0-9]+, last seen [0-9]+" "$SCRATCH/out"
 
+# --- run --help's example works as printed (gen, run, verify in order)
+"$A2AMM" run --help | sed -n 's/^  a2amm //p' > "$SCRATCH/examples"
+check "run --help has three example lines" test "$(wc -l < "$SCRATCH/examples")" -eq 3
+while read -r line; do
+    expect_ok "run help example: a2amm $line" "$A2AMM" $line
+done < "$SCRATCH/examples"
+rm -rf /tmp/a2amm-demo
+
 check "no /dev/shm entry left" test "$(ls /dev/shm | sort)" = "$shm_before"
 finish
