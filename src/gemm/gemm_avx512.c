@@ -1,0 +1,433 @@
+/*
+ * The AVX-512 level: MXFP8 -> bf16 packing with the block scales folded in,
+ * and a 6 x 64 register-blocked vdpbf16ps microkernel (24 zmm accumulators;
+ * per K-pair 4 loads of B, 6 broadcasts of A, 24 vdpbf16ps).
+ *
+ * Packed B (prepared once): panels of NR = 64 columns (the last one padded
+ * with zeros), each K/2 K-pairs deep; K-pair kp of panel p holds 64 dwords,
+ * dword c = (bf16 B[2kp][64p + c], bf16 B[2kp + 1][64p + c]) with B's block
+ * scale folded in. A block-panel the fold rule refuses (gemm_fold.h) is
+ * packed as zeros and taken by the exact path.
+ * Packed A (per call, per MC x KC block of the slab): row-major, each row's
+ * dwords (A[r][2kp], A[r][2kp + 1]) with A's block scale folded in; a tile is
+ * MR = 6 consecutive rows, broadcast at constant offsets. A row block that
+ * cannot fold is packed as zeros.
+ * Conversion: vpermi2b looks the low and the high byte of each bf16 up in two
+ * 128-entry tables (by magnitude); the scale is an add to the exponent field
+ * of the nonzero values; no per-element branch anywhere.
+ *
+ * Order of work, fixed so that C[i][n] depends only on the inputs and the
+ * k range of the call: K in chunks of KC from k0; per chunk each (tile,
+ * panel) sums its products into zeroed fp32 accumulators (K-pairs ascending)
+ * and adds them to C once; then the chunk's exact blocks are added, K-block
+ * ascending. Whether a (row, K-block, panel) is exact depends only on that
+ * row's block and that panel's block, so neither `rows`, nor the row or
+ * column split, nor MC changes a bit of the result.
+ *
+ * Memory: the kernel prefetches its C lines as it starts and, spread over a
+ * panel's tiles, the next panel's B chunk; pack_a prefetches the fp8 rows
+ * it will read a few rows ahead.
+ */
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "gemm/gemm_exact.h"
+#include "gemm/gemm_internal.h"
+#include "mx/mx.h"
+
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16,avx512vbmi")))
+#define AVX512_INLINE static inline __attribute__((always_inline)) AVX512_TARGET
+
+enum {
+    MR = 6,    /* rows of a microkernel tile */
+    NR = 64,   /* columns of a panel (4 zmm of 16 fp32) */
+    KC = 1024, /* K per chunk: a panel's chunk of B is 128 KB, read from L2 by every tile */
+    MC = 192,  /* rows of A packed at once: 384 KB, in L2; 32 tiles reuse each B chunk */
+    KC_PAIRS = KC / 2,
+    KC_BLOCKS = KC / 32,
+    TILE_DWORDS = KC_PAIRS * MR, /* one packed A tile of one chunk */
+    A_PREFETCH_ROWS = 8,         /* pack_a prefetches the source row this far ahead */
+    PREFETCH_KPAIRS = 8          /* the microkernel prefetches one line of B every 8 K-pairs */
+};
+
+/* bf16 bits of each fp8 magnitude (NaN/Inf: 0), split in bytes for vpermi2b. */
+typedef struct fold_table {
+    uint8_t lo[128], hi[128];
+    float value[256]; /* each code's value, for the exact path */
+} fold_table;
+
+typedef struct avx512_b {
+    uint16_t *packed;      /* npanels panels of K * NR bf16, 64-byte aligned */
+    gemm_panel_info *info; /* [nkb][npanels] */
+    int64_t npanels;
+    gemm_exact_b exact;
+    fold_table table[2]; /* by a2amm_fp8_type */
+} avx512_b;
+
+static void fold_table_build(fold_table *t, a2amm_fp8_type type)
+{
+    for (int code = 0; code < 256; code++) t->value[code] = mx_fp8_to_f32((uint8_t)code, type);
+    for (int m = 0; m < 128; m++) {
+        uint32_t bits = 0;
+        if (!gemm_fold_code_special((unsigned)m, type)) memcpy(&bits, &t->value[m], sizeof bits);
+        t->lo[m] = (uint8_t)(bits >> 16);
+        t->hi[m] = (uint8_t)(bits >> 24);
+    }
+}
+
+/* ---- fp8 -> bf16 with the scale folded in ------------------------------- */
+
+typedef struct fold_lut {
+    __m512i lo0, lo1, hi0, hi1, special;
+} fold_lut;
+
+AVX512_INLINE fold_lut fold_lut_load(const fold_table *t, a2amm_fp8_type type)
+{
+    return (fold_lut){_mm512_loadu_si512(t->lo), _mm512_loadu_si512(t->lo + 64), _mm512_loadu_si512(t->hi),
+                      _mm512_loadu_si512(t->hi + 64),
+                      _mm512_set1_epi16((short)gemm_fold_special_bits(type))};
+}
+
+/*
+ * The 32 codes at `codes` as bf16 with `offset` = (scale - 127) << 7 added to
+ * the exponent of every nonzero value: 16 dwords of K-pairs. Valid where the
+ * block folds; *special says whether it holds a NaN/Inf code, *zero whether
+ * every value is zero.
+ */
+AVX512_INLINE __m512i fold32_unchecked(const uint8_t *codes, short offset, const fold_lut *t, int *special,
+                                       int *zero)
+{
+    /* Each word holds its code twice: the low byte picks the low table, the high one the high. */
+    const __m512i dup = _mm512_set_epi8(31, 31, 30, 30, 29, 29, 28, 28, 27, 27, 26, 26, 25, 25, 24, 24, 23, 23,
+                                        22, 22, 21, 21, 20, 20, 19, 19, 18, 18, 17, 17, 16, 16, 15, 15, 14, 14,
+                                        13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8, 7, 7, 6, 6, 5, 5, 4, 4, 3, 3,
+                                        2, 2, 1, 1, 0, 0);
+    __m512i idx = _mm512_permutexvar_epi8(dup, _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)codes)));
+    __m512i lo_bytes = _mm512_permutex2var_epi8(t->lo0, idx, t->lo1);
+    __m512i hi_bytes = _mm512_permutex2var_epi8(t->hi0, idx, t->hi1);
+    __m512i v = _mm512_mask_blend_epi8((__mmask64)0xAAAAAAAAAAAAAAAAull, lo_bytes, hi_bytes);
+    __mmask32 nonzero = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x7F));
+    *zero = nonzero == 0;
+    v = _mm512_mask_add_epi16(v, nonzero, v, _mm512_set1_epi16(offset));
+    *special = _mm512_cmpeq_epi16_mask(_mm512_and_si512(idx, t->special), t->special) != 0;
+    return _mm512_ternarylogic_epi32(v, idx, _mm512_set1_epi16((short)0x8000), 0xF8); /* v | (idx & sign) */
+}
+
+/* fold32_unchecked, zero unless the block folds: scale in [lo, hi], no NaN/Inf. */
+AVX512_INLINE __m512i fold32(const uint8_t *codes, int scale, int lo, int hi, const fold_lut *t)
+{
+    int special, zero;
+    __m512i v = fold32_unchecked(codes, (short)((scale - 127) * 128), t, &special, &zero);
+    int ok = !special && scale >= lo && scale <= hi;
+    return _mm512_maskz_mov_epi32((__mmask16)-ok, v);
+}
+
+/* ---- Prepare: pack B ----------------------------------------------------- */
+
+AVX512_TARGET static void pack_b(avx512_b *pb, const gemm_b *b)
+{
+    int64_t N = b->N, K = b->K, nkb = K / 32;
+    fold_lut lut = fold_lut_load(&pb->table[b->type], b->type);
+    int lo = gemm_fold_scale_lo(GEMM_FOLD_BF16, b->type), hi = gemm_fold_scale_hi(b->type);
+    uint32_t cols[NR][16] __attribute__((aligned(64)));
+    for (int64_t p = 0; p < pb->npanels; p++) {
+        uint32_t *panel = (uint32_t *)(pb->packed + p * K * NR);
+        for (int64_t kb = 0; kb < nkb; kb++) {
+            int ok = pb->info[kb * pb->npanels + p].ok;
+            for (int64_t c = 0; c < NR; c++) {
+                int64_t n = p * NR + c;
+                __m512i v = ok && n < N ? fold32(pb->exact.codes + n * K + kb * 32,
+                                                 pb->exact.scales[n * nkb + kb], lo, hi, &lut)
+                                        : _mm512_setzero_si512();
+                _mm512_store_si512(cols[c], v);
+            }
+            uint32_t *out = panel + kb * 16 * NR;
+            for (int kp = 0; kp < 16; kp++)
+                for (int c = 0; c < NR; c++) out[kp * NR + c] = cols[c][kp];
+        }
+    }
+}
+
+static void avx512_release(gemm_b *b)
+{
+    avx512_b *pb = b->data;
+    if (!pb) return;
+    free(pb->packed);
+    free(pb->info);
+    gemm_exact_b_free(&pb->exact);
+    free(pb);
+    b->data = NULL;
+}
+
+static int avx512_prepare(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64_t ldsb, a2amm_error *err)
+{
+    int64_t N = b->N, K = b->K, npanels = (N + NR - 1) / NR;
+    if (npanels > INT64_MAX / 2 / NR / K)
+        return a2amm_fail(err, A2AMM_E_OVERFLOW, "gemm avx512: B of %lld x %lld is too large to pack",
+                          (long long)N, (long long)K);
+    avx512_b *pb = calloc(1, sizeof *pb);
+    if (!pb) return a2amm_fail(err, A2AMM_E_NOMEM, "gemm avx512: out of memory");
+    b->data = pb;
+    pb->npanels = npanels;
+    size_t packed_bytes = (size_t)(npanels * K * NR) * sizeof(uint16_t);
+    pb->packed = aligned_alloc(64, packed_bytes);
+    pb->info = malloc((size_t)(K / 32 * npanels) * sizeof *pb->info);
+    if (!pb->packed || !pb->info || gemm_exact_b_init(&pb->exact, bq, sb, N, K, ldsb, b->type) != A2AMM_OK) {
+        avx512_release(b);
+        return a2amm_fail(err, A2AMM_E_NOMEM, "gemm avx512: cannot allocate %.1f MB for B",
+                          (double)packed_bytes * 1.5 / 1e6);
+    }
+    fold_table_build(&pb->table[A2AMM_E4M3], A2AMM_E4M3);
+    fold_table_build(&pb->table[A2AMM_E5M2], A2AMM_E5M2);
+    gemm_panel_info_build(&pb->exact, NR, GEMM_FOLD_BF16, b->type, pb->info);
+    pack_b(pb, b);
+    return A2AMM_OK;
+}
+
+/* ---- Accumulate: pack A, run the tiles, fix up the exact blocks ---------- */
+
+/* Rows x KC of the slab, packed, with their fold states. */
+typedef struct a_block {
+    uint32_t *rows;   /* [capacity][KC_PAIRS]: each row's K-pairs, 64-byte aligned */
+    int16_t *state;   /* [capacity][KC_BLOCKS]: fold state of each (row, K-block), see gemm_exact.h */
+    int64_t capacity; /* rows, a multiple of MR */
+    /* Over the block's foldable nonzero rows, by K-block (INT16_MAX / INT16_MIN if none). */
+    int16_t min_scale[32] __attribute__((aligned(64)));
+    int16_t max_scale[32] __attribute__((aligned(64)));
+    int any_unfoldable;
+} a_block;
+_Static_assert(KC_BLOCKS <= 32, "a row's scales of one chunk fill one zmm of words");
+
+/*
+ * Packs slab rows [i0, i0 + rows) x slab K-blocks [j0, j0 + nblk) into blk:
+ * the values, and each row's fold states, computed 32 K-blocks at a time.
+ */
+AVX512_TARGET static void pack_a(const gemm_a_slab *a, const fold_table *table, int64_t i0, int64_t rows,
+                                 int64_t j0, int64_t nblk, a_block *blk)
+{
+    fold_lut lut = fold_lut_load(table, a->type);
+    const __m512i lo = _mm512_set1_epi16((short)gemm_fold_scale_lo(GEMM_FOLD_BF16, a->type));
+    const __m512i hi = _mm512_set1_epi16((short)gemm_fold_scale_hi(a->type));
+    const __mmask32 blocks = (__mmask32)(nblk >= 32 ? ~0u : (1u << nblk) - 1);
+    __m512i min_scale = _mm512_set1_epi16(INT16_MAX), max_scale = _mm512_set1_epi16(INT16_MIN);
+    int16_t offset[32] __attribute__((aligned(64)));
+    uint32_t any_unfoldable = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *codes = a->a + (i0 + r) * a->lda + j0 * 32, *scales = a->sa + (i0 + r) * a->ldsa + j0;
+        /* A row some rows ahead, from memory: short strided runs the hardware prefetcher misses. */
+        if (r + A_PREFETCH_ROWS < rows)
+            for (int64_t off = 0; off < nblk * 32 + 63; off += 64)
+                _mm_prefetch((const char *)(codes + A_PREFETCH_ROWS * a->lda + (off < nblk * 32 ? off : nblk * 32 - 1)),
+                             _MM_HINT_T0);
+        __m512i scale = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(_mm512_maskz_loadu_epi8(blocks, scales)));
+        __mmask32 in_range = _mm512_cmpge_epi16_mask(scale, lo) & _mm512_cmple_epi16_mask(scale, hi);
+        _mm512_store_si512(offset, _mm512_slli_epi16(_mm512_sub_epi16(scale, _mm512_set1_epi16(127)), 7));
+        uint32_t *out = blk->rows + r * KC_PAIRS, special = 0, zero = 0;
+        for (int64_t j = 0; j < nblk; j++) {
+            int sp, z;
+            _mm512_store_si512(out + j * 16, fold32_unchecked(codes + j * 32, offset[j], &lut, &sp, &z));
+            special |= (uint32_t)sp << j;
+            zero |= (uint32_t)z << j;
+        }
+        /* Zeros add nothing whatever their scale (but NaN); the rest must fold. */
+        __mmask32 zeros = zero & _mm512_cmpneq_epi16_mask(scale, _mm512_set1_epi16(MX_E8M0_NAN)) & blocks;
+        __mmask32 ok = in_range & ~special & ~zeros & blocks, refused = blocks & ~ok & ~zeros;
+        any_unfoldable |= refused;
+        for (; refused; refused &= refused - 1) /* rare: the exact path takes these */
+            _mm512_store_si512(out + __builtin_ctz(refused) * 16, _mm512_setzero_si512());
+        __m512i state = _mm512_mask_blend_epi16(zeros, _mm512_set1_epi16(GEMM_A_UNFOLDABLE),
+                                                _mm512_set1_epi16(GEMM_A_ZERO));
+        _mm512_mask_storeu_epi16(blk->state + r * KC_BLOCKS, blocks, _mm512_mask_blend_epi16(ok, state, scale));
+        min_scale = _mm512_mask_min_epi16(min_scale, ok, min_scale, scale);
+        max_scale = _mm512_mask_max_epi16(max_scale, ok, max_scale, scale);
+    }
+    _mm512_store_si512(blk->min_scale, min_scale);
+    _mm512_store_si512(blk->max_scale, max_scale);
+    blk->any_unfoldable = any_unfoldable != 0;
+}
+
+/* One microkernel call: a tile of packed A times a panel chunk of packed B. */
+typedef struct tile_args {
+    const uint32_t *a; /* [MR][KC_PAIRS]: row r's K-pair kp at a[r * KC_PAIRS + kp] */
+    const uint16_t *b; /* [kpairs][NR][2], 64-byte aligned */
+    int64_t kpairs;
+    float *c;     /* C at the tile's first row and the panel's first column; or NULL: */
+    float *spill; /* then the sums go to spill[MR][NR] instead */
+    int64_t ldc;
+    /* Lines to prefetch into L2, one per PREFETCH_KPAIRS K-pairs: [prefetch, prefetch_end). */
+    const char *prefetch, *prefetch_end;
+} tile_args;
+
+/* acc[r][g] = sum over K-pairs of A row r times B columns 16g..16g+15; C += acc (or spill). */
+AVX512_INLINE void tile_kernel(const int rows, const tile_args *t)
+{
+    float *c = t->c, *spill = t->spill;
+    const int64_t ldc = t->ldc, kpairs = t->kpairs;
+    __m512 acc[MR][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++)
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) acc[r][g] = _mm512_setzero_ps();
+    const uint32_t *a = t->a;
+    const __m512i *b = (const __m512i *)t->b;
+    if (c) /* C's lines, for the end */
+#pragma GCC unroll 8
+        for (int r = 0; r < rows; r++)
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) _mm_prefetch((const char *)(c + r * ldc + 16 * g), _MM_HINT_T0);
+    const char *prefetch = t->prefetch;
+    for (int64_t kp = 0; kp < kpairs; kp += PREFETCH_KPAIRS) {
+        if (prefetch < t->prefetch_end) {
+            _mm_prefetch(prefetch, _MM_HINT_T0);
+            prefetch += 64;
+        }
+#pragma GCC unroll 4
+        for (int u = 0; u < PREFETCH_KPAIRS; u++, a++, b += 4) {
+            __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 1);
+            __m512bh b2 = (__m512bh)_mm512_load_si512(b + 2), b3 = (__m512bh)_mm512_load_si512(b + 3);
+#pragma GCC unroll 8
+            for (int r = 0; r < rows; r++) {
+                __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[r * KC_PAIRS]);
+                acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+                acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+                acc[r][2] = _mm512_dpbf16_ps(acc[r][2], av, b2);
+                acc[r][3] = _mm512_dpbf16_ps(acc[r][3], av, b3);
+            }
+        }
+    }
+    if (c) {
+#pragma GCC unroll 8
+        for (int r = 0; r < rows; r++)
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                float *p = c + r * ldc + 16 * g;
+                _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), acc[r][g]));
+            }
+    } else {
+#pragma GCC unroll 8
+        for (int r = 0; r < rows; r++)
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) _mm512_store_ps(spill + r * NR + 16 * g, acc[r][g]);
+    }
+}
+
+#define DEFINE_TILE_KERNEL(R) \
+    AVX512_TARGET static void tile_kernel_##R(const tile_args *t) { tile_kernel(R, t); }
+DEFINE_TILE_KERNEL(1)
+DEFINE_TILE_KERNEL(2)
+DEFINE_TILE_KERNEL(3)
+DEFINE_TILE_KERNEL(4)
+DEFINE_TILE_KERNEL(5)
+DEFINE_TILE_KERNEL(6)
+
+static void (*const TILE_KERNELS[MR + 1])(const tile_args *) = {
+    NULL, tile_kernel_1, tile_kernel_2, tile_kernel_3, tile_kernel_4, tile_kernel_5, tile_kernel_6};
+
+/*
+ * A copy of tile t of blk with the (row, K-block) pairs that the panel's
+ * blocks make exact zeroed, so that the fast sum leaves them to the exact
+ * path. info[j * stride] is the panel's block j.
+ */
+static const uint32_t *mask_tile(const a_block *blk, int64_t t, int64_t nr, int64_t nblk,
+                                 const gemm_panel_info *info, int64_t stride, int pair_lo, int pair_hi,
+                                 uint32_t *copy)
+{
+    memcpy(copy, blk->rows + t * TILE_DWORDS, (size_t)nr * KC_PAIRS * sizeof *copy);
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t j = 0; j < nblk; j++)
+            if (gemm_exact_needed(blk->state[(t * MR + r) * KC_BLOCKS + j], info[j * stride], pair_lo, pair_hi))
+                memset(copy + r * KC_PAIRS + j * 16, 0, 16 * sizeof *copy);
+    return copy;
+}
+
+/* Runs the panels [p0, p1] x columns [n0, n1) of one K chunk for the packed rows of blk. */
+static void run_panels(const avx512_b *pb, const gemm_b *b, const a_block *blk, int64_t rows, int64_t kb,
+                       int64_t nblk, int64_t p0, int64_t p1, int64_t n0, int64_t n1, int pair_lo, int pair_hi,
+                       float *c, int64_t ldc, int *any_exact)
+{
+    uint32_t masked[TILE_DWORDS] __attribute__((aligned(64)));
+    float spill[MR * NR] __attribute__((aligned(64)));
+    int64_t npanels = pb->npanels;
+    for (int64_t p = p0; p <= p1; p++) {
+        const gemm_panel_info *info = pb->info + kb * npanels + p;
+        int clean = 1;
+        for (int64_t j = 0; j < nblk; j++) {
+            gemm_panel_info pi = info[j * npanels];
+            if (!pi.ok)
+                *any_exact = 1;
+            else if (blk->min_scale[j] + pi.smin < pair_lo || blk->max_scale[j] + pi.smax > pair_hi)
+                clean = 0;
+        }
+        *any_exact |= !clean;
+        int64_t cb = p * NR > n0 ? p * NR : n0, ce = (p + 1) * NR < n1 ? (p + 1) * NR : n1;
+        int full = cb == p * NR && ce == (p + 1) * NR;
+        tile_args ta = {NULL, pb->packed + (p * b->K + kb * 32) * NR, nblk * 16, NULL, spill, ldc, NULL, NULL};
+        /* The next panel's chunk, spread over this panel's tiles. */
+        const char *next = (const char *)(ta.b + (p < p1 ? b->K * NR : 0));
+        const char *next_end = next + (p < p1 ? nblk * 16 * NR * sizeof(uint32_t) : 0);
+        for (int64_t t = 0; t * MR < rows; t++) {
+            int64_t lines = nblk * 16 / PREFETCH_KPAIRS;
+            ta.prefetch = next + (t * lines * 64 < next_end - next ? t * lines * 64 : next_end - next);
+            ta.prefetch_end = next_end;
+            int64_t r0 = t * MR, nr = rows - r0 < MR ? rows - r0 : MR;
+            ta.a = clean ? blk->rows + t * TILE_DWORDS
+                         : mask_tile(blk, t, nr, nblk, info, npanels, pair_lo, pair_hi, masked);
+            ta.c = full ? c + r0 * ldc + p * NR : NULL;
+            TILE_KERNELS[nr](&ta);
+            if (!full)
+                for (int64_t r = 0; r < nr; r++)
+                    for (int64_t n = cb; n < ce; n++) c[(r0 + r) * ldc + n] += spill[r * NR + n - p * NR];
+        }
+    }
+}
+
+/*
+ * Loops: rows in blocks of MC; K in chunks of KC, each packing its A block
+ * and running every panel of [n0, n1), then the chunk's exact blocks. Each
+ * panel's B chunk serves the block's 32 tiles from L2.
+ */
+static void avx512_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
+                              int64_t n0, int64_t n1, float *c, int64_t ldc)
+{
+    const avx512_b *pb = b->data;
+    const fold_table *table = &pb->table[a->type];
+    int pair_lo = gemm_fold_pair_lo(GEMM_FOLD_BF16, a->type, b->type);
+    int pair_hi = gemm_fold_pair_hi(a->type, b->type);
+    a_block blk;
+    blk.capacity = (rows < MC ? rows : MC) + MR - 1;
+    blk.capacity -= blk.capacity % MR;
+    blk.rows = aligned_alloc(64, (size_t)(blk.capacity * KC_PAIRS) * sizeof *blk.rows);
+    blk.state = malloc((size_t)(blk.capacity * KC_BLOCKS) * sizeof *blk.state);
+    /* Out of memory: one tile at a time, on the stack (the same bits, slower). */
+    uint32_t tile_space[TILE_DWORDS] __attribute__((aligned(64)));
+    int16_t state_space[MR * KC_BLOCKS];
+    if (!blk.rows || !blk.state) {
+        free(blk.rows);
+        free(blk.state);
+        blk = (a_block){.rows = tile_space, .state = state_space, .capacity = MR};
+    }
+    int64_t mc = blk.capacity;
+    gemm_exact_job job = {&pb->exact, pb->info, pb->npanels, NR, a,  table->value, pair_lo,
+                          pair_hi,    k0 / 32,  n0,          n1, c, ldc};
+    for (int64_t ic = 0; ic < rows; ic += mc) {
+        int64_t mcl = rows - ic < mc ? rows - ic : mc;
+        for (int64_t kc0 = 0; kc0 < klen; kc0 += KC) {
+            int64_t nblk = (klen - kc0 < KC ? klen - kc0 : KC) / 32, j0 = kc0 / 32;
+            pack_a(a, table, ic, mcl, j0, nblk, &blk);
+            int any_exact = blk.any_unfoldable;
+            run_panels(pb, b, &blk, mcl, k0 / 32 + j0, nblk, n0 / NR, (n1 - 1) / NR, n0, n1, pair_lo, pair_hi,
+                       c + ic * ldc, ldc, &any_exact);
+            if (any_exact) gemm_exact_fixup(&job, ic, ic + mcl, j0, j0 + nblk, blk.state, KC_BLOCKS);
+        }
+    }
+    if (blk.rows != tile_space) {
+        free(blk.rows);
+        free(blk.state);
+    }
+}
+
+static const gemm_kernel_ops AVX512_OPS = {avx512_prepare, avx512_release, avx512_accumulate};
+
+const gemm_kernel_ops *gemm_avx512_ops_get(void) { return &AVX512_OPS; }

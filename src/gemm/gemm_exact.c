@@ -1,0 +1,106 @@
+/*
+ * The exact path of the fast kernels (see gemm_exact.h): B kept in fp8, the
+ * per-(K-block, panel) summary of B for the fold rule, and the per-block
+ * computation of gemm_ref.c for the blocks the rule refuses. Plain C, built
+ * without target flags, so it rounds exactly as gemm_ref.c does.
+ */
+#include "gemm/gemm_exact.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mx/mx.h"
+
+int gemm_exact_b_init(gemm_exact_b *eb, const uint8_t *bq, const uint8_t *sb, int64_t N, int64_t K,
+                      int64_t ldsb, a2amm_fp8_type type)
+{
+    memset(eb, 0, sizeof *eb);
+    eb->N = N;
+    eb->K = K;
+    eb->nkb = K / 32;
+    eb->codes = malloc((size_t)(N * K));
+    eb->scales = malloc((size_t)(N * eb->nkb));
+    if (!eb->codes || !eb->scales) {
+        gemm_exact_b_free(eb);
+        return A2AMM_E_NOMEM;
+    }
+    memcpy(eb->codes, bq, (size_t)(N * K));
+    for (int64_t n = 0; n < N; n++) memcpy(eb->scales + n * eb->nkb, sb + n * ldsb, (size_t)eb->nkb);
+    for (int i = 0; i < 256; i++) eb->lut[i] = mx_fp8_to_f32((uint8_t)i, type);
+    return A2AMM_OK;
+}
+
+void gemm_exact_b_free(gemm_exact_b *eb)
+{
+    free(eb->codes);
+    free(eb->scales);
+    eb->codes = eb->scales = NULL;
+}
+
+void gemm_panel_info_build(const gemm_exact_b *eb, int64_t width, gemm_fold_format format,
+                           a2amm_fp8_type type, gemm_panel_info *info)
+{
+    int64_t npanels = (eb->N + width - 1) / width;
+    int lo = gemm_fold_scale_lo(format, type), hi = gemm_fold_scale_hi(type);
+    unsigned special = gemm_fold_special_bits(type);
+    for (int64_t kb = 0; kb < eb->nkb; kb++)
+        for (int64_t p = 0; p < npanels; p++) {
+            int64_t ne = (p + 1) * width < eb->N ? (p + 1) * width : eb->N;
+            int smin = 255, smax = 0, ok = 1;
+            for (int64_t n = p * width; n < ne; n++) {
+                int s = eb->scales[n * eb->nkb + kb];
+                const uint8_t *codes = eb->codes + n * eb->K + kb * 32;
+                unsigned any_special = 0, any_nonzero = 0;
+                for (int t = 0; t < 32; t++) {
+                    any_special |= (codes[t] & special) == special;
+                    any_nonzero |= codes[t] & 0x7F;
+                }
+                if (!any_nonzero && s != MX_E8M0_NAN) continue; /* zeros: nothing to fold */
+                ok &= !any_special && s >= lo && s <= hi;
+                smin = s < smin ? s : smin;
+                smax = s > smax ? s : smax;
+            }
+            info[kb * npanels + p] = (gemm_panel_info){(uint8_t)ok, (uint8_t)smin, (uint8_t)smax};
+        }
+}
+
+void gemm_exact_block(const gemm_exact_b *eb, const float a32[32], uint8_t sa, int64_t kb, int64_t nb,
+                      int64_t ne, float *crow)
+{
+    for (int64_t n = nb; n < ne; n++) {
+        const uint8_t *codes = eb->codes + n * eb->K + kb * 32;
+        float sum = 0.0f;
+        for (int t = 0; t < 32; t++) sum += a32[t] * eb->lut[codes[t]];
+        uint8_t sb = eb->scales[n * eb->nkb + kb];
+        double scale = (sa == MX_E8M0_NAN || sb == MX_E8M0_NAN) ? (double)NAN : ldexp(1.0, sa + sb - 254);
+        crow[n] = (float)((double)crow[n] + (double)sum * scale);
+    }
+}
+
+void gemm_exact_fixup(const gemm_exact_job *job, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                      const int16_t *a_state, int64_t ld_state)
+{
+    const gemm_a_slab *a = job->a;
+    int64_t w = job->panel_width, p0 = job->n0 / w, p1 = (job->n1 - 1) / w;
+    for (int64_t i = i0; i < i1; i++) {
+        const int16_t *state = a_state + (i - i0) * ld_state;
+        for (int64_t j = j0; j < j1; j++) {
+            int64_t kb = job->kb_base + j;
+            const gemm_panel_info *info = job->info + kb * job->npanels;
+            int have_values = 0;
+            float a32[32];
+            for (int64_t p = p0; p <= p1; p++) {
+                if (!gemm_exact_needed(state[j - j0], info[p], job->pair_lo, job->pair_hi)) continue;
+                if (!have_values) {
+                    const uint8_t *codes = a->a + i * a->lda + j * 32;
+                    for (int t = 0; t < 32; t++) a32[t] = job->lut_a[codes[t]];
+                    have_values = 1;
+                }
+                int64_t nb = p * w > job->n0 ? p * w : job->n0;
+                int64_t ne = (p + 1) * w < job->n1 ? (p + 1) * w : job->n1;
+                gemm_exact_block(job->eb, a32, a->sa[i * a->ldsa + j], kb, nb, ne, job->c + i * job->ldc);
+            }
+        }
+    }
+}

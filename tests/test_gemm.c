@@ -1,0 +1,704 @@
+/*
+ * Tests of the gemm layer (src/gemm/gemm.h): every fast ISA level this CPU
+ * can run against the reference kernel and against sums in double, within
+ * the contract's tolerance |fast - ref| <= 2^-12 * sum|a*b| + one bf16 ulp;
+ * over every fp8 code, all four type pairs, edge shapes, k ranges, extreme,
+ * zero, 0xFE and NaN scales, Inf/NaN codes; bit-identical results whatever
+ * the split of rows or columns between calls; and gemm_store_bf16.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "gemm/gemm.h"
+#include "mx/mx.h"
+
+/* ---- Helpers ---------------------------------------------------------- */
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+static uint64_t rng(void)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545F4914F6CDD1Dull;
+}
+static int64_t rng_in(int64_t lo, int64_t hi) { return lo + (int64_t)(rng() % (uint64_t)(hi - lo + 1)); }
+
+static uint32_t f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static float u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static const a2amm_fp8_type TYPES[2] = {A2AMM_E4M3, A2AMM_E5M2};
+static const char *tname(a2amm_fp8_type t) { return t == A2AMM_E4M3 ? "e4m3" : "e5m2"; }
+
+static int code_special(uint8_t code, a2amm_fp8_type t) { return !isfinite(mx_fp8_to_f32(code, t)); }
+/* A finite code: special ones moved off the top exponent. */
+static uint8_t finite_code(uint8_t code, a2amm_fp8_type t)
+{
+    return code_special(code, t) ? (uint8_t)(code ^ 0x08) : code;
+}
+
+/* One problem: A [rows, K] and B^T [N, K] with scales, strides padded. */
+typedef struct problem {
+    a2amm_fp8_type ta, tb;
+    int64_t rows, N, K, lda, ldsa, ldsb;
+    uint8_t *a, *sa, *b, *sb;
+} problem;
+
+/* Allocates with random codes (finite), scales in [slo, shi], 0xFF in scale padding. */
+static void problem_init(problem *p, a2amm_fp8_type ta, a2amm_fp8_type tb, int64_t rows, int64_t N,
+                         int64_t K, int slo, int shi)
+{
+    p->ta = ta;
+    p->tb = tb;
+    p->rows = rows;
+    p->N = N;
+    p->K = K;
+    p->lda = K + rng_in(0, 3);
+    p->ldsa = K / 32 + rng_in(0, 2);
+    p->ldsb = K / 32 + rng_in(0, 2);
+    p->a = malloc((size_t)(rows * p->lda));
+    p->sa = malloc((size_t)(rows * p->ldsa));
+    p->b = malloc((size_t)(N * K));
+    p->sb = malloc((size_t)(N * p->ldsb));
+    for (int64_t i = 0; i < rows * p->lda; i++) p->a[i] = finite_code((uint8_t)rng(), ta);
+    for (int64_t i = 0; i < N * K; i++) p->b[i] = finite_code((uint8_t)rng(), tb);
+    memset(p->sa, 0xFF, (size_t)(rows * p->ldsa));
+    memset(p->sb, 0xFF, (size_t)(N * p->ldsb));
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < K / 32; j++) p->sa[i * p->ldsa + j] = (uint8_t)rng_in(slo, shi);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t j = 0; j < K / 32; j++) p->sb[n * p->ldsb + j] = (uint8_t)rng_in(slo, shi);
+}
+
+static void problem_free(problem *p)
+{
+    free(p->a);
+    free(p->sa);
+    free(p->b);
+    free(p->sb);
+}
+
+static uint8_t *sa_at(problem *p, int64_t i, int64_t j) { return &p->sa[i * p->ldsa + j]; }
+static uint8_t *sb_at(problem *p, int64_t n, int64_t j) { return &p->sb[n * p->ldsb + j]; }
+
+static gemm_b *prepare(gemm_isa isa, const problem *p)
+{
+    gemm_b *gb = NULL;
+    a2amm_error err;
+    int rc = gemm_b_prepare(isa, p->b, p->sb, p->N, p->K, p->ldsb, p->tb, &gb, &err);
+    CHECK(rc == 0, "prepare %s: %s", gemm_isa_name(isa), err.msg);
+    return gb;
+}
+
+/* C (rows x ldc, initialized from c0) += A[i0.., k0..k1) B over [n0, n1). */
+static void accumulate(const gemm_b *gb, const problem *p, int64_t i0, int64_t nrows, int64_t k0, int64_t k1,
+                       int64_t n0, int64_t n1, float *c, int64_t ldc)
+{
+    gemm_a_slab slab = {p->a + i0 * p->lda + k0, p->sa + i0 * p->ldsa + k0 / 32, p->lda, p->ldsa, p->ta};
+    gemm_accumulate(gb, &slab, nrows, k0, k1 - k0, n0, n1, c + i0 * ldc, ldc);
+}
+
+static float *initial_c(int64_t rows, int64_t ldc, int random)
+{
+    float *c = malloc((size_t)(rows * ldc) * sizeof *c);
+    for (int64_t i = 0; i < rows * ldc; i++) c[i] = random ? (float)((double)rng_in(-1000, 1000) / 64.0) : 0.0f;
+    return c;
+}
+
+static float *copy_c(const float *c, int64_t count)
+{
+    float *d = malloc((size_t)count * sizeof *d);
+    memcpy(d, c, (size_t)count * sizeof *d);
+    return d;
+}
+
+/* C after accumulating the whole problem in the k pieces [0, ksplit), [ksplit, K). */
+static float *compute(gemm_isa isa, const problem *p, const float *c0, int64_t ldc, int64_t ksplit)
+{
+    float *c = copy_c(c0, p->rows * ldc);
+    gemm_b *gb = prepare(isa, p);
+    if (!gb) return c;
+    if (ksplit > 0 && ksplit < p->K) {
+        accumulate(gb, p, 0, p->rows, 0, ksplit, 0, p->N, c, ldc);
+        accumulate(gb, p, 0, p->rows, ksplit, p->K, 0, p->N, c, ldc);
+    } else {
+        accumulate(gb, p, 0, p->rows, 0, p->K, 0, p->N, c, ldc);
+    }
+    gemm_b_free(gb);
+    return c;
+}
+
+/* One bf16 ulp at |x| (subnormal spacing below 2^-126). */
+static double bf16_ulp(double x)
+{
+    int e;
+    if (x == 0 || !isfinite(x)) return ldexp(1.0, -133);
+    frexp(fabs(x), &e);
+    return ldexp(1.0, (e - 1 < -126 ? -126 : e - 1) - 7);
+}
+
+static int same_class(float x, float y)
+{
+    if (isnan(x) || isnan(y)) return isnan(x) && isnan(y);
+    if (isinf(x) || isinf(y)) return x == y;
+    return 1;
+}
+
+/*
+ * Checks got against want (the reference kernel) and against the double sum,
+ * at every (i, n) with n in [0, N): same NaN/Inf class, finite values within
+ * 2^-12 * (sum|a*b| + |c0|) + one bf16 ulp. Returns the number of mismatches.
+ */
+static long compare(const char *what, const problem *p, const float *c0, const float *got, const float *want,
+                    int64_t ldc)
+{
+    double *da = malloc((size_t)(p->rows * p->K) * sizeof *da);
+    double *db = malloc((size_t)(p->N * p->K) * sizeof *db);
+    for (int64_t i = 0; i < p->rows; i++)
+        for (int64_t k = 0; k < p->K; k++)
+            da[i * p->K + k] = mx_dequant(p->a[i * p->lda + k], p->sa[i * p->ldsa + k / 32], p->ta);
+    for (int64_t n = 0; n < p->N; n++)
+        for (int64_t k = 0; k < p->K; k++)
+            db[n * p->K + k] = mx_dequant(p->b[n * p->K + k], p->sb[n * p->ldsb + k / 32], p->tb);
+    long bad = 0;
+    for (int64_t i = 0; i < p->rows; i++)
+        for (int64_t n = 0; n < p->N; n++) {
+            const double *x = da + i * p->K, *y = db + n * p->K;
+            double sum = c0[i * ldc + n], sum_abs = fabs(c0[i * ldc + n]);
+            for (int64_t k = 0; k < p->K; k++) {
+                sum += x[k] * y[k];
+                sum_abs += fabs(x[k] * y[k]);
+            }
+            float g = got[i * ldc + n], w = want[i * ldc + n];
+            int ok = same_class(g, w);
+            if (ok && isfinite(w)) {
+                double tol = ldexp(sum_abs, -12);
+                ok = fabs((double)g - (double)w) <= tol + bf16_ulp(w) &&
+                     (!isfinite(sum) || fabs((double)g - sum) <= tol + bf16_ulp(sum));
+            }
+            if (!ok && ++bad <= 5)
+                CHECK(0, "%s: C[%lld][%lld] = %.9g (0x%08x), ref %.9g (0x%08x), double %.9g, sum|ab| %.3g", what,
+                      (long long)i, (long long)n, (double)g, f2u(g), (double)w, f2u(w), sum, sum_abs);
+        }
+    CHECK(bad == 0, "%s: %ld of %lld values out of tolerance", what, bad, (long long)(p->rows * p->N));
+    free(da);
+    free(db);
+    return bad;
+}
+
+/* Runs isa and ref on p (C from random c0, K split at ksplit) and compares. */
+static void check_against_ref(gemm_isa isa, const problem *p, int64_t ksplit, const char *what)
+{
+    int64_t ldc = p->N + rng_in(0, 3);
+    float *c0 = initial_c(p->rows, ldc, 1);
+    float *got = compute(isa, p, c0, ldc, ksplit);
+    float *want = compute(GEMM_ISA_REF, p, c0, ldc, ksplit);
+    char label[256];
+    snprintf(label, sizeof label, "%s %s: %s x %s rows=%lld N=%lld K=%lld ksplit=%lld", gemm_isa_name(isa), what,
+             tname(p->ta), tname(p->tb), (long long)p->rows, (long long)p->N, (long long)p->K, (long long)ksplit);
+    compare(label, p, c0, got, want, ldc);
+    /* Padding columns of C beyond N are never touched. */
+    long touched = 0;
+    for (int64_t i = 0; i < p->rows; i++)
+        for (int64_t n = p->N; n < ldc; n++) touched += f2u(got[i * ldc + n]) != f2u(c0[i * ldc + n]);
+    CHECK(touched == 0, "%s: %ld values outside [0, N) changed", label, touched);
+    free(c0);
+    free(got);
+    free(want);
+}
+
+/* ---- Values: every code, every type pair --------------------------------- */
+
+/*
+ * Every code of A's type against every code of B's type: row i, k = t holds
+ * code t + 64 i; column n, k = t holds code (t + n) so that each pair of
+ * codes meets at some (i, n, k). Scales in [lo, hi].
+ */
+static void test_all_codes(gemm_isa isa, int lo, int hi, const char *what)
+{
+    for (int x = 0; x < 2; x++)
+        for (int y = 0; y < 2; y++) {
+            problem p;
+            problem_init(&p, TYPES[x], TYPES[y], 4, 256, 256, lo, hi);
+            for (int64_t i = 0; i < p.rows; i++)
+                for (int64_t t = 0; t < p.K; t++) p.a[i * p.lda + t] = finite_code((uint8_t)(t + 64 * i), p.ta);
+            for (int64_t n = 0; n < p.N; n++)
+                for (int64_t t = 0; t < p.K; t++) p.b[n * p.K + t] = finite_code((uint8_t)(t + n), p.tb);
+            check_against_ref(isa, &p, 0, what);
+            problem_free(&p);
+        }
+}
+
+/* Random codes, all type pairs, scales in [lo, hi]: a mix of fast and exact blocks. */
+static void test_random_scales(gemm_isa isa, int lo, int hi, const char *what)
+{
+    for (int x = 0; x < 2; x++)
+        for (int y = 0; y < 2; y++) {
+            problem p;
+            problem_init(&p, TYPES[x], TYPES[y], 29, 150, 320, lo, hi);
+            check_against_ref(isa, &p, 160, what);
+            problem_free(&p);
+        }
+}
+
+/* Scales from the edges of the fold rule's ranges, block by block. */
+static void test_edge_scales(gemm_isa isa)
+{
+    static const uint8_t EDGE[] = {0, 1, 9, 10, 11, 16, 17, 18, 60, 100, 127, 140, 200, 238, 239, 240, 245, 246, 247, 253, 254};
+    for (int x = 0; x < 2; x++)
+        for (int y = 0; y < 2; y++) {
+            problem p;
+            problem_init(&p, TYPES[x], TYPES[y], 20, 140, 256, 127, 127);
+            for (int64_t i = 0; i < p.rows; i++)
+                for (int64_t j = 0; j < p.K / 32; j++) *sa_at(&p, i, j) = EDGE[rng() % sizeof EDGE];
+            for (int64_t n = 0; n < p.N; n++)
+                for (int64_t j = 0; j < p.K / 32; j++) *sb_at(&p, n, j) = EDGE[rng() % sizeof EDGE];
+            check_against_ref(isa, &p, 0, "edge scales");
+            problem_free(&p);
+        }
+}
+
+/*
+ * Low scales on both sides (sa + sb from 80 to 200): products from far below
+ * fp32's normal range to well inside it, where vdpbf16ps would flush what the
+ * exact arithmetic keeps.
+ */
+static void test_low_scales(gemm_isa isa)
+{
+    for (int x = 0; x < 2; x++)
+        for (int y = 0; y < 2; y++) {
+            problem p;
+            problem_init(&p, TYPES[x], TYPES[y], 20, 130, 256, 40, 100);
+            check_against_ref(isa, &p, 0, "low scales");
+            problem_free(&p);
+            /* The same scale everywhere, so no block hides another's loss; then small codes only. */
+            for (int small = 0; small < 2; small++)
+                for (int s = 50; s <= 100; s += 5) {
+                    problem_init(&p, TYPES[x], TYPES[y], 7, 70, 64, s, s);
+                    for (int64_t i = 0; small && i < p.rows * p.lda; i++) p.a[i] &= 0x9F;
+                    for (int64_t i = 0; small && i < p.N * p.K; i++) p.b[i] &= 0x9F;
+                    check_against_ref(isa, &p, 0, small ? "uniform low scales, small codes" : "uniform low scales");
+                    problem_free(&p);
+                }
+        }
+}
+
+/* ---- Shapes and k ranges ------------------------------------------------- */
+
+static void test_shapes(gemm_isa isa)
+{
+    static const int64_t SMALL[] = {1, 5, 63, 64, 65, 127};
+    for (size_t r = 0; r < sizeof SMALL / sizeof *SMALL; r++)
+        for (size_t n = 0; n < sizeof SMALL / sizeof *SMALL; n++) {
+            problem p;
+            problem_init(&p, TYPES[rng() % 2], TYPES[rng() % 2], SMALL[r], SMALL[n], 160, 115, 135);
+            check_against_ref(isa, &p, 0, "shape");
+            problem_free(&p);
+        }
+    /* K in 32-blocks: 1, 5, 63, 64, 65, 127, 700; then the big dimensions once each. */
+    static const int64_t KS[] = {32, 160, 2016, 2048, 2080, 4064, 22400};
+    for (size_t k = 0; k < sizeof KS / sizeof *KS; k++) {
+        problem p;
+        problem_init(&p, TYPES[k % 2], TYPES[(k / 2) % 2], 13, 130, KS[k], 115, 135);
+        check_against_ref(isa, &p, KS[k] > 32 ? 32 * (KS[k] / 64) : 0, "K");
+        problem_free(&p);
+    }
+    struct { int64_t rows, N, K; } big[] = {{700, 65, 544}, {7, 700, 2080}, {127, 127, 2048}, {65, 700, 160}};
+    for (size_t s = 0; s < sizeof big / sizeof *big; s++) {
+        problem p;
+        problem_init(&p, TYPES[s % 2], TYPES[(s + 1) % 2], big[s].rows, big[s].N, big[s].K, 110, 140);
+        check_against_ref(isa, &p, 0, "large");
+        problem_free(&p);
+    }
+}
+
+/*
+ * Across the kernels' row blocks and K chunks, with exact blocks sprinkled
+ * among the fast ones and the k range split off the chunk grid.
+ */
+static void test_large_mixed(gemm_isa isa)
+{
+    problem p;
+    problem_init(&p, A2AMM_E5M2, A2AMM_E4M3, 400, 150, 2080, 105, 145);
+    for (int k = 0; k < 60; k++) {
+        *sa_at(&p, rng_in(0, p.rows - 1), rng_in(0, p.K / 32 - 1)) = (uint8_t)rng_in(0, 16);
+        *sb_at(&p, rng_in(0, p.N - 1), rng_in(0, p.K / 32 - 1)) = (uint8_t)rng_in(240, 254);
+    }
+    check_against_ref(isa, &p, 1056, "large, mixed paths");
+    problem_free(&p);
+}
+
+/* ---- Determinism: splits of rows and columns ----------------------------- */
+
+/*
+ * The same problem accumulated in one call and in pieces: random column
+ * ranges, random row ranges, both together. Bit-identical C everywhere. The
+ * scales mix fast and exact blocks so the routing is split too.
+ */
+static void test_splits(gemm_isa isa)
+{
+    /* Scales, and a shape: the second crosses the kernels' row blocks and K chunks. */
+    static const struct { int slo, shi; int64_t rows, N, K; } CASES[] = {
+        {115, 135, 61, 333, 608}, {0, 254, 61, 333, 608}, {100, 150, 400, 200, 2080}};
+    for (size_t s = 0; s < sizeof CASES / sizeof *CASES; s++) {
+        problem p;
+        problem_init(&p, TYPES[s % 2], TYPES[1 - s % 2], CASES[s].rows, CASES[s].N, CASES[s].K, CASES[s].slo,
+                     CASES[s].shi);
+        if (s == 2) /* a few exact blocks among the fast ones */
+            for (int k = 0; k < 40; k++) {
+                *sa_at(&p, rng_in(0, p.rows - 1), rng_in(0, p.K / 32 - 1)) = (uint8_t)rng_in(0, 9);
+                *sb_at(&p, rng_in(0, p.N - 1), rng_in(0, p.K / 32 - 1)) = (uint8_t)rng_in(247, 255);
+            }
+        int64_t ldc = p.N + 5;
+        float *c0 = initial_c(p.rows, ldc, 1);
+        gemm_b *gb = prepare(isa, &p);
+        if (!gb) return;
+        float *whole = copy_c(c0, p.rows * ldc);
+        accumulate(gb, &p, 0, p.rows, 0, p.K, 0, p.N, whole, ldc);
+        for (int trial = 0; trial < 6; trial++) {
+            float *pieces = copy_c(c0, p.rows * ldc);
+            int split_rows = trial % 3 != 0, split_cols = trial % 3 != 1;
+            for (int64_t i0 = 0; i0 < p.rows;) {
+                int64_t ni = split_rows ? rng_in(1, p.rows > 200 ? 250 : 20) : p.rows;
+                ni = ni < p.rows - i0 ? ni : p.rows - i0;
+                for (int64_t n0 = 0; n0 < p.N;) {
+                    int64_t nn = split_cols ? rng_in(1, 130) : p.N;
+                    nn = nn < p.N - n0 ? nn : p.N - n0;
+                    accumulate(gb, &p, i0, ni, 0, p.K, n0, n0 + nn, pieces, ldc);
+                    n0 += nn;
+                }
+                i0 += ni;
+            }
+            long diff = 0;
+            for (int64_t i = 0; i < p.rows * ldc; i++) diff += f2u(pieces[i]) != f2u(whole[i]);
+            CHECK(diff == 0, "%s splits (case %zu, trial %d): %ld values differ from one call", gemm_isa_name(isa), s,
+                  trial, diff);
+            free(pieces);
+        }
+        /* The same call twice gives the same bits. */
+        float *again = copy_c(c0, p.rows * ldc);
+        accumulate(gb, &p, 0, p.rows, 0, p.K, 0, p.N, again, ldc);
+        CHECK(memcmp(again, whole, (size_t)(p.rows * ldc) * sizeof *again) == 0, "%s: repeat differs",
+              gemm_isa_name(isa));
+        free(again);
+        free(whole);
+        free(c0);
+        gemm_b_free(gb);
+        problem_free(&p);
+    }
+}
+
+/* ---- Threads ---------------------------------------------------------------- */
+
+typedef struct thread_job {
+    const gemm_b *gb;
+    const problem *p;
+    int64_t n0, n1;
+    float *c;
+    int64_t ldc;
+} thread_job;
+
+static void *thread_main(void *arg)
+{
+    const thread_job *j = arg;
+    accumulate(j->gb, j->p, 0, j->p->rows, 0, j->p->K, j->n0, j->n1, j->c, j->ldc);
+    return NULL;
+}
+
+/* Four threads on disjoint column ranges of one C, one prepared B: the bits of one call. */
+static void test_threads(gemm_isa isa)
+{
+    problem p;
+    problem_init(&p, A2AMM_E4M3, A2AMM_E5M2, 50, 301, 1088, 100, 150);
+    int64_t ldc = p.N;
+    float *c0 = initial_c(p.rows, ldc, 1);
+    gemm_b *gb = prepare(isa, &p);
+    if (!gb) return;
+    float *whole = copy_c(c0, p.rows * ldc), *threaded = copy_c(c0, p.rows * ldc);
+    accumulate(gb, &p, 0, p.rows, 0, p.K, 0, p.N, whole, ldc);
+    static const int64_t CUTS[] = {0, 77, 128, 250, 301};
+    pthread_t tid[4];
+    thread_job jobs[4];
+    for (int t = 0; t < 4; t++) {
+        jobs[t] = (thread_job){gb, &p, CUTS[t], CUTS[t + 1], threaded, ldc};
+        CHECK(pthread_create(&tid[t], NULL, thread_main, &jobs[t]) == 0, "pthread_create");
+    }
+    for (int t = 0; t < 4; t++) pthread_join(tid[t], NULL);
+    CHECK(memcmp(whole, threaded, (size_t)(p.rows * ldc) * sizeof *whole) == 0,
+          "%s: four threads on column ranges differ from one call", gemm_isa_name(isa));
+    free(c0);
+    free(whole);
+    free(threaded);
+    gemm_b_free(gb);
+    problem_free(&p);
+}
+
+/* ---- Extreme scales and special values ----------------------------------- */
+
+/*
+ * A scales near 2^-120 with B scales near 2^+115: in bf16 no A value folds,
+ * so every block takes the exact path and equals ref bit for bit; fp32
+ * holds these values and folds them.
+ */
+static void test_extreme_scales(gemm_isa isa)
+{
+    for (int x = 0; x < 2; x++)
+        for (int y = 0; y < 2; y++) {
+            problem p;
+            problem_init(&p, TYPES[x], TYPES[y], 11, 70, 96, 5, 9);
+            for (int64_t n = 0; n < p.N; n++)
+                for (int64_t j = 0; j < p.K / 32; j++) *sb_at(&p, n, j) = (uint8_t)rng_in(240, 244);
+            int64_t ldc = p.N;
+            float *c0 = initial_c(p.rows, ldc, 0);
+            float *got = compute(isa, &p, c0, ldc, 0), *want = compute(GEMM_ISA_REF, &p, c0, ldc, 0);
+            compare("extreme scales", &p, c0, got, want, ldc);
+            if (isa == GEMM_ISA_AVX512)
+                CHECK(memcmp(got, want, (size_t)(p.rows * ldc) * sizeof *got) == 0,
+                      "%s extreme scales: not the exact path's bits", gemm_isa_name(isa));
+            free(c0);
+            free(got);
+            free(want);
+            problem_free(&p);
+        }
+    /* Scales 0x00 and 0xFE, against each other and against ordinary ones. */
+    problem p;
+    problem_init(&p, A2AMM_E4M3, A2AMM_E5M2, 17, 90, 192, 127, 127);
+    for (int64_t i = 0; i < p.rows; i++)
+        for (int64_t j = 0; j < p.K / 32; j++) *sa_at(&p, i, j) = (uint8_t)(rng() % 3 == 0 ? 0x00 : rng() % 2 ? 0xFE : 120);
+    for (int64_t n = 0; n < p.N; n++)
+        for (int64_t j = 0; j < p.K / 32; j++) *sb_at(&p, n, j) = (uint8_t)(rng() % 3 == 0 ? 0xFE : rng() % 2 ? 0x00 : 130);
+    check_against_ref(isa, &p, 0, "scales 0x00/0xFE");
+    problem_free(&p);
+    /* Products that overflow: large values, scales 0xFE on both sides. */
+    problem_init(&p, A2AMM_E5M2, A2AMM_E5M2, 6, 66, 64, 0xFE, 0xFE);
+    for (int64_t i = 0; i < p.rows * p.lda; i++) p.a[i] = 0x7B; /* 57344 */
+    for (int64_t i = 0; i < p.N * p.K; i++) p.b[i] = (uint8_t)(rng() % 2 ? 0x7B : 0xFB);
+    check_against_ref(isa, &p, 0, "overflow");
+    problem_free(&p);
+}
+
+/* Every A scale sa and every B scale sb, so that no block hides another. */
+static void set_scales(problem *p, int sa, int sb)
+{
+    for (int64_t i = 0; i < p->rows; i++)
+        for (int64_t j = 0; j < p->K / 32; j++) *sa_at(p, i, j) = (uint8_t)sa;
+    for (int64_t n = 0; n < p->N; n++)
+        for (int64_t j = 0; j < p->K / 32; j++) *sb_at(p, n, j) = (uint8_t)sb;
+}
+
+/*
+ * One scale pair at a time, at the ends of the byte's range and of the fold
+ * rules: each must be right on its own, whichever path takes it.
+ */
+static void test_scale_pairs(gemm_isa isa)
+{
+    static const int PAIRS[][2] = {{0, 200},  {200, 0},  {1, 170},  {0, 254},   {254, 0},  {9, 200},
+                                   {10, 152}, {17, 160}, {246, 60}, {247, 60},  {239, 70}, {240, 70},
+                                   {181, 181}, {172, 172}, {165, 165}, {254, 254}, {0, 0},   {127, 127}};
+    for (size_t q = 0; q < sizeof PAIRS / sizeof *PAIRS; q++)
+        for (int x = 0; x < 2; x++) {
+            problem p;
+            problem_init(&p, TYPES[x], TYPES[(x + q) % 2], 7, 70, 96, 127, 127);
+            set_scales(&p, PAIRS[q][0], PAIRS[q][1]);
+            check_against_ref(isa, &p, 0, "scale pair");
+            problem_free(&p);
+        }
+}
+
+/*
+ * Large products that cancel inside each block: runs of 8 values +-448 (E4M3)
+ * with sa + sb = 362, products near 2^125.6. The exact block sums are 0; a
+ * longer fp32 chain of them overflows, which the fold rule's upper bound on
+ * sa + sb must prevent.
+ */
+static void test_cancelling_large(gemm_isa isa)
+{
+    static const int SUMS[] = {344, 350, 362};
+    for (size_t q = 0; q < sizeof SUMS / sizeof *SUMS; q++) {
+        problem p;
+        problem_init(&p, A2AMM_E4M3, A2AMM_E4M3, 6, 64, 64, 127, 127);
+        set_scales(&p, SUMS[q] / 2, SUMS[q] - SUMS[q] / 2);
+        for (int64_t i = 0; i < p.rows; i++)
+            for (int64_t k = 0; k < p.K; k++) p.a[i * p.lda + k] = 0x7E; /* 448 */
+        for (int64_t n = 0; n < p.N; n++)
+            for (int64_t k = 0; k < p.K; k++) p.b[n * p.K + k] = (k / 8) % 2 ? 0xFE : 0x7E; /* -448 / +448 */
+        check_against_ref(isa, &p, 0, "cancelling large products");
+        problem_free(&p);
+    }
+}
+
+/*
+ * All-zero blocks (codes +0 and -0), as quantizers write them with scale 0,
+ * on both sides, among ordinary ones; then with scales 0xFE and 0xFF (NaN
+ * still poisons), and against B blocks that hold an Inf (0 * Inf = NaN).
+ */
+static void test_zero_blocks(gemm_isa isa)
+{
+    for (int x = 0; x < 2; x++)
+        for (int variant = 0; variant < 3; variant++) {
+            problem p;
+            problem_init(&p, TYPES[x], TYPES[1 - x], 25, 140, 320, 110, 140);
+            for (int k = 0; k < 40; k++) {
+                int64_t i = rng_in(0, p.rows - 1), n = rng_in(0, p.N - 1), ja = rng_in(0, p.K / 32 - 1),
+                        jb = rng_in(0, p.K / 32 - 1);
+                for (int t = 0; t < 32; t++) {
+                    p.a[i * p.lda + ja * 32 + t] = (uint8_t)(rng() % 2 ? 0x80 : 0x00);
+                    p.b[n * p.K + jb * 32 + t] = (uint8_t)(rng() % 2 ? 0x80 : 0x00);
+                }
+                static const uint8_t ZERO_SCALES[3][2] = {{0, 0}, {0xFE, 0x00}, {0x00, 0xFE}};
+                *sa_at(&p, i, ja) = ZERO_SCALES[variant][0];
+                *sb_at(&p, n, jb) = ZERO_SCALES[variant][1];
+            }
+            if (variant == 2) { /* NaN-scaled zero blocks on both sides, and Infs against zero blocks */
+                int64_t i = rng_in(0, p.rows - 1), n = rng_in(0, p.N - 1), j = rng_in(0, p.K / 32 - 1);
+                memset(p.a + i * p.lda + j * 32, 0, 32);
+                *sa_at(&p, i, j) = 0xFF;
+                memset(p.b + n * p.K + j * 32, 0x80, 32);
+                *sb_at(&p, n, j) = 0xFF;
+                if (p.tb == A2AMM_E5M2)
+                    for (int k = 0; k < 5; k++) p.b[rng_in(0, p.N - 1) * p.K + rng_in(0, p.K - 1)] = 0x7C;
+            }
+            check_against_ref(isa, &p, 0, variant == 0 ? "zero blocks" : "zero blocks, odd scales");
+            problem_free(&p);
+        }
+}
+
+/*
+ * NaN scales: an A block with scale 0xFF makes its whole row NaN, a B block
+ * with 0xFF its whole column; nothing else (no NaN/Inf codes here).
+ */
+static void test_nan_scales(gemm_isa isa)
+{
+    for (int x = 0; x < 2; x++) {
+        problem p;
+        problem_init(&p, TYPES[x], TYPES[1 - x], 23, 200, 256, 118, 134);
+        int nan_row[23] = {0}, nan_col[200] = {0};
+        for (int k = 0; k < 3; k++) {
+            int64_t i = rng_in(0, p.rows - 1), n = rng_in(0, p.N - 1);
+            *sa_at(&p, i, rng_in(0, p.K / 32 - 1)) = 0xFF;
+            *sb_at(&p, n, rng_in(0, p.K / 32 - 1)) = 0xFF;
+            nan_row[i] = nan_col[n] = 1;
+        }
+        int64_t ldc = p.N;
+        float *c0 = initial_c(p.rows, ldc, 1);
+        float *got = compute(isa, &p, c0, ldc, 0), *want = compute(GEMM_ISA_REF, &p, c0, ldc, 0);
+        long wrong = 0;
+        for (int64_t i = 0; i < p.rows; i++)
+            for (int64_t n = 0; n < p.N; n++)
+                wrong += !!isnan(got[i * ldc + n]) != (nan_row[i] || nan_col[n]);
+        CHECK(wrong == 0, "%s NaN scales: %ld outputs NaN where they should not be or not where they should",
+              gemm_isa_name(isa), wrong);
+        compare("NaN scales", &p, c0, got, want, ldc);
+        free(c0);
+        free(got);
+        free(want);
+        problem_free(&p);
+    }
+}
+
+/* Inf and NaN codes scattered in A and B (Inf only exists in E5M2). */
+static void test_special_codes(gemm_isa isa)
+{
+    static const uint8_t E5M2_SPECIAL[] = {0x7C, 0xFC, 0x7D, 0xFE, 0x7F, 0xFF};
+    static const uint8_t E4M3_SPECIAL[] = {0x7F, 0xFF};
+    for (int x = 0; x < 2; x++)
+        for (int y = 0; y < 2; y++) {
+            problem p;
+            problem_init(&p, TYPES[x], TYPES[y], 30, 150, 192, 118, 134);
+            for (int k = 0; k < 6; k++) {
+                uint8_t ca = p.ta == A2AMM_E5M2 ? E5M2_SPECIAL[rng() % 6] : E4M3_SPECIAL[rng() % 2];
+                uint8_t cb = p.tb == A2AMM_E5M2 ? E5M2_SPECIAL[rng() % 6] : E4M3_SPECIAL[rng() % 2];
+                p.a[rng_in(0, p.rows - 1) * p.lda + rng_in(0, p.K - 1)] = ca;
+                p.b[rng_in(0, p.N - 1) * p.K + rng_in(0, p.K - 1)] = cb;
+            }
+            /* An Inf against zeros: NaN. */
+            if (p.ta == A2AMM_E5M2) {
+                p.a[0] = 0x7C;
+                for (int64_t n = 0; n < p.N; n++) p.b[n * p.K] = 0x00;
+            }
+            check_against_ref(isa, &p, 0, "Inf/NaN codes");
+            problem_free(&p);
+        }
+}
+
+/* ---- gemm_store_bf16 ------------------------------------------------------ */
+
+static void test_store_bf16(void)
+{
+    enum { ROWS = 3, COLS = 4096, LDC = COLS + 3, LDO = COLS + 5 };
+    float *c = malloc((size_t)ROWS * LDC * sizeof *c);
+    uint16_t *out = malloc((size_t)ROWS * LDO * sizeof *out);
+    for (int64_t i = 0; i < ROWS * LDC; i++) {
+        uint32_t u = (uint32_t)rng();
+        switch (i % 4) {
+        case 0: u &= 0x807FFFFFu; break;                      /* subnormals and zeros */
+        case 1: u = (u & 0x8000FFFFu) | 0x00800000u * (i % 3); break; /* near the smallest normals */
+        case 2: break;                                        /* anything, NaN and Inf included */
+        default: u = (u & 0x800FFFFFu) | 0x7F000000u;         /* near overflow */
+        }
+        c[i] = u2f(u);
+    }
+    c[0] = u2f(0x00008000u); /* exactly half the smallest bf16 subnormal: ties to even, zero */
+    c[1] = u2f(0x00018000u); /* 1.5 ulps: ties to even, 2 ulps */
+    c[2] = u2f(0x7F7FFFFFu); /* FLT_MAX rounds to Inf */
+    memset(out, 0xAB, (size_t)ROWS * LDO * sizeof *out);
+    gemm_store_bf16(c, LDC, ROWS, 7, COLS - 9, out, LDO);
+    long wrong = 0, touched = 0;
+    for (int64_t i = 0; i < ROWS; i++)
+        for (int64_t n = 0; n < LDO; n++) {
+            uint16_t o = out[i * LDO + n];
+            if (n >= 7 && n < COLS - 9)
+                wrong += o != mx_f32_to_bf16(c[i * LDC + n]);
+            else
+                touched += o != 0xABAB;
+        }
+    CHECK(wrong == 0, "gemm_store_bf16: %ld values differ from mx_f32_to_bf16", wrong);
+    CHECK(touched == 0, "gemm_store_bf16: %ld values outside [n0, n1) written", touched);
+    gemm_store_bf16(c, LDC, 1, 0, 3, out, LDO);
+    CHECK(out[0] == 0x0000 && out[1] == 0x0002 && out[2] == 0x7F80, "gemm_store_bf16 ties/overflow: %04x %04x %04x",
+          out[0], out[1], out[2]);
+    free(c);
+    free(out);
+}
+
+int main(void)
+{
+    test_store_bf16();
+    for (int isa = GEMM_ISA_AVX2; isa < GEMM_ISA_COUNT; isa++) {
+        if (!gemm_isa_supported((gemm_isa)isa)) {
+            printf("test_gemm: %s not supported here, skipped\n", gemm_isa_name((gemm_isa)isa));
+            continue;
+        }
+        test_all_codes((gemm_isa)isa, 118, 136, "all codes");
+        test_all_codes((gemm_isa)isa, 0, 254, "all codes, any scale");
+        test_random_scales((gemm_isa)isa, 100, 150, "random scales");
+        test_random_scales((gemm_isa)isa, 0, 254, "random scales, any");
+        test_edge_scales((gemm_isa)isa);
+        test_low_scales((gemm_isa)isa);
+        test_shapes((gemm_isa)isa);
+        test_large_mixed((gemm_isa)isa);
+        test_splits((gemm_isa)isa);
+        test_threads((gemm_isa)isa);
+        test_extreme_scales((gemm_isa)isa);
+        test_scale_pairs((gemm_isa)isa);
+        test_cancelling_large((gemm_isa)isa);
+        test_nan_scales((gemm_isa)isa);
+        test_zero_blocks((gemm_isa)isa);
+        test_special_codes((gemm_isa)isa);
+    }
+    return check_summary("test_gemm");
+}
