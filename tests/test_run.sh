@@ -58,6 +58,22 @@ done
 same=1; for r in 0 1 2; do cmp -s "$d/output/$r/npu_out.bin" "$SCRATCH/base.$r" || same=0; done
 check "same bits run to run" test $same -eq 1
 
+# --- every kernel level this CPU runs: correct end to end, and for each
+#     level the same bits whatever the pipeline settings
+for isa in ref avx2 avx512; do
+    if ! A2AMM_ISA=$isa "$A2AMM" run 150 192 70 3 --dir "$d" >"$SCRATCH/out" 2>&1; then
+        grep -q "cannot run the $isa kernels" "$SCRATCH/out" && continue
+        fail "A2AMM_ISA=$isa run failed"; continue
+    fi
+    expect_output "A2AMM_ISA=$isa is the kernel used" "kernel $isa"
+    expect_ok "A2AMM_ISA=$isa verifies" "$A2AMM" verify 150 70 3 --dir "$d"
+    for r in 0 1 2; do cp "$d/output/$r/npu_out.bin" "$SCRATCH/isa.$r"; done
+    A2AMM_ISA=$isa "$A2AMM" run 150 192 70 3 --dir "$d" --tile-m 9 --threads 2 --path put --depth 2 >/dev/null 2>&1
+    same=1; for r in 0 1 2; do cmp -s "$d/output/$r/npu_out.bin" "$SCRATCH/isa.$r" || same=0; done
+    check "A2AMM_ISA=$isa: same bits across tile, threads and path" test $same -eq 1
+done
+expect_fail "an unknown A2AMM_ISA is refused" "A2AMM_ISA=sse9" env A2AMM_ISA=sse9 "$A2AMM" run 150 192 70 3 --dir "$d"
+
 # --- perf mode: the table and the JSON object
 expect_ok "perf mode" "$A2AMM" run 150 192 70 3 perf --dir "$d" --iters 3
 expect_output "perf reports exposed communication" "exposed communication"

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli/args.h"
+#include "common/hugemem.h"
 #include "cli/bench_ceiling.h"
 #include "cli/bench_peers.h"
 #include "cli/commands.h"
@@ -661,7 +662,7 @@ static int gemm_time_a2amm(gemm_bench *g, a2amm_error *err)
 {
     gemm_report *r = &g->r;
     const gemm_opts *o = &r->o;
-    g->c = malloc((size_t)(o->M * o->N) * sizeof *g->c);
+    g->c = hugemem_alloc((size_t)(o->M * o->N) * sizeof *g->c); /* as the op's C */
     g->out = malloc((size_t)(o->M * o->N) * sizeof *g->out);
     if (!g->c || !g->out)
         return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate C (%.1f MB)", (double)(o->M * o->N) * 6.0 / 1e6);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/hugemem.h"
 #include "op/rank.h"
 
 #define ALIGN 64
@@ -43,7 +44,7 @@ int op_rank_alloc(op_rank *rk, int need_ring, int need_xbuf, a2amm_error *err)
         if (!rc) rc = comm_alloc(rk->ctx, z->sa_bytes, ALIGN, (void **)&rk->xbuf_s, err);
     }
     if (rc) return rc;
-    rk->c = malloc(tm * (size_t)s->N * sizeof *rk->c);
+    rk->c = hugemem_alloc(tm * (size_t)s->N * sizeof *rk->c);
     rk->out = malloc(z->out_bytes);
     if (!rk->c || !rk->out)
         return a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: cannot allocate %.1f MB of result buffers", rk->me,
