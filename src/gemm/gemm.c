@@ -104,10 +104,3 @@ void gemm_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_
     if (rows <= 0 || klen <= 0 || n1 <= n0) return;
     kernel_ops(b->isa)->accumulate(b, a, rows, k0, klen, n0, n1, c, ldc);
 }
-
-void gemm_store_bf16(const float *c, int64_t ldc, int64_t rows, int64_t n0, int64_t n1,
-                     uint16_t *out, int64_t ldo)
-{
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t n = n0; n < n1; n++) out[i * ldo + n] = mx_f32_to_bf16(c[i * ldc + n]);
-}

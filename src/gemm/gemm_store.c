@@ -1,0 +1,44 @@
+/*
+ * gemm_store_bf16: fp32 accumulators to bf16, round to nearest even in
+ * integer arithmetic (subnormals kept, NaN stays a quiet NaN), exactly as
+ * mx_f32_to_bf16 does for one value. An AVX-512 loop where the CPU has it
+ * (same bits: pure integer operations), else the scalar loop.
+ */
+#include <immintrin.h>
+
+#include "gemm/gemm.h"
+#include "mx/mx.h"
+
+static void store_scalar(const float *c, int64_t n0, int64_t n1, uint16_t *out)
+{
+    for (int64_t n = n0; n < n1; n++) out[n] = mx_f32_to_bf16(c[n]);
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void store_avx512(const float *c, int64_t n0, int64_t n1,
+                                                                    uint16_t *out)
+{
+    const __m512i lsb_mask = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7FFF);
+    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+    const __m512i quiet = _mm512_set1_epi32(0x0040);
+    int64_t n = n0;
+    for (; n + 16 <= n1; n += 16) {
+        __m512i u = _mm512_loadu_si512((const void *)(c + n));
+        __m512i hi = _mm512_srli_epi32(u, 16);
+        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(hi, lsb_mask))), 16);
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, quiet));
+        _mm256_storeu_si256((__m256i *)(out + n), _mm512_cvtepi32_epi16(r));
+    }
+    store_scalar(c, n, n1, out);
+}
+
+void gemm_store_bf16(const float *c, int64_t ldc, int64_t rows, int64_t n0, int64_t n1, uint16_t *out,
+                     int64_t ldo)
+{
+    __builtin_cpu_init();
+    int wide = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    for (int64_t i = 0; i < rows; i++) {
+        if (wide) store_avx512(c + i * ldc, n0, n1, out + i * ldo);
+        else store_scalar(c + i * ldc, n0, n1, out + i * ldo);
+    }
+}
