@@ -10,6 +10,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/op_args.h"
 #include "cli/perf_report.h"
 #include "gen/gen.h"
 #include "op/op.h"
@@ -32,6 +33,7 @@ static void bench_op_usage(FILE *f)
             "  --tile-m ROWS      rows per pipeline tile (default 512)\n"
             "  --depth SLOTS      ring slots on the put path (default 4)\n"
             "  --path direct|put  how rows travel (default direct)\n"
+            "  --timeout SECONDS  deadline of every wait between ranks (default 60)\n"
             "  --dir DIR          keep the generated inputs in DIR (default: a temporary folder)\n"
             "  --json             one JSON object instead of the table\n"
             "\n"
@@ -52,29 +54,10 @@ int cmd_bench_op(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *v;
         int m;
-        int64_t x;
         if (cli_is_help(argv[i])) { bench_op_usage(stdout); return 0; }
         if ((m = cli_option(argc, argv, &i, "--dir", &v))) { if (m < 0) return 2; dir = v; }
-        else if ((m = cli_option(argc, argv, &i, "--iters", &v))) {
-            if (m < 0 || cli_parse_i64("bench op", "--iters", v, 1, 100000, &x)) return 2;
-            o.iters = (int)x;
-        } else if ((m = cli_option(argc, argv, &i, "--threads", &v))) {
-            if (m < 0 || cli_parse_i64("bench op", "--threads", v, 0, 1024, &x)) return 2;
-            o.threads = (int)x;
-        } else if ((m = cli_option(argc, argv, &i, "--tile-m", &v))) {
-            if (m < 0 || cli_parse_i64("bench op", "--tile-m", v, 1, INT64_C(1) << 40, &o.tile_m)) return 2;
-        } else if ((m = cli_option(argc, argv, &i, "--depth", &v))) {
-            if (m < 0 || cli_parse_i64("bench op", "--depth", v, 1, 1024, &x)) return 2;
-            o.depth = (int)x;
-        } else if ((m = cli_option(argc, argv, &i, "--path", &v))) {
-            if (m < 0) return 2;
-            if (!strcmp(v, "direct")) o.path = OP_PATH_DIRECT;
-            else if (!strcmp(v, "put")) o.path = OP_PATH_PUT;
-            else {
-                fprintf(stderr, "a2amm bench op: --path must be direct or put, got '%s'\n", v);
-                return 2;
-            }
-        } else if (!strcmp(argv[i], "--json")) json = 1;
+        else if ((m = cli_op_option("bench op", argc, argv, &i, &o))) { if (m < 0) return 2; }
+        else if (!strcmp(argv[i], "--json")) json = 1;
         else if (argv[i][0] == '-' && argv[i][1] != '\0' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             fprintf(stderr, "a2amm bench op: unknown option '%s' (see a2amm bench op --help)\n", argv[i]);
             return 2;

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "io/io.h"
 #include "op/op.h"
+#include "cli/op_args.h"
 #include "cli/perf_report.h"
 
 static void run_usage(FILE *f)
@@ -77,30 +78,10 @@ int cmd_run(int argc, char **argv)
         int64_t x;
         if (cli_is_help(argv[i])) { run_usage(stdout); return 0; }
         if ((m = cli_option(argc, argv, &i, "--dir", &v))) { if (m < 0) return 2; dir = v; }
-        else if ((m = cli_option(argc, argv, &i, "--tile-m", &v))) {
-            if (m < 0 || cli_parse_i64("run", "--tile-m", v, 1, INT64_C(1) << 40, &o.tile_m)) return 2;
-        } else if ((m = cli_option(argc, argv, &i, "--depth", &v))) {
-            if (m < 0 || cli_parse_i64("run", "--depth", v, 1, 1024, &x)) return 2;
-            o.depth = (int)x;
-        } else if ((m = cli_option(argc, argv, &i, "--threads", &v))) {
-            if (m < 0 || cli_parse_i64("run", "--threads", v, 0, 1024, &x)) return 2;
-            o.threads = (int)x;
-        } else if ((m = cli_option(argc, argv, &i, "--iters", &v))) {
-            if (m < 0 || cli_parse_i64("run", "--iters", v, 1, 100000, &x)) return 2;
-            o.iters = (int)x;
-        } else if ((m = cli_option(argc, argv, &i, "--warmup", &v))) {
+        else if ((m = cli_op_option("run", argc, argv, &i, &o))) { if (m < 0) return 2; }
+        else if ((m = cli_option(argc, argv, &i, "--warmup", &v))) {
             if (m < 0 || cli_parse_i64("run", "--warmup", v, 0, 1000, &x)) return 2;
             o.warmup = (int)x;
-        } else if ((m = cli_option(argc, argv, &i, "--timeout", &v))) {
-            if (m < 0 || cli_parse_double("run", "--timeout", v, 0.001, 1e7, &o.timeout_s)) return 2;
-        } else if ((m = cli_option(argc, argv, &i, "--path", &v))) {
-            if (m < 0) return 2;
-            if (!strcmp(v, "direct")) o.path = OP_PATH_DIRECT;
-            else if (!strcmp(v, "put")) o.path = OP_PATH_PUT;
-            else {
-                fprintf(stderr, "a2amm run: --path must be direct or put, got '%s'\n", v);
-                return 2;
-            }
         } else if ((m = cli_option(argc, argv, &i, "--a-type", &v))) { if (m < 0) return 2; at = v; }
         else if ((m = cli_option(argc, argv, &i, "--b-type", &v))) { if (m < 0) return 2; bt = v; }
         else if (!strcmp(argv[i], "--unfused")) o.unfused = 1;

@@ -1,0 +1,44 @@
+/* Parsing the pipeline options that run and bench op share. */
+#include "cli/op_args.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/args.h"
+
+int cli_op_option(const char *cmd, int argc, char **argv, int *i, op_options *o)
+{
+    const char *v;
+    int m;
+    int64_t x;
+    if ((m = cli_option(argc, argv, i, "--tile-m", &v)))
+        return m < 0 || cli_parse_i64(cmd, "--tile-m", v, 1, INT64_C(1) << 40, &o->tile_m) ? -1 : 1;
+    if ((m = cli_option(argc, argv, i, "--depth", &v))) {
+        if (m < 0 || cli_parse_i64(cmd, "--depth", v, 1, 1024, &x)) return -1;
+        o->depth = (int)x;
+        return 1;
+    }
+    if ((m = cli_option(argc, argv, i, "--threads", &v))) {
+        if (m < 0 || cli_parse_i64(cmd, "--threads", v, 0, 1024, &x)) return -1;
+        o->threads = (int)x;
+        return 1;
+    }
+    if ((m = cli_option(argc, argv, i, "--iters", &v))) {
+        if (m < 0 || cli_parse_i64(cmd, "--iters", v, 1, 100000, &x)) return -1;
+        o->iters = (int)x;
+        return 1;
+    }
+    if ((m = cli_option(argc, argv, i, "--timeout", &v)))
+        return m < 0 || cli_parse_double(cmd, "--timeout", v, 0.001, 1e7, &o->timeout_s) ? -1 : 1;
+    if ((m = cli_option(argc, argv, i, "--path", &v))) {
+        if (m < 0) return -1;
+        if (!strcmp(v, "direct")) o->path = OP_PATH_DIRECT;
+        else if (!strcmp(v, "put")) o->path = OP_PATH_PUT;
+        else {
+            fprintf(stderr, "a2amm %s: --path must be direct or put, got '%s'\n", cmd, v);
+            return -1;
+        }
+        return 1;
+    }
+    return 0;
+}
