@@ -187,6 +187,7 @@ int op_exec_fused(op_rank *rk, uint64_t epoch, a2amm_error *err)
         int64_t i0 = t * rk->tm, rows = rk->s->M - i0 < rk->tm ? rk->s->M - i0 : rk->tm;
         int slot = (int)(t % rk->opt->depth);
         int frc = maybe_fault(rk, t);
+        if (!frc) frc = comm_check_peers(rk->ctx, err); /* stop between tiles once any rank failed */
         if (frc) return frc;
         memset(rk->c, 0, (size_t)(rows * rk->s->N) * sizeof *rk->c);
         for (int k = 0; k < rk->R; k++) {
@@ -233,10 +234,11 @@ int op_exec_fused(op_rank *rk, uint64_t epoch, a2amm_error *err)
 
 int op_exec_local(op_rank *rk, a2amm_error *err)
 {
-    (void)err;
     const a2amm_sizes *z = rk->z;
     for (int64_t t = 0; t < rk->ntiles; t++) {
         int64_t i0 = t * rk->tm, rows = rk->s->M - i0 < rk->tm ? rk->s->M - i0 : rk->tm;
+        int rc = comm_check_peers(rk->ctx, err);
+        if (rc) return rc;
         memset(rk->c, 0, (size_t)(rows * rk->s->N) * sizeof *rk->c);
         for (int k = 0; k < rk->R; k++) {
             int src = (rk->me + k) % rk->R;
