@@ -10,40 +10,59 @@ typedef struct small_format {
     int mbits;      /* stored mantissa bits */
     int bias;
     int emin;       /* exponent of the smallest normal: 1 - bias */
-    double max;     /* largest finite value */
+    int emax;       /* exponent of the largest finite value */
+    uint64_t qmax;  /* largest finite value in units of 2^(emax - mbits) */
 } small_format;
 
-static const small_format FMT_E4M3 = {3, 7, -6, 448.0};
-static const small_format FMT_E5M2 = {2, 15, -14, 57344.0};
-static const small_format FMT_BF16 = {7, 127, -126, 0x1.fep127};
+static const small_format FMT_E4M3 = {3, 7, -6, 8, 14};     /* 448 = 14 * 2^5 */
+static const small_format FMT_E5M2 = {2, 15, -14, 15, 7};   /* 57344 = 7 * 2^13 */
+static const small_format FMT_BF16 = {7, 127, -126, 127, 255};
 
 /*
- * Rounds |a| (finite, > 0) to the format's precision with an unbounded
- * exponent range above, ties to even. Returns the exponent and mantissa
- * fields through efield and mfield, or 0 when the rounded value exceeds max.
+ * Rounds a (finite, > 0) to the format's precision, ties to even, in integer
+ * arithmetic on the bits of the double. Returns the exponent and mantissa
+ * fields through efield and mfield, or 0 when the rounded value exceeds the
+ * format's largest finite value.
  */
 static int round_to_format(double a, const small_format *f, int *efield, int *mfield)
 {
-    int e2;
-    (void)frexp(a, &e2);     /* a = frac * 2^e2, frac in [0.5, 1): exact */
-    int e = e2 - 1;          /* a in [2^e, 2^(e+1)) */
-    if (e < f->emin) e = f->emin;
-    double n = ldexp(a, f->mbits - e);       /* a / quantum, exact */
-    double whole = floor(n);
-    double frac = n - whole;
-    if (frac > 0.5 || (frac == 0.5 && fmod(whole, 2.0) != 0.0)) whole += 1.0;
-    if (ldexp(whole, e - f->mbits) > f->max) return 0;
-    long m = (long)whole;
-    long implicit = 1L << f->mbits;
-    if (m >= 2 * implicit) { m >>= 1; e += 1; }   /* rounding carried */
-    if (m >= implicit) {
-        *efield = e + f->bias;
-        *mfield = (int)(m - implicit);
-    } else {                                      /* subnormal (or zero) */
+    uint64_t u;
+    memcpy(&u, &a, sizeof u);
+    int biased = (int)(u >> 52);
+    if (biased == 0) { /* a double subnormal, far below every format's half ulp */
+        *efield = *mfield = 0;
+        return 1;
+    }
+    uint64_t m = (u & ((UINT64_C(1) << 52) - 1)) | (UINT64_C(1) << 52); /* a = m * 2^(biased - 1075) */
+    int e = biased - 1023;                 /* a in [2^e, 2^(e+1)) */
+    int eq = e < f->emin ? f->emin : e;    /* the result's exponent; quantum 2^(eq - mbits) */
+    int shift = 1075 - biased + eq - f->mbits; /* a / quantum = m >> shift, >= 52 - mbits > 0 */
+    uint64_t q = 0;
+    if (shift < 64) {
+        uint64_t rem = m & ((UINT64_C(1) << shift) - 1), half = UINT64_C(1) << (shift - 1);
+        q = m >> shift;
+        if (rem > half || (rem == half && (q & 1))) q++;
+    }
+    uint64_t implicit = UINT64_C(1) << f->mbits;
+    if (q >= 2 * implicit) { q >>= 1; eq++; }  /* rounding carried into the next binade */
+    if (eq > f->emax || (eq == f->emax && q > f->qmax)) return 0;
+    if (q >= implicit) {
+        *efield = eq + f->bias;
+        *mfield = (int)(q - implicit);
+    } else {                                    /* subnormal (or zero) */
         *efield = 0;
-        *mfield = (int)m;
+        *mfield = (int)q;
     }
     return 1;
+}
+
+/* 2^e as a double, exactly, for |e| <= 1022. */
+static double pow2(int e)
+{
+    uint64_t u = (uint64_t)(e + 1023) << 52;
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
 }
 
 float mx_fp8_to_f32(uint8_t code, a2amm_fp8_type type)
@@ -203,7 +222,7 @@ void mx_quantize_block(const float *x, size_t n, a2amm_fp8_type type, mx_scale_m
     /* Divide by the scale in double: exact, and no float subnormal rounding
      * before the single rounding to fp8. */
     for (size_t i = 0; i < n; i++)
-        codes[i] = mx_f64_to_fp8(ldexp((double)x[i], 127 - (int)b), type, 1);
+        codes[i] = mx_f64_to_fp8((double)x[i] * pow2(127 - (int)b), type, 1);
 }
 
 void mx_quantize_row(const float *x, size_t len, a2amm_fp8_type type, mx_scale_mode mode,
