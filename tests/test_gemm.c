@@ -126,6 +126,44 @@ static float *copy_c(const float *c, int64_t count)
     return d;
 }
 
+/*
+ * gemm_multiply over [n0, n1) on a C full of garbage (NaNs, -0.0f, large
+ * values), then gemm_accumulate of the rest of K: the bits of C = 0 and the
+ * same accumulates, inside [n0, n1); C untouched outside.
+ */
+static void check_multiply_cols(const gemm_b *gb, const problem *p, int64_t ldc, int64_t ksplit, int64_t n0,
+                                int64_t n1)
+{
+    static const uint32_t GARBAGE[4] = {0x7FC01234u, 0x80000000u, 0x7F7FFFFFu, 0xFF800000u};
+    int64_t count = p->rows * ldc, k1 = ksplit > 0 && ksplit < p->K ? ksplit : p->K;
+    float *want = initial_c(p->rows, ldc, 0), *got = malloc((size_t)count * sizeof *got);
+    for (int64_t i = 0; i < count; i++) got[i] = u2f(GARBAGE[i % 4]);
+    accumulate(gb, p, 0, p->rows, 0, k1, n0, n1, want, ldc);
+    gemm_a_slab slab = {p->a, p->sa, p->lda, p->ldsa, p->ta};
+    gemm_multiply(gb, &slab, p->rows, 0, k1, n0, n1, got, ldc);
+    if (k1 < p->K) {
+        accumulate(gb, p, 0, p->rows, k1, p->K, n0, n1, want, ldc);
+        accumulate(gb, p, 0, p->rows, k1, p->K, n0, n1, got, ldc);
+    }
+    long bad = 0;
+    for (int64_t i = 0; i < p->rows; i++)
+        for (int64_t n = 0; n < ldc; n++) {
+            uint32_t w = n >= n0 && n < n1 ? f2u(want[i * ldc + n]) : GARBAGE[(i * ldc + n) % 4];
+            bad += f2u(got[i * ldc + n]) != w;
+        }
+    CHECK(bad == 0, "%s multiply [%lld, %lld) rows %lld N %lld K %lld split %lld: %ld elements differ from zero + accumulate",
+          gemm_isa_name(gemm_b_isa(gb)), (long long)n0, (long long)n1, (long long)p->rows, (long long)p->N,
+          (long long)p->K, (long long)ksplit, bad);
+    free(want);
+    free(got);
+}
+
+static void check_multiply(const gemm_b *gb, const problem *p, int64_t ldc, int64_t ksplit)
+{
+    check_multiply_cols(gb, p, ldc, ksplit, 0, p->N);
+    if (p->N > 8) check_multiply_cols(gb, p, ldc, ksplit, 5, p->N - 3);
+}
+
 /* C after accumulating the whole problem in the k pieces [0, ksplit), [ksplit, K). */
 static float *compute(gemm_isa isa, const problem *p, const float *c0, int64_t ldc, int64_t ksplit)
 {
@@ -138,6 +176,7 @@ static float *compute(gemm_isa isa, const problem *p, const float *c0, int64_t l
     } else {
         accumulate(gb, p, 0, p->rows, 0, p->K, 0, p->N, c, ldc);
     }
+    check_multiply(gb, p, ldc, ksplit);
     gemm_b_free(gb);
     return c;
 }

@@ -305,14 +305,13 @@ typedef struct a2amm_run {
     uint16_t *out;
 } a2amm_run;
 
-/* One thread's whole 64-column panels: C = 0, C += A*B over all of K, then
- * the bf16 store of those columns. */
+/* One thread's whole 64-column panels: C = A*B over all of K (gemm_multiply:
+ * C = 0, C += A*B in one pass), then the bf16 store of those columns. */
 static void a2amm_task(void *arg, int task)
 {
     const a2amm_run *r = arg;
     int64_t n0 = task * r->chunk, n1 = n0 + r->chunk < r->N ? n0 + r->chunk : r->N;
-    for (int64_t i = 0; i < r->M; i++) memset(r->c + i * r->N + n0, 0, (size_t)(n1 - n0) * sizeof *r->c);
-    gemm_accumulate(r->b, &r->slab, r->M, 0, r->K, n0, n1, r->c, r->N);
+    gemm_multiply(r->b, &r->slab, r->M, 0, r->K, n0, n1, r->c, r->N);
     gemm_store_bf16(r->c, r->N, r->M, n0, n1, r->out, r->N);
 }
 

@@ -104,3 +104,16 @@ void gemm_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_
     if (rows <= 0 || klen <= 0 || n1 <= n0) return;
     kernel_ops(b->isa)->accumulate(b, a, rows, k0, klen, n0, n1, c, ldc);
 }
+
+void gemm_multiply(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen, int64_t n0,
+                   int64_t n1, float *c, int64_t ldc)
+{
+    if (rows <= 0 || n1 <= n0) return;
+    const gemm_kernel_ops *ops = kernel_ops(b->isa);
+    if (ops->multiply && klen > 0) {
+        ops->multiply(b, a, rows, k0, klen, n0, n1, c, ldc);
+        return;
+    }
+    for (int64_t i = 0; i < rows; i++) memset(c + i * ldc + n0, 0, (size_t)(n1 - n0) * sizeof *c);
+    if (klen > 0) ops->accumulate(b, a, rows, k0, klen, n0, n1, c, ldc);
+}

@@ -72,6 +72,14 @@ typedef struct gemm_a_slab {
 void gemm_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
                      int64_t n0, int64_t n1, float *c, int64_t ldc);
 
+/*
+ * C[i][n] = 0, then gemm_accumulate over the same arguments, for i < rows,
+ * n0 <= n < n1: the same bits, without reading C's old contents (which may
+ * be anything). klen may be 0 (C is zeroed).
+ */
+void gemm_multiply(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
+                   int64_t n0, int64_t n1, float *c, int64_t ldc);
+
 /* out[i][n] = bf16_rne(C[i][n]) for i < rows, n0 <= n < n1. */
 void gemm_store_bf16(const float *c, int64_t ldc, int64_t rows, int64_t n0, int64_t n1,
                      uint16_t *out, int64_t ldo);

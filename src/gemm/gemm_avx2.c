@@ -334,6 +334,6 @@ static void avx2_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t rows,
     }
 }
 
-static const gemm_kernel_ops AVX2_OPS = {avx2_prepare, avx2_release, avx2_accumulate};
+static const gemm_kernel_ops AVX2_OPS = {avx2_prepare, avx2_release, avx2_accumulate, NULL};
 
 const gemm_kernel_ops *gemm_avx2_ops_get(void) { return &AVX2_OPS; }

@@ -24,9 +24,12 @@
  * row's block and that panel's block, so neither `rows`, nor the row or
  * column split, nor MC changes a bit of the result.
  *
- * Memory: the kernel prefetches its C lines as it starts and, spread over a
- * panel's tiles, the next panel's B chunk; pack_a prefetches the fp8 rows
- * it will read a few rows ahead.
+ * Memory: the kernel prefetches its C lines as it starts (unless it
+ * overwrites C) and again, one a step, over its last steps (the B stream has
+ * pushed them out of L1 by then), and, spread over a panel's tiles, the next
+ * panel's B chunk; pack_a prefetches the fp8 rows it will read a few rows
+ * ahead. gemm_multiply's first chunk stores +0.0f + its sums without reading
+ * C: the bits of C = 0 followed by the accumulate.
  */
 #include <immintrin.h>
 #include <stdlib.h>
@@ -256,6 +259,7 @@ typedef struct tile_args {
     float *c;     /* C at the tile's first row and the panel's first column; or NULL: */
     float *spill; /* then the sums go to spill[MR][NR] instead */
     int64_t ldc;
+    int overwrite; /* C = +0.0f + acc (C's old contents unread): the bits of C = 0, C += acc */
     /* Lines to prefetch into L2, one per PREFETCH_KPAIRS K-pairs: [prefetch, prefetch_end). */
     const char *prefetch, *prefetch_end;
 } tile_args;
@@ -272,17 +276,21 @@ AVX512_INLINE void tile_kernel(const int rows, const tile_args *t)
         for (int g = 0; g < 4; g++) acc[r][g] = _mm512_setzero_ps();
     const uint32_t *a = t->a;
     const __m512i *b = (const __m512i *)t->b;
-    if (c) /* C's lines, for the end */
+    if (c && !t->overwrite) /* C's lines, for the end */
 #pragma GCC unroll 8
         for (int r = 0; r < rows; r++)
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) _mm_prefetch((const char *)(c + r * ldc + 16 * g), _MM_HINT_T0);
     const char *prefetch = t->prefetch;
-    for (int64_t kp = 0; kp < kpairs; kp += PREFETCH_KPAIRS) {
+    /* C's lines again near the end, one per step: B's stream has pushed them out of L1 by then. */
+    const int64_t c_lines = c ? rows * 4 : 0;
+    int64_t c_line = c_lines - (kpairs + PREFETCH_KPAIRS - 1) / PREFETCH_KPAIRS;
+    for (int64_t kp = 0; kp < kpairs; kp += PREFETCH_KPAIRS, c_line++) {
         if (prefetch < t->prefetch_end) {
             _mm_prefetch(prefetch, _MM_HINT_T0);
             prefetch += 64;
         }
+        if (c_line >= 0) _mm_prefetch((const char *)(c + (c_line >> 2) * ldc + 16 * (c_line & 3)), _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int u = 0; u < PREFETCH_KPAIRS; u++, a++, b += 4) {
             __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 1);
@@ -297,7 +305,13 @@ AVX512_INLINE void tile_kernel(const int rows, const tile_args *t)
             }
         }
     }
-    if (c) {
+    if (c && t->overwrite) {
+#pragma GCC unroll 8
+        for (int r = 0; r < rows; r++)
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++)
+                _mm512_storeu_ps(c + r * ldc + 16 * g, _mm512_add_ps(_mm512_setzero_ps(), acc[r][g]));
+    } else if (c) {
 #pragma GCC unroll 8
         for (int r = 0; r < rows; r++)
 #pragma GCC unroll 4
@@ -345,7 +359,7 @@ static const uint32_t *mask_tile(const a_block *blk, int64_t t, int64_t nr, int6
 /* Runs the panels [p0, p1] x columns [n0, n1) of one K chunk for the packed rows of blk. */
 static void run_panels(const avx512_b *pb, const gemm_b *b, const a_block *blk, int64_t rows, int64_t kb,
                        int64_t nblk, int64_t p0, int64_t p1, int64_t n0, int64_t n1, int pair_lo, int pair_hi,
-                       float *c, int64_t ldc, int *any_exact)
+                       float *c, int64_t ldc, int overwrite, int *any_exact)
 {
     uint32_t masked[TILE_DWORDS] __attribute__((aligned(64)));
     float spill[MR * NR] __attribute__((aligned(64)));
@@ -363,7 +377,8 @@ static void run_panels(const avx512_b *pb, const gemm_b *b, const a_block *blk, 
         *any_exact |= !clean;
         int64_t cb = p * NR > n0 ? p * NR : n0, ce = (p + 1) * NR < n1 ? (p + 1) * NR : n1;
         int full = cb == p * NR && ce == (p + 1) * NR;
-        tile_args ta = {NULL, pb->packed + (p * b->K + kb * 32) * NR, nblk * 16, NULL, spill, ldc, NULL, NULL};
+        tile_args ta = {NULL,      pb->packed + (p * b->K + kb * 32) * NR, nblk * 16, NULL, spill, ldc,
+                        overwrite, NULL,                                  NULL};
         /* The next panel's chunk, spread over this panel's tiles. */
         const char *next = (const char *)(ta.b + (p < p1 ? b->K * NR : 0));
         const char *next_end = next + (p < p1 ? nblk * 16 * NR * sizeof(uint32_t) : 0);
@@ -376,9 +391,13 @@ static void run_panels(const avx512_b *pb, const gemm_b *b, const a_block *blk, 
                          : mask_tile(blk, t, nr, nblk, info, npanels, pair_lo, pair_hi, masked);
             ta.c = full ? c + r0 * ldc + p * NR : NULL;
             TILE_KERNELS[nr](&ta);
-            if (!full)
+            if (!full) {
                 for (int64_t r = 0; r < nr; r++)
-                    for (int64_t n = cb; n < ce; n++) c[(r0 + r) * ldc + n] += spill[r * NR + n - p * NR];
+                    for (int64_t n = cb; n < ce; n++) {
+                        float *q = c + (r0 + r) * ldc + n;
+                        *q = (overwrite ? 0.0f : *q) + spill[r * NR + n - p * NR];
+                    }
+            }
         }
     }
 }
@@ -388,8 +407,8 @@ static void run_panels(const avx512_b *pb, const gemm_b *b, const a_block *blk, 
  * and running every panel of [n0, n1), then the chunk's exact blocks. Each
  * panel's B chunk serves the block's 32 tiles from L2.
  */
-static void avx512_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
-                              int64_t n0, int64_t n1, float *c, int64_t ldc)
+static void avx512_run(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen, int64_t n0,
+                       int64_t n1, float *c, int64_t ldc, int overwrite)
 {
     const avx512_b *pb = b->data;
     const fold_table *table = &pb->table[a->type];
@@ -418,7 +437,7 @@ static void avx512_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t row
             pack_a(a, table, ic, mcl, j0, nblk, &blk);
             int any_exact = blk.any_unfoldable;
             run_panels(pb, b, &blk, mcl, k0 / 32 + j0, nblk, n0 / NR, (n1 - 1) / NR, n0, n1, pair_lo, pair_hi,
-                       c + ic * ldc, ldc, &any_exact);
+                       c + ic * ldc, ldc, overwrite && kc0 == 0, &any_exact);
             if (any_exact) gemm_exact_fixup(&job, ic, ic + mcl, j0, j0 + nblk, blk.state, KC_BLOCKS);
         }
     }
@@ -428,6 +447,19 @@ static void avx512_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t row
     }
 }
 
-static const gemm_kernel_ops AVX512_OPS = {avx512_prepare, avx512_release, avx512_accumulate};
+static void avx512_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
+                              int64_t n0, int64_t n1, float *c, int64_t ldc)
+{
+    avx512_run(b, a, rows, k0, klen, n0, n1, c, ldc, 0);
+}
+
+/* The first chunk writes C (+0.0f + its sums) instead of adding to it. */
+static void avx512_multiply(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
+                            int64_t n0, int64_t n1, float *c, int64_t ldc)
+{
+    avx512_run(b, a, rows, k0, klen, n0, n1, c, ldc, 1);
+}
+
+static const gemm_kernel_ops AVX512_OPS = {avx512_prepare, avx512_release, avx512_accumulate, avx512_multiply};
 
 const gemm_kernel_ops *gemm_avx512_ops_get(void) { return &AVX512_OPS; }

@@ -18,6 +18,9 @@ typedef struct gemm_kernel_ops {
     void (*release)(gemm_b *b);
     void (*accumulate)(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
                        int64_t n0, int64_t n1, float *c, int64_t ldc);
+    /* C = 0, then accumulate, in one pass (the same bits); NULL: the dispatcher zeroes C and accumulates. */
+    void (*multiply)(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
+                     int64_t n0, int64_t n1, float *c, int64_t ldc);
 } gemm_kernel_ops;
 
 extern const gemm_kernel_ops gemm_ref_ops;

@@ -68,24 +68,28 @@ typedef struct tile_job {
     const op_rank *rk;
     gemm_a_slab slab;
     int64_t rows, k0, chunk;
+    int first; /* the tile's first source: C = product (gemm_multiply), not C += */
 } tile_job;
 
 static void tile_task(void *arg, int task)
 {
     const tile_job *j = arg;
     int64_t N = j->rk->s->N, n0 = task * j->chunk, n1 = n0 + j->chunk < N ? n0 + j->chunk : N;
-    gemm_accumulate(j->rk->b, &j->slab, j->rows, j->k0, j->rk->z->ka, n0, n1, j->rk->c, N);
+    if (j->first)
+        gemm_multiply(j->rk->b, &j->slab, j->rows, j->k0, j->rk->z->ka, n0, n1, j->rk->c, N);
+    else
+        gemm_accumulate(j->rk->b, &j->slab, j->rows, j->k0, j->rk->z->ka, n0, n1, j->rk->c, N);
 }
 
-/* C[rows, :] += rows of source `src` (a, sa with row strides ka / ska). */
-static void multiply_source(op_rank *rk, int src, const uint8_t *a, const uint8_t *sa, int64_t rows)
+/* C[rows, :] += rows of source `src` (a, sa with row strides ka / ska); C[rows, :] = them if `first`. */
+static void multiply_source(op_rank *rk, int src, const uint8_t *a, const uint8_t *sa, int64_t rows, int first)
 {
     int64_t N = rk->s->N;
     int T = pool_threads(rk->pool);
     int64_t chunk = (N + T - 1) / T;
     chunk = (chunk + 63) / 64 * 64; /* whole 64-column panels per thread */
     int ntasks = (int)((N + chunk - 1) / chunk);
-    tile_job job = {rk, {a, sa, rk->z->ka, rk->z->ska, rk->s->a_type}, rows, src * rk->z->ka, chunk};
+    tile_job job = {rk, {a, sa, rk->z->ka, rk->z->ska, rk->s->a_type}, rows, src * rk->z->ka, chunk, first};
     pool_run(rk->pool, tile_task, &job, ntasks);
 }
 
@@ -189,7 +193,6 @@ int op_exec_fused(op_rank *rk, uint64_t epoch, a2amm_error *err)
         int frc = maybe_fault(rk, t);
         if (!frc) frc = comm_check_peers(rk->ctx, err); /* stop between tiles once any rank failed */
         if (frc) return frc;
-        memset(rk->c, 0, (size_t)(rows * rk->s->N) * sizeof *rk->c);
         for (int k = 0; k < rk->R; k++) {
             int src = (rk->me + k) % rk->R;
             const uint8_t *a, *sa;
@@ -213,7 +216,7 @@ int op_exec_fused(op_rank *rk, uint64_t epoch, a2amm_error *err)
             }
             comm_set_doing(rk->ctx, "tile %lld/%lld: multiplying the rows of rank %d", (long long)t,
                            (long long)rk->ntiles, src);
-            multiply_source(rk, src, a, sa, rows);
+            multiply_source(rk, src, a, sa, rows, k == 0);
         }
         if (put) {
             for (int k = 1; k < rk->R; k++) {
@@ -239,13 +242,13 @@ int op_exec_local(op_rank *rk, a2amm_error *err)
         int64_t i0 = t * rk->tm, rows = rk->s->M - i0 < rk->tm ? rk->s->M - i0 : rk->tm;
         int rc = comm_check_peers(rk->ctx, err);
         if (rc) return rc;
-        memset(rk->c, 0, (size_t)(rows * rk->s->N) * sizeof *rk->c);
         for (int k = 0; k < rk->R; k++) {
             int src = (rk->me + k) % rk->R;
             /* my own rows are block `me` of my A; the others' are block `src` of xbuf */
             const uint8_t *abase = src == rk->me ? rk->a : rk->xbuf;
             const uint8_t *sbase = src == rk->me ? rk->sa : rk->xbuf_s;
-            multiply_source(rk, src, rows_of(rk, abase, src, i0, z->ka), rows_of(rk, sbase, src, i0, z->ska), rows);
+            multiply_source(rk, src, rows_of(rk, abase, src, i0, z->ka), rows_of(rk, sbase, src, i0, z->ska), rows,
+                            k == 0);
         }
         store_tile(rk, i0, rows);
     }
