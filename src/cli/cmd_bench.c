@@ -12,12 +12,13 @@
 #include <unistd.h>
 
 #include "cli/args.h"
-#include "common/hugemem.h"
 #include "cli/bench_ceiling.h"
 #include "cli/bench_peers.h"
 #include "cli/commands.h"
 #include "cli/perf_report.h"
 #include "common/error.h"
+#include "common/hugemem.h"
+#include "common/llc.h"
 #include "common/pool.h"
 #include "gemm/gemm.h"
 #include "gen/gen.h"
@@ -28,20 +29,6 @@
  * Timing: cache flushes, warm-up, repetitions; and JSON printing.
  * ====================================================================== */
 
-/* The last-level cache as sysfs reports it (sysconf can report the host's
- * under a hypervisor), else sysconf, else 32 MB. */
-static size_t llc_bytes(void)
-{
-    long kb = 0;
-    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
-    if (f) {
-        if (fscanf(f, "%ldK", &kb) != 1) kb = 0;
-        fclose(f);
-    }
-    if (kb > 0) return (size_t)kb * 1024;
-    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    return llc > 0 && llc <= (1L << 30) ? (size_t)llc : (size_t)32 << 20;
-}
 
 /* A pass over twice the last-level cache, split over the pool's threads so
  * every core's private caches are evicted too. bytes == 0: no flushing. */

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/llc.h"
 #include "io/io.h"
 #include "op/rank.h"
 
@@ -80,25 +81,10 @@ static void flush_caches(volatile uint8_t *buf, size_t bytes)
     for (size_t i = 0; i < bytes; i += 64) buf[i] = (uint8_t)(buf[i] + 1);
 }
 
-/* The last-level cache as this machine's sysfs reports it (sysconf can
- * report the host's under a hypervisor), else sysconf, else 32 MB. */
-static long llc_bytes(void)
-{
-    long kb = 0;
-    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
-    if (f) {
-        if (fscanf(f, "%ldK", &kb) != 1) kb = 0;
-        fclose(f);
-    }
-    if (kb > 0) return kb * 1024;
-    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    return llc > 0 && llc <= (1L << 30) ? llc : 32L << 20;
-}
 
 static size_t flush_bytes(int R)
 {
-    long llc = llc_bytes();
-    size_t per_rank = (size_t)llc * 2 / (size_t)R;
+    size_t per_rank = llc_bytes() * 2 / (size_t)R;
     return per_rank < (8u << 20) ? (8u << 20) : per_rank;
 }
 
