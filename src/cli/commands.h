@@ -9,5 +9,7 @@ int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv); /* bench gemm | bench op (cmd_bench.c) */
 /* `a2amm bench op` (bench_op.c), dispatched by `a2amm bench`. */
 int cmd_bench_op(int argc, char **argv);
+/* `a2amm bench gemm` (bench_gemm.c), dispatched by `a2amm bench`. */
+int cmd_bench_gemm(int argc, char **argv);
 
 #endif

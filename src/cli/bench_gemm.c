@@ -1,0 +1,728 @@
+/*
+ * `a2amm bench gemm M N K`: a2amm's MXFP8 matmul, the machine's ceiling and
+ * the peers a user would pick instead (oneDNN bf16, OpenBLAS sgemm) on the
+ * same values, all in one run, so that the ratios are comparable on a noisy
+ * shared machine.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/args.h"
+#include "cli/bench_ceiling.h"
+#include "cli/bench_peers.h"
+#include "cli/bench_timing.h"
+#include "cli/commands.h"
+#include "cli/perf_report.h"
+#include "common/error.h"
+#include "common/hugemem.h"
+#include "common/llc.h"
+#include "common/pool.h"
+#include "gemm/gemm.h"
+#include "gen/gen.h"
+#include "io/io.h"
+#include "mx/mx.h"
+
+/* ======================================================================
+ * bench gemm
+ * ====================================================================== */
+
+#define GEMM_SEED 1
+/* Seconds each ceiling probe (bf16, FMA) runs, twice per benchmark. */
+#define CEILING_PROBE_S 0.2
+#define CHECK_SAMPLES 256
+/* Every contender multiplies exact products (fp8 values are exact in bf16
+ * and fp32) and accumulates in fp32, in its own order: their difference,
+ * relative to sum_k |a*b|, stays far below this. */
+#define CHECK_LIMIT 1e-3
+
+static void gemm_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: a2amm bench gemm M N K [options]\n"
+            "\n"
+            "Times C[M,N] = A[M,K] x B[K,N] on MXFP8 inputs (e4m3, E8M0 scales per 32 values\n"
+            "of K, deterministic: Gaussian values, seed %d) and, in the same run and on\n"
+            "the same values dequantized, the peers and the machine's ceiling:\n"
+            "  a2amm MXFP8, prepared B   B packed once, then gemm_accumulate over all of K\n"
+            "                            (threads split N in 64-column panels) and the bf16\n"
+            "                            store; the median of the repetitions\n"
+            "  a2amm incl. B preparation as if B were prepared on every call: the medians of\n"
+            "                            the matmul and of B's preparation (timed apart), added\n"
+            "  oneDNN bf16, packed B     oneDNN's matmul, weights reordered into its packed\n"
+            "                            layout once (untimed), fp32 output\n"
+            "  OpenBLAS sgemm fp32       cblas_sgemm on the dequantized fp32 values\n"
+            "  bf16 / fp32 FMA ceiling   a built-in probe: vdpbf16ps and vfmadd231ps with 24\n"
+            "                            independent accumulators on every thread, run before\n"
+            "                            and after the others; the higher counts\n"
+            "The last column is a2amm's GFLOP/s over the row's: its speed-up over a peer,\n"
+            "its fraction of a ceiling. Each result is checked against a2amm's on a sample.\n"
+            "\n"
+            "Rules: M, N, K from 1 to 2147483647; K a multiple of 32 (one scale per 32 values).\n"
+            "\n"
+            "options:\n"
+            "  --threads T   threads for every contender (default: all cores, here %d)\n"
+            "  --iters N     timed repetitions of each contender (default 10)\n"
+            "  --warmup N    untimed runs of each before them (default 1)\n"
+            "  --no-flush    do not flush the caches before each repetition\n"
+            "  --json        print the figures as one JSON object, nothing else on stdout\n"
+            "\n"
+            "A2AMM_ISA=ref|avx2|avx512 forces a2amm's kernel level (default: the best this CPU\n"
+            "runs). OpenBLAS picks its kernel from OPENBLAS_CORETYPE when set; the table says\n"
+            "which ran.\n"
+            "\n"
+            "example:\n"
+            "  a2amm bench gemm 256 256 256 --iters 3\n",
+            GEMM_SEED, pool_cpu_count());
+}
+
+typedef struct gemm_opts {
+    int64_t M, N, K;
+    int threads, iters, warmup, flush, json;
+} gemm_opts;
+
+/* Parses the arguments; 0 to go on, else the exit code (0 after --help). */
+static int gemm_parse(int argc, char **argv, gemm_opts *o, int *exit_code)
+{
+    const char *pos[3];
+    int npos = 0;
+    *o = (gemm_opts){0, 0, 0, pool_cpu_count(), 10, 1, 1, 0};
+    *exit_code = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int m;
+        int64_t x;
+        if (cli_is_help(argv[i])) {
+            gemm_usage(stdout);
+            *exit_code = 0;
+            return -1;
+        }
+        if ((m = cli_option(argc, argv, &i, "--threads", &v))) {
+            if (m < 0 || cli_parse_i64("bench gemm", "--threads", v, 1, 1024, &x)) return -1;
+            o->threads = (int)x;
+        } else if ((m = cli_option(argc, argv, &i, "--iters", &v))) {
+            if (m < 0 || cli_parse_i64("bench gemm", "--iters", v, 1, 100000, &x)) return -1;
+            o->iters = (int)x;
+        } else if ((m = cli_option(argc, argv, &i, "--warmup", &v))) {
+            if (m < 0 || cli_parse_i64("bench gemm", "--warmup", v, 0, 1000, &x)) return -1;
+            o->warmup = (int)x;
+        } else if (!strcmp(argv[i], "--no-flush")) o->flush = 0;
+        else if (!strcmp(argv[i], "--json")) o->json = 1;
+        else if (argv[i][0] == '-' && argv[i][1] != '\0' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
+            fprintf(stderr, "a2amm bench gemm: unknown option '%s' (see a2amm bench gemm --help)\n", argv[i]);
+            return -1;
+        } else if (npos < 3) pos[npos++] = argv[i];
+        else {
+            fprintf(stderr, "a2amm bench gemm: too many arguments at '%s' (expected M N K)\n", argv[i]);
+            return -1;
+        }
+    }
+    if (npos != 3) {
+        fprintf(stderr, "a2amm bench gemm: expected M N K, got %d of them\n", npos);
+        gemm_usage(stderr);
+        return -1;
+    }
+    static const char *names[3] = {"M", "N", "K"};
+    int64_t d[3];
+    for (int i = 0; i < 3; i++)
+        if (cli_parse_i64("bench gemm", names[i], pos[i], 1, INT32_MAX, &d[i])) return -1;
+    o->M = d[0], o->N = d[1], o->K = d[2];
+    if (o->K % 32 != 0) {
+        fprintf(stderr,
+                "a2amm bench gemm: K must be a multiple of 32 (MXFP8 has one scale per 32 values of K); "
+                "got K = %lld\n",
+                (long long)o->K);
+        return -1;
+    }
+    size_t mk, nk, mn;
+    if (__builtin_mul_overflow((size_t)o->M, (size_t)o->K * 4, &mk) ||
+        __builtin_mul_overflow((size_t)o->N, (size_t)o->K * 4, &nk) ||
+        __builtin_mul_overflow((size_t)o->M, (size_t)o->N * 4, &mn) || mk > SIZE_MAX / 8 || nk > SIZE_MAX / 8 ||
+        mn > SIZE_MAX / 8) {
+        fprintf(stderr, "a2amm bench gemm: M=%lld N=%lld K=%lld is too large: its buffer sizes overflow\n",
+                (long long)o->M, (long long)o->N, (long long)o->K);
+        return -1;
+    }
+    *exit_code = 0;
+    return 0;
+}
+
+/* What every contender needs: MXFP8 inputs and their dequantized values. */
+typedef struct gemm_inputs {
+    a2amm_sizes z;
+    io_rank_inputs q; /* a [M, K], sa [M, ska]; b = B^T [N, K], sb [N, sk] */
+    float *af, *bf;   /* dequantized A [M, K] and B^T [N, K] (exact) */
+} gemm_inputs;
+
+/* Bytes this run holds at its peak, roughly: to refuse before swapping. */
+static double gemm_peak_bytes(const gemm_opts *o, size_t flush_bytes)
+{
+    double mk = (double)o->M * (double)o->K, nk = (double)o->N * (double)o->K, mn = (double)o->M * (double)o->N;
+    /* fp8 + fp32 + bf16 (oneDNN's copies and packed B) of A and B; C of
+     * a2amm (fp32 + bf16), oneDNN and OpenBLAS; a2amm's packed B (bf16) */
+    return (mk + nk) * (1.0 + 4.0 + 2.0 + 2.0) + nk * 2.0 + mn * (4.0 + 2.0 + 4.0 + 4.0) + (double)flush_bytes;
+}
+
+static int gemm_inputs_make(const gemm_opts *o, gemm_inputs *in, a2amm_error *err)
+{
+    a2amm_shape s = {o->M, o->K, o->N, 1, A2AMM_E4M3, A2AMM_E4M3};
+    gen_options g = {GEN_DIST_NORMAL, GEMM_SEED, MX_SCALE_FLOOR};
+    memset(in, 0, sizeof *in);
+    int rc = a2amm_shape_check(&s, &in->z, err);
+    if (!rc) rc = io_rank_inputs_alloc(&in->z, &in->q, err);
+    if (!rc) rc = gen_rank_inputs(&s, &in->z, &g, 0, &in->q, err);
+    if (rc) return rc;
+    in->af = malloc((size_t)(o->M * o->K) * sizeof *in->af);
+    in->bf = malloc((size_t)(o->N * o->K) * sizeof *in->bf);
+    if (!in->af || !in->bf)
+        return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate %.1f MB for the dequantized inputs",
+                          (double)((o->M + o->N) * o->K) * 4.0 / 1e6);
+    for (int64_t i = 0; i < o->M; i++)
+        for (int64_t t = 0; t < o->K; t++)
+            in->af[i * o->K + t] = (float)mx_dequant(in->q.a[i * o->K + t], in->q.sa[i * in->z.ska + t / 32], s.a_type);
+    for (int64_t n = 0; n < o->N; n++)
+        for (int64_t t = 0; t < o->K; t++)
+            in->bf[n * o->K + t] = (float)mx_dequant(in->q.b[n * o->K + t], in->q.sb[n * in->z.sk + t / 32], s.b_type);
+    return A2AMM_OK;
+}
+
+static void gemm_inputs_free(gemm_inputs *in)
+{
+    io_rank_inputs_free(&in->q);
+    free(in->af);
+    free(in->bf);
+    in->af = in->bf = NULL;
+}
+
+/* bf16 copies of n fp32 values; counts the ones that change. */
+static uint16_t *to_bf16(const float *x, size_t n, int64_t *inexact)
+{
+    uint16_t *h = malloc(n * sizeof *h);
+    for (size_t i = 0; h && i < n; i++) {
+        h[i] = mx_f32_to_bf16(x[i]);
+        float back = mx_bf16_to_f32(h[i]);
+        if (back != x[i] && !(isnan(back) && isnan(x[i]))) ++*inexact;
+    }
+    return h;
+}
+
+/* ---- a2amm: the matmul over the pool, and B's preparation -------------- */
+
+typedef struct a2amm_run {
+    pool *pool;
+    const gemm_b *b;
+    gemm_a_slab slab;
+    int64_t M, N, K, chunk;
+    int ntasks;
+    float *c;
+    uint16_t *out;
+} a2amm_run;
+
+/* One thread's whole 64-column panels: C = A*B over all of K (gemm_multiply:
+ * C = 0, C += A*B in one pass), then the bf16 store of those columns. */
+static void a2amm_task(void *arg, int task)
+{
+    const a2amm_run *r = arg;
+    int64_t n0 = task * r->chunk, n1 = n0 + r->chunk < r->N ? n0 + r->chunk : r->N;
+    gemm_multiply(r->b, &r->slab, r->M, 0, r->K, n0, n1, r->c, r->N);
+    gemm_store_bf16(r->c, r->N, r->M, n0, n1, r->out, r->N);
+}
+
+static int a2amm_matmul(void *ctx, a2amm_error *err)
+{
+    (void)err;
+    a2amm_run *r = ctx;
+    pool_run(r->pool, a2amm_task, r, r->ntasks);
+    return A2AMM_OK;
+}
+
+typedef struct a2amm_prep {
+    gemm_isa isa;
+    const gemm_inputs *in;
+    int64_t N, K;
+    gemm_b *b;
+} a2amm_prep;
+
+static int a2amm_prepare(void *ctx, a2amm_error *err)
+{
+    a2amm_prep *p = ctx;
+    return gemm_b_prepare(p->isa, p->in->q.b, p->in->q.sb, p->N, p->K, p->in->z.sk, A2AMM_E4M3, &p->b, err);
+}
+
+static void a2amm_unprepare(void *ctx)
+{
+    a2amm_prep *p = ctx;
+    gemm_b_free(p->b);
+    p->b = NULL;
+}
+
+static int onednn_run(void *ctx, a2amm_error *err) { return bench_onednn_run(ctx, err); }
+static int openblas_run(void *ctx, a2amm_error *err) { return bench_openblas_run(ctx, err); }
+
+/* ---- The figures ---------------------------------------------------------- */
+
+enum { ROW_A2AMM, ROW_A2AMM_PREP, ROW_ONEDNN, ROW_OPENBLAS, ROW_BF16, ROW_FMA, ROW_COUNT };
+
+typedef struct gemm_row {
+    char label[64];
+    const char *key;
+    int timed;          /* has times (not a ceiling) */
+    int ok;             /* measured */
+    char why[256];      /* when not */
+    cli_summary t;
+    double gflops;
+    double err;         /* max |x - a2amm| / sum|a*b| on the sample (peers) */
+} gemm_row;
+
+typedef struct gemm_report {
+    gemm_opts o;
+    double flop;
+    size_t flush_bytes;
+    gemm_isa isa;
+    int isa_forced;
+    cli_summary prep;
+    gemm_row rows[ROW_COUNT];
+    bench_ceiling ceil_first, ceil_last; /* measured before and after the contenders */
+    bench_ceiling ceil;                  /* their peak */
+    int onednn_threads;
+    char onednn_impl[128], onednn_threads_how[64];
+    double a2amm_vs_fp64; /* a2amm's own max error vs an fp64 reference on the sample */
+    int samples;
+    int64_t bf16_inexact;
+} gemm_report;
+
+static double ratio(const gemm_report *r, int row)
+{
+    const gemm_row *x = &r->rows[row];
+    return x->ok && r->rows[ROW_A2AMM].ok ? r->rows[ROW_A2AMM].gflops / x->gflops : NAN;
+}
+
+/* The ceiling a2amm's level is bounded by: bf16 dot products for avx512,
+ * fp32 FMA otherwise. */
+static int ceiling_row(const gemm_report *r) { return r->isa == GEMM_ISA_AVX512 ? ROW_BF16 : ROW_FMA; }
+
+static int agrees(const gemm_row *x) { return !x->ok || x->err <= CHECK_LIMIT; }
+
+static void print_table(const gemm_report *r)
+{
+    const gemm_opts *o = &r->o;
+    printf("  %-40s %10s %10s %10s %10s %10s\n", "contender", "median ms", "min ms", "max ms", "GFLOP/s",
+           "a2amm/row");
+    for (int i = 0; i < ROW_COUNT; i++) {
+        const gemm_row *x = &r->rows[i];
+        printf("  %-40s ", x->label);
+        if (!x->ok) {
+            printf("%10s   %s\n", "n/a", x->why);
+            continue;
+        }
+        if (x->timed) printf("%10.3f %10.3f %10.3f ", x->t.median * 1e3, x->t.min * 1e3, x->t.max * 1e3);
+        else printf("%10s %10s %10s ", "-", "-", "-");
+        printf("%10.1f %10.2f%s\n", x->gflops, ratio(r, i), i == ceiling_row(r) ? "  <- a2amm's fraction" : "");
+    }
+    printf("  (a2amm/row: a2amm's GFLOP/s over the row's; above 1 a2amm is faster; on a ceiling, its fraction)\n\n");
+    printf("  a2amm: ISA %s (%s; A2AMM_ISA=ref|avx2|avx512 forces one)\n", gemm_isa_name(r->isa),
+           r->isa_forced ? "forced by A2AMM_ISA" : "the best this CPU runs");
+    printf("         %.2f of the %s ceiling; B preparation %.3f ms (median), once per weights\n",
+           ratio(r, ceiling_row(r)), ceiling_row(r) == ROW_BF16 ? "bf16" : "fp32 FMA", r->prep.median * 1e3);
+    double first = ceiling_row(r) == ROW_BF16 ? r->ceil_first.bf16_gflops : r->ceil_first.fma_gflops;
+    double last = ceiling_row(r) == ROW_BF16 ? r->ceil_last.bf16_gflops : r->ceil_last.fma_gflops;
+    printf("         the ceiling: the higher of two probes, %.1f GFLOP/s before the contenders and %.1f after%s\n",
+           first, last, fabs(first - last) > 0.1 * fmax(first, last) ? " (a busy machine: compare with care)" : "");
+    printf("  threads: %d in each: a2amm's pool, the ceiling probe (a loop per thread), OpenBLAS\n"
+           "           (openblas_set_num_threads: %d), oneDNN (OpenMP via %s: %d)\n",
+           o->threads, bench_openblas_threads(), r->onednn_threads_how[0] ? r->onednn_threads_how : "-",
+           r->onednn_threads);
+    printf("  oneDNN: %s, implementation %s; weights reordered into its packed layout once, untimed\n",
+           bench_onednn_version(), r->onednn_impl[0] ? r->onednn_impl : "-");
+    const char *env = bench_openblas_coretype_env();
+    printf("  OpenBLAS: core %s (OPENBLAS_CORETYPE=%s); %s\n", bench_openblas_corename(), env ? env : "(unset)",
+           bench_openblas_config());
+    printf("  agreement on %d sampled elements, max |x - a2amm| / sum_k |a*b| (limit %.0e):\n   ", r->samples,
+           CHECK_LIMIT);
+    for (int i = ROW_ONEDNN; i <= ROW_OPENBLAS; i++) {
+        const gemm_row *x = &r->rows[i];
+        const char *name = i == ROW_ONEDNN ? "oneDNN" : "OpenBLAS";
+        if (x->ok) printf(" %s %.1e %s,", name, x->err, agrees(x) ? "ok" : "DISAGREES");
+        else printf(" %s n/a,", name);
+    }
+    printf(" a2amm vs fp64 %.1e %s\n", r->a2amm_vs_fp64, r->a2amm_vs_fp64 <= CHECK_LIMIT ? "ok" : "DISAGREES");
+    if (r->bf16_inexact)
+        printf("  WARNING: %lld dequantized values are not exact in bf16: oneDNN ran on rounded values\n",
+               (long long)r->bf16_inexact);
+    for (int i = ROW_ONEDNN; i <= ROW_OPENBLAS; i++)
+        if (!agrees(&r->rows[i]))
+            printf("  WARNING: %s's result disagrees with a2amm's (%.1e > %.0e): one of them is wrong\n",
+                   r->rows[i].label, r->rows[i].err, CHECK_LIMIT);
+    if (!(r->a2amm_vs_fp64 <= CHECK_LIMIT))
+        printf("  WARNING: a2amm's result disagrees with an fp64 reference (%.1e > %.0e)\n", r->a2amm_vs_fp64,
+               CHECK_LIMIT);
+}
+
+static void json_row(const gemm_report *r, int i)
+{
+    const gemm_row *x = &r->rows[i];
+    printf("\"%s\":{\"available\":%s", x->key, x->ok ? "true" : "false");
+    if (!x->ok) {
+        printf(",\"error\":");
+        bench_json_str(x->why);
+    } else {
+        if (x->timed) {
+            printf(",\"median_s\":");
+            bench_json_num("%.6g", x->t.median);
+            printf(",\"min_s\":");
+            bench_json_num("%.6g", x->t.min);
+            printf(",\"max_s\":");
+            bench_json_num("%.6g", x->t.max);
+        }
+        printf(",\"gflops\":");
+        bench_json_num("%.6g", x->gflops);
+        printf(",\"ratio\":");
+        bench_json_num("%.6g", ratio(r, i));
+    }
+    if (i == ROW_ONEDNN || i == ROW_OPENBLAS) {
+        printf(",\"max_rel_err\":");
+        bench_json_num("%.3g", x->ok ? x->err : NAN);
+        printf(",\"agrees\":%s", x->ok ? (agrees(x) ? "true" : "false") : "null");
+    }
+}
+
+static void print_json(const gemm_report *r)
+{
+    const gemm_opts *o = &r->o;
+    printf("{\"command\":\"bench gemm\",\"M\":%lld,\"N\":%lld,\"K\":%lld,\"gflop\":%.6g,\"threads\":%d,"
+           "\"iters\":%d,\"warmup\":%d,\"flush_bytes\":%zu,\"isa\":\"%s\",\"isa_forced\":%s,",
+           (long long)o->M, (long long)o->N, (long long)o->K, r->flop / 1e9, o->threads, o->iters, o->warmup,
+           r->flush_bytes, gemm_isa_name(r->isa), r->isa_forced ? "true" : "false");
+    json_row(r, ROW_A2AMM);
+    printf("},\"a2amm_prepare\":{\"median_s\":%.6g,\"min_s\":%.6g,\"max_s\":%.6g},", r->prep.median, r->prep.min,
+           r->prep.max);
+    json_row(r, ROW_A2AMM_PREP);
+    printf("},");
+    json_row(r, ROW_ONEDNN);
+    printf(",\"version\":");
+    bench_json_str(bench_onednn_version());
+    printf(",\"impl\":");
+    bench_json_str(r->onednn_impl);
+    printf(",\"threads\":%d,\"threads_how\":", r->onednn_threads);
+    bench_json_str(r->onednn_threads_how);
+    printf("},");
+    json_row(r, ROW_OPENBLAS);
+    const char *env = bench_openblas_coretype_env();
+    printf(",\"threads\":%d,\"corename\":", bench_openblas_threads());
+    bench_json_str(bench_openblas_corename());
+    printf(",\"coretype_env\":");
+    if (env) bench_json_str(env);
+    else printf("null");
+    printf(",\"config\":");
+    bench_json_str(bench_openblas_config());
+    printf("},\"ceiling\":{\"bf16_gflops\":");
+    bench_json_num("%.6g", r->ceil.bf16_gflops);
+    printf(",\"bf16_instruction\":");
+    bench_json_str(r->ceil.bf16_what);
+    printf(",\"fma_gflops\":");
+    bench_json_num("%.6g", r->ceil.fma_gflops);
+    printf(",\"fma_instruction\":");
+    bench_json_str(r->ceil.fma_what);
+    printf(",\"bf16_gflops_first\":");
+    bench_json_num("%.6g", r->ceil_first.bf16_gflops);
+    printf(",\"bf16_gflops_last\":");
+    bench_json_num("%.6g", r->ceil_last.bf16_gflops);
+    printf(",\"fma_gflops_first\":");
+    bench_json_num("%.6g", r->ceil_first.fma_gflops);
+    printf(",\"fma_gflops_last\":");
+    bench_json_num("%.6g", r->ceil_last.fma_gflops);
+    printf(",\"threads\":%d,\"probe_s\":%.3f},\"fraction_of_ceiling\":", r->ceil.threads, r->ceil.seconds);
+    bench_json_num("%.4g", ratio(r, ceiling_row(r)));
+    printf(",\"fraction_of\":\"%s\",\"check\":{\"samples\":%d,\"limit\":%g,\"a2amm_vs_fp64\":", 
+           ceiling_row(r) == ROW_BF16 ? "bf16" : "fma", r->samples, CHECK_LIMIT);
+    bench_json_num("%.3g", r->a2amm_vs_fp64);
+    printf(",\"bf16_inexact\":%lld}}\n", (long long)r->bf16_inexact);
+}
+
+/* ---- The agreement check ------------------------------------------------ */
+
+/* The sampled element s of CHECK_SAMPLES (all of C when it is smaller),
+ * spread over rows and columns, the last element included. */
+static void sample_at(int64_t M, int64_t N, int s, int count, int64_t *i, int64_t *j)
+{
+    if (M * N <= CHECK_SAMPLES) {
+        *i = s / N, *j = s % N;
+        return;
+    }
+    if (s == count - 1) {
+        *i = M - 1, *j = N - 1;
+        return;
+    }
+    *i = (int64_t)s * M / count;
+    *j = (int64_t)((s * 97 + 31) % count) * N / count;
+}
+
+static double rel_err(double x, double y, double mag)
+{
+    if (isnan(x) || isnan(y)) return isnan(x) && isnan(y) ? 0.0 : INFINITY;
+    double d = fabs(x - y);
+    return d == 0.0 ? 0.0 : mag > 0.0 ? d / mag : INFINITY;
+}
+
+/* Max error of `c` (a peer's C) against a2amm's C on the sample; with c ==
+ * NULL, a2amm's own against an fp64 reference. */
+static double check_against(const gemm_inputs *in, const gemm_opts *o, const float *ca, const float *c, int *samples)
+{
+    int count = o->M * o->N <= CHECK_SAMPLES ? (int)(o->M * o->N) : CHECK_SAMPLES;
+    double worst = 0.0;
+    for (int s = 0; s < count; s++) {
+        int64_t i, j;
+        sample_at(o->M, o->N, s, count, &i, &j);
+        double ref = 0.0, mag = 0.0;
+        for (int64_t t = 0; t < o->K; t++) {
+            double p = (double)in->af[i * o->K + t] * (double)in->bf[j * o->K + t];
+            ref += p;
+            mag += fabs(p);
+        }
+        double x = c ? (double)c[i * o->N + j] : ref;
+        double e = rel_err(x, (double)ca[i * o->N + j], mag);
+        worst = e > worst || isnan(e) ? e : worst;
+    }
+    *samples = count;
+    return worst;
+}
+
+/* ---- The run ------------------------------------------------------------ */
+
+static const char *const ROW_LABELS[ROW_COUNT] = {"a2amm MXFP8, prepared B", "a2amm incl. B preparation",
+                                                  "oneDNN bf16, packed B",   "OpenBLAS sgemm fp32",
+                                                  "bf16 ceiling",            "fp32 FMA ceiling"};
+static const char *const ROW_KEYS[ROW_COUNT] = {"a2amm",    "a2amm_incl_prepare", "onednn",
+                                                "openblas", "ceiling_bf16",       "ceiling_fma"};
+
+/* Everything one `bench gemm` run holds. */
+typedef struct gemm_bench {
+    gemm_report r;
+    gemm_inputs in;
+    pool *pool;
+    bench_flusher fl;
+    double *t; /* one contender's times [iters] */
+    float *c;  /* a2amm's C [M, N] fp32 (kept for the check) */
+    uint16_t *out;
+    gemm_b *b;
+    bench_onednn *dn;
+    bench_openblas *ob;
+} gemm_bench;
+
+static void row_set(gemm_row *x, const gemm_report *r, const double *t)
+{
+    x->ok = 1;
+    x->t = cli_summarize(t, r->o.iters);
+    x->gflops = r->flop / x->t.median / 1e9;
+}
+
+static void row_fail(gemm_row *x, const a2amm_error *err)
+{
+    x->ok = 0;
+    snprintf(x->why, sizeof x->why, "%.255s", err->msg[0] ? err->msg : a2amm_strerror(err->code));
+}
+
+/* What every contender needs: the ISA, the pool, the flush buffer, inputs. */
+static int gemm_setup(gemm_bench *g, a2amm_error *err)
+{
+    gemm_report *r = &g->r;
+    const gemm_opts *o = &r->o;
+    r->flop = 2.0 * (double)o->M * (double)o->N * (double)o->K;
+    r->flush_bytes = o->flush ? 2 * llc_bytes() : 0;
+    for (int i = 0; i < ROW_COUNT; i++) {
+        gemm_row *x = &r->rows[i];
+        snprintf(x->label, sizeof x->label, "%s", ROW_LABELS[i]);
+        x->key = ROW_KEYS[i];
+        x->timed = i < ROW_BF16;
+        x->gflops = x->err = NAN;
+    }
+    double need = gemm_peak_bytes(o, r->flush_bytes);
+    double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (phys > 0 && need > phys)
+        return a2amm_fail(err, A2AMM_E_NOMEM, "M=%lld N=%lld K=%lld needs about %.1f GB; this machine has %.1f GB",
+                          (long long)o->M, (long long)o->N, (long long)o->K, need / 1e9, phys / 1e9);
+    const char *forced = getenv("A2AMM_ISA");
+    r->isa_forced = forced && *forced;
+    int rc = gemm_isa_select(&r->isa, err);
+    if (!rc) rc = pool_create(o->threads, &g->pool, err);
+    if (rc) return rc;
+    g->fl = (bench_flusher){g->pool, NULL, r->flush_bytes};
+    if (g->fl.bytes && !(g->fl.buf = calloc(g->fl.bytes, 1)))
+        return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the %zu-byte cache-flush buffer", g->fl.bytes);
+    if (!(g->t = calloc((size_t)o->iters, sizeof *g->t))) return a2amm_fail(err, A2AMM_E_NOMEM, "out of memory");
+    return gemm_inputs_make(o, &g->in, err);
+}
+
+static void gemm_print_header(const gemm_report *r)
+{
+    const gemm_opts *o = &r->o;
+    printf("a2amm bench gemm: M=%lld N=%lld K=%lld, %.3f GFLOP per matmul, %d thread%s\n", (long long)o->M,
+           (long long)o->N, (long long)o->K, r->flop / 1e9, o->threads, o->threads == 1 ? "" : "s");
+    printf("  inputs: MXFP8 e4m3 x e4m3, Gaussian, seed %d; the peers run on the same values dequantized\n",
+           GEMM_SEED);
+    if (r->flush_bytes)
+        printf("  %d repetitions of each after %d warm-up, each after a pass over %.0f MiB to flush the caches\n\n",
+               o->iters, o->warmup, (double)r->flush_bytes / 1048576.0);
+    else
+        printf("  %d repetitions of each after %d warm-up, caches not flushed (--no-flush)\n\n", o->iters, o->warmup);
+    fflush(stdout);
+}
+
+/* a2amm: B's preparation timed on its own, then the matmul on a B prepared
+ * once. A failure here ends the run. */
+static int gemm_time_a2amm(gemm_bench *g, a2amm_error *err)
+{
+    gemm_report *r = &g->r;
+    const gemm_opts *o = &r->o;
+    g->c = hugemem_alloc((size_t)(o->M * o->N) * sizeof *g->c); /* as the op's C */
+    g->out = malloc((size_t)(o->M * o->N) * sizeof *g->out);
+    if (!g->c || !g->out)
+        return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate C (%.1f MB)", (double)(o->M * o->N) * 6.0 / 1e6);
+    a2amm_prep prep = {r->isa, &g->in, o->N, o->K, NULL};
+    int rc = bench_time_runs(a2amm_prepare, a2amm_unprepare, &prep, o->warmup, o->iters, &g->fl, g->t, err);
+    if (rc) return rc;
+    r->prep = cli_summarize(g->t, o->iters);
+    rc = gemm_b_prepare(r->isa, g->in.q.b, g->in.q.sb, o->N, o->K, g->in.z.sk, A2AMM_E4M3, &g->b, err);
+    if (rc) return rc;
+    a2amm_run run = {g->pool, g->b, {g->in.q.a, g->in.q.sa, o->K, g->in.z.ska, A2AMM_E4M3}, o->M, o->N, o->K,
+                     0, 0, g->c, g->out};
+    int64_t chunk = (o->N + o->threads - 1) / o->threads;
+    run.chunk = (chunk + 63) / 64 * 64; /* whole 64-column panels per thread, as the op does */
+    run.ntasks = (int)((o->N + run.chunk - 1) / run.chunk);
+    rc = bench_time_runs(a2amm_matmul, NULL, &run, o->warmup, o->iters, &g->fl, g->t, err);
+    if (rc) return rc;
+    const gemm_row *m = &r->rows[ROW_A2AMM];
+    row_set(&r->rows[ROW_A2AMM], r, g->t);
+    gemm_row *x = &r->rows[ROW_A2AMM_PREP];
+    x->ok = 1;
+    x->t = (cli_summary){m->t.min + r->prep.min, m->t.median + r->prep.median, m->t.max + r->prep.max};
+    x->gflops = r->flop / x->t.median / 1e9;
+    return A2AMM_OK;
+}
+
+/* oneDNN on bf16 copies of the same values. A failure is reported in its
+ * row; the run goes on. */
+static void gemm_time_onednn(gemm_bench *g)
+{
+    gemm_report *r = &g->r;
+    const gemm_opts *o = &r->o;
+    a2amm_error err = {0, ""};
+    uint16_t *abf = to_bf16(g->in.af, (size_t)(o->M * o->K), &r->bf16_inexact);
+    uint16_t *bbf = to_bf16(g->in.bf, (size_t)(o->N * o->K), &r->bf16_inexact);
+    int rc = abf && bbf ? bench_onednn_create(abf, bbf, o->M, o->N, o->K, o->threads, &g->dn, &err)
+                        : a2amm_fail(&err, A2AMM_E_NOMEM, "cannot allocate the bf16 inputs");
+    free(abf);
+    free(bbf);
+    if (!rc) {
+        snprintf(r->onednn_impl, sizeof r->onednn_impl, "%s", bench_onednn_impl(g->dn));
+        snprintf(r->onednn_threads_how, sizeof r->onednn_threads_how, "%s", bench_onednn_threads_how(g->dn));
+        r->onednn_threads = bench_onednn_threads(g->dn);
+        rc = bench_time_runs(onednn_run, NULL, g->dn, o->warmup, o->iters, &g->fl, g->t, &err);
+    }
+    if (!rc) row_set(&r->rows[ROW_ONEDNN], r, g->t);
+    else row_fail(&r->rows[ROW_ONEDNN], &err);
+}
+
+/* OpenBLAS sgemm on the fp32 values; like oneDNN, a failure stays in its row. */
+static void gemm_time_openblas(gemm_bench *g)
+{
+    gemm_report *r = &g->r;
+    const gemm_opts *o = &r->o;
+    a2amm_error err = {0, ""};
+    int rc = bench_openblas_create(g->in.af, g->in.bf, o->M, o->N, o->K, o->threads, &g->ob, &err);
+    if (!rc) rc = bench_time_runs(openblas_run, NULL, g->ob, o->warmup, o->iters, &g->fl, g->t, &err);
+    if (!rc) row_set(&r->rows[ROW_OPENBLAS], r, g->t);
+    else row_fail(&r->rows[ROW_OPENBLAS], &err);
+}
+
+/* The ceiling rows: the peak of the two probes. */
+static void gemm_set_ceiling(gemm_report *r)
+{
+    r->ceil = bench_ceiling_peak(&r->ceil_first, &r->ceil_last);
+    const double gf[2] = {r->ceil.bf16_gflops, r->ceil.fma_gflops};
+    const char *what[2] = {r->ceil.bf16_what, r->ceil.fma_what};
+    for (int k = 0; k < 2; k++) {
+        gemm_row *x = &r->rows[ROW_BF16 + k];
+        x->ok = isfinite(gf[k]);
+        x->gflops = gf[k];
+        if (x->ok) snprintf(x->label, sizeof x->label, "%s (%s)", ROW_LABELS[ROW_BF16 + k], what[k]);
+        else snprintf(x->why, sizeof x->why, "%s", what[k]);
+    }
+}
+
+/* Each peer's C against a2amm's, and a2amm's against fp64, on the sample. */
+static void gemm_check(gemm_bench *g)
+{
+    gemm_report *r = &g->r;
+    r->a2amm_vs_fp64 = check_against(&g->in, &r->o, g->c, NULL, &r->samples);
+    if (r->rows[ROW_ONEDNN].ok) {
+        const float *cd = bench_onednn_result(g->dn);
+        r->rows[ROW_ONEDNN].err = cd ? check_against(&g->in, &r->o, g->c, cd, &r->samples) : INFINITY;
+    }
+    if (r->rows[ROW_OPENBLAS].ok)
+        r->rows[ROW_OPENBLAS].err = check_against(&g->in, &r->o, g->c, bench_openblas_result(g->ob), &r->samples);
+}
+
+/* Warnings also go to stderr, so that --json users see them too. */
+static void gemm_warn(const gemm_report *r)
+{
+    for (int i = ROW_ONEDNN; i <= ROW_OPENBLAS; i++) {
+        const gemm_row *x = &r->rows[i];
+        if (!agrees(x))
+            fprintf(stderr, "a2amm bench gemm: warning: %s's result disagrees with a2amm's (%.1e > %.0e)\n",
+                    x->label, x->err, CHECK_LIMIT);
+        if (!x->ok && r->o.json)
+            fprintf(stderr, "a2amm bench gemm: warning: %s not measured: %s\n", x->label, x->why);
+    }
+    if (!(r->a2amm_vs_fp64 <= CHECK_LIMIT))
+        fprintf(stderr, "a2amm bench gemm: warning: a2amm's result disagrees with an fp64 reference (%.1e)\n",
+                r->a2amm_vs_fp64);
+}
+
+static void gemm_teardown(gemm_bench *g)
+{
+    bench_openblas_free(g->ob);
+    bench_onednn_free(g->dn);
+    gemm_b_free(g->b);
+    gemm_inputs_free(&g->in);
+    free(g->c);
+    free(g->out);
+    free((void *)g->fl.buf);
+    pool_destroy(g->pool);
+    free(g->t);
+}
+
+int cmd_bench_gemm(int argc, char **argv)
+{
+    gemm_bench g;
+    memset(&g, 0, sizeof g);
+    int code;
+    if (gemm_parse(argc, argv, &g.r.o, &code)) return code;
+    const gemm_opts *o = &g.r.o;
+    a2amm_error err = {0, ""};
+    int rc = gemm_setup(&g, &err);
+    if (!rc && !o->json) gemm_print_header(&g.r);
+    /* The ceiling before any library has threads of its own, and again at
+     * the end: on a shared machine the less disturbed probe counts. */
+    if (!rc) rc = bench_ceiling_measure(o->threads, CEILING_PROBE_S, &g.r.ceil_first, &err);
+    if (!rc) rc = gemm_time_a2amm(&g, &err);
+    if (!rc) gemm_time_onednn(&g);
+    if (!rc) gemm_time_openblas(&g);
+    if (!rc) rc = bench_ceiling_measure(o->threads, CEILING_PROBE_S, &g.r.ceil_last, &err);
+    if (!rc) {
+        gemm_set_ceiling(&g.r);
+        gemm_check(&g);
+        if (o->json) print_json(&g.r);
+        else print_table(&g.r);
+        gemm_warn(&g.r);
+    }
+    gemm_teardown(&g);
+    if (rc) {
+        cli_print_error("bench gemm", &err);
+        return 1;
+    }
+    return 0;
+}
+

@@ -1,0 +1,59 @@
+/* What the benchmarks share: cache flushes, timed repetitions, JSON output. */
+#include <math.h>
+#include <stdio.h>
+
+#include "cli/args.h"
+#include "cli/bench_timing.h"
+
+static void flush_task(void *arg, int task)
+{
+    const bench_flusher *f = arg;
+    int n = pool_threads(f->pool);
+    size_t slice = (f->bytes / (size_t)n) & ~(size_t)63;
+    size_t end = task == n - 1 ? f->bytes : (size_t)(task + 1) * slice;
+    for (size_t i = (size_t)task * slice; i < end; i += 64) f->buf[i] = (uint8_t)(f->buf[i] + 1);
+}
+
+void bench_flush_caches(bench_flusher *f)
+{
+    if (f->bytes) pool_run(f->pool, flush_task, f, pool_threads(f->pool));
+}
+
+
+int bench_time_runs(bench_run_fn run, bench_reset_fn reset, void *ctx, int warmup, int iters, bench_flusher *fl,
+                     double *t, a2amm_error *err)
+{
+    for (int w = 0; w < warmup; w++) {
+        int rc = run(ctx, err);
+        if (reset) reset(ctx);
+        if (rc) return rc;
+    }
+    for (int it = 0; it < iters; it++) {
+        bench_flush_caches(fl);
+        double t0 = cli_now();
+        int rc = run(ctx, err);
+        t[it] = cli_now() - t0;
+        if (reset) reset(ctx);
+        if (rc) return rc;
+    }
+    return A2AMM_OK;
+}
+
+void bench_json_str(const char *s)
+{
+    putchar('"');
+    for (; s && *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') printf("\\%c", ch);
+        else if (ch < 0x20) printf("\\u%04x", ch);
+        else putchar(ch);
+    }
+    putchar('"');
+}
+
+void bench_json_num(const char *fmt, double v)
+{
+    if (isfinite(v)) printf(fmt, v);
+    else printf("null");
+}
+

@@ -1,0 +1,35 @@
+/* What the benchmarks share: cache flushes, timed repetitions, JSON output. */
+#ifndef A2AMM_CLI_BENCH_TIMING_H
+#define A2AMM_CLI_BENCH_TIMING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "a2amm.h"
+#include "common/pool.h"
+
+/* A pass over `bytes` (twice the last-level cache), split over the pool's
+ * threads so every core's private caches are evicted too. bytes == 0: no
+ * flushing. */
+typedef struct bench_flusher {
+    pool *pool;
+    volatile uint8_t *buf;
+    size_t bytes;
+} bench_flusher;
+
+void bench_flush_caches(bench_flusher *f);
+
+/* One timed call of a contender, and (optionally) what undoes it untimed. */
+typedef int (*bench_run_fn)(void *ctx, a2amm_error *err);
+typedef void (*bench_reset_fn)(void *ctx);
+
+/* `warmup` untimed calls, then `iters` calls each after a cache flush;
+ * their times go to t[iters]. */
+int bench_time_runs(bench_run_fn run, bench_reset_fn reset, void *ctx, int warmup, int iters, bench_flusher *fl,
+                    double *t, a2amm_error *err);
+
+/* Prints s as a JSON string; a number with fmt, or null when not finite. */
+void bench_json_str(const char *s);
+void bench_json_num(const char *fmt, double v);
+
+#endif
