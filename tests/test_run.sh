@@ -78,13 +78,14 @@ expect_fail "an unknown A2AMM_ISA is refused" "A2AMM_ISA=sse9" env A2AMM_ISA=sse
 expect_ok "perf mode" "$A2AMM" run 150 192 70 3 perf --dir "$d" --iters 3
 expect_output "perf reports exposed communication" "exposed communication"
 expect_output "perf reports the median" "median"
+expect_output "perf reports the time with B prepared on every call" "with B prepared on every call"
 expect_ok "perf --json" "$A2AMM" run 150 192 70 3 perf --dir "$d" --iters 2 --path put --json
 check "perf --json is one JSON object with the figures" python3 -c "
 import json,sys
 o=json.loads(open('$SCRATCH/out').read())
 assert o['iters']==2 and o['path']=='put'
 for k in ('run','unfused','local'): assert o[k]['median_s']>0 and o[k]['min_s']<=o[k]['median_s']<=o[k]['max_s']
-assert 'exposed_comm_s' in o"
+assert 'exposed_comm_s' in o and o['run_with_prepare_s'] >= o['run']['median_s']"
 
 # --- bad arguments
 expect_fail "bad mode" "after M K N R comes precision or perf" "$A2AMM" run 150 192 70 3 fast --dir "$d"
