@@ -13,11 +13,14 @@ ls /usr/lib/x86_64-linux-gnu/libopenblas.so >/dev/null 2>&1 || need+=(libopenbla
 [ -e /usr/include/dnnl.h ] || need+=(libdnnl-dev)
 # python3: a few shell tests read binary outputs with it
 command -v python3 >/dev/null 2>&1 || need+=(python3)
-# numpy: to run the seed's own verify_result.py on our files in the tests
-# (with a numpy stand-in for torch); the test skips where it cannot be had.
-python3 -c 'import numpy' >/dev/null 2>&1 || python3 -m pip install -q numpy >/dev/null 2>&1 ||
-    echo "install-deps: numpy could not be installed; the seed-script test will be skipped"
+install_numpy() {
+    # numpy: to run the seed's own verify_result.py on our files in the tests
+    # (with a numpy stand-in for torch); that test skips where it cannot be had.
+    python3 -c 'import numpy' >/dev/null 2>&1 || python3 -m pip install -q numpy >/dev/null 2>&1 ||
+        echo "install-deps: numpy could not be installed; the seed-script test will be skipped"
+}
 if [ ${#need[@]} -eq 0 ]; then
+    install_numpy
     exit 0
 fi
 echo "install-deps: installing ${need[*]}"
@@ -29,3 +32,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+install_numpy
