@@ -256,8 +256,10 @@ int op_run(const char *dir, const a2amm_shape *s, const op_options *opt_in, op_r
     comm_world *world = NULL;
     rc = comm_world_create(R, op_rank_heap_bytes(s, &z, &ra.opt, ra.need_ring, ra.need_xbuf), &world, err);
     if (!rc) {
-        /* the launcher's own limit is a backstop; every wait has its deadline */
-        comm_launch_options lo = {.timeout_s = 0, .grace_s = 1.5};
+        /* No limit on the whole run (a long perf run is legitimate): every
+         * wait between ranks has its --timeout deadline, and a rank stuck
+         * anywhere else makes the others' waits fail, which ends the run. */
+        comm_launch_options lo = {.timeout_s = 7 * 86400.0, .grace_s = 1.5};
         rc = comm_launch(world, rank_main, &ra, &lo, outcomes, err);
     }
     for (int r = 0; r < R; r++) {
