@@ -137,6 +137,20 @@ check "outside kill: message names the rank and signal 9" grep -q "was killed by
 check "outside kill: no rank process left" test -z "$(pgrep -P $launcher)"
 for k in $kids; do check "rank pid $k is gone" bash -c "! kill -0 $k 2>/dev/null"; done
 
+# the launcher itself killed (SIGTERM): its rank processes die with it
+"$A2AMM" run 256 256 64 4 perf --iters 100000 --dir "$d" --tile-m 32 >/dev/null 2>&1 &
+launcher=$!
+kids=""
+for _ in $(seq 100); do
+    kids=$(pgrep -P $launcher)
+    [ "$(echo "$kids" | grep -c .)" -eq 4 ] && break
+    sleep 0.05
+done
+check "launcher started 4 ranks" test "$(echo "$kids" | grep -c .)" -eq 4
+kill -TERM $launcher; wait $launcher 2>/dev/null
+sleep 0.5
+for k in $kids; do check "rank pid $k died with its launcher" bash -c "! kill -0 $k 2>/dev/null"; done
+
 # --- a stalled rank: the waits end at --timeout, naming who waited for what
 start=$SECONDS
 A2AMM_FAULT_RANK=1 A2AMM_FAULT=stall "$A2AMM" run 256 256 64 4 --dir "$d" --tile-m 32 --path put --timeout 1 >"$SCRATCH/out" 2>&1
