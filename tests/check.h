@@ -5,7 +5,9 @@
 #ifndef A2AMM_TESTS_CHECK_H
 #define A2AMM_TESTS_CHECK_H
 
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 static long check_total, check_failed;
 
@@ -27,6 +29,21 @@ static inline int check_summary(const char *name)
 {
     printf("%s: %ld checks, %ld failed\n", name, check_total, check_failed);
     return check_failed == 0 && check_total > 0 ? 0 : 1;
+}
+
+/* The bits of a float, and the float of some bits. */
+static inline uint32_t f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
 }
 
 #endif

@@ -28,18 +28,6 @@ static uint64_t rng(void)
 }
 static int64_t rng_in(int64_t lo, int64_t hi) { return lo + (int64_t)(rng() % (uint64_t)(hi - lo + 1)); }
 
-static uint32_t f2u(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-static float u2f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 static const a2amm_fp8_type TYPES[2] = {A2AMM_E4M3, A2AMM_E5M2};
 static const char *tname(a2amm_fp8_type t) { return t == A2AMM_E4M3 ? "e4m3" : "e5m2"; }

@@ -16,19 +16,6 @@
 
 /* ---- Small helpers ------------------------------------------------------ */
 
-static uint32_t f2u(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float u2f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 static const char *tname(a2amm_fp8_type t) { return t == A2AMM_E4M3 ? "E4M3" : "E5M2"; }
 static const char *mname(mx_scale_mode m) { return m == MX_SCALE_FLOOR ? "FLOOR" : "RCEIL"; }
