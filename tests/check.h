@@ -31,6 +31,17 @@ static inline int check_summary(const char *name)
     return check_failed == 0 && check_total > 0 ? 0 : 1;
 }
 
+/* A deterministic PRNG (xorshift64*) for test data; set rng_state to
+ * choose a sequence. */
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static inline uint64_t rng(void)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545F4914F6CDD1Dull;
+}
+
 /* The bits of a float, and the float of some bits. */
 static inline uint32_t f2u(float f)
 {

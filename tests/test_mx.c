@@ -23,15 +23,6 @@ static const char *mname(mx_scale_mode m) { return m == MX_SCALE_FLOOR ? "FLOOR"
 static const a2amm_fp8_type TYPES[2] = {A2AMM_E4M3, A2AMM_E5M2};
 static const mx_scale_mode MODES[2] = {MX_SCALE_FLOOR, MX_SCALE_RCEIL};
 
-/* Deterministic PRNG (xorshift64*). */
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint64_t rng(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545F4914F6CDD1Dull;
-}
 static int rng_int(int lo, int hi) /* inclusive */
 {
     return lo + (int)(rng() % (uint64_t)(hi - lo + 1));

@@ -85,8 +85,6 @@ int comm_check_peers(comm_ctx *ctx, a2amm_error *err);
 int comm_alloc(comm_ctx *ctx, size_t bytes, size_t align, void **out, a2amm_error *err);
 /* Offset of a symmetric address in the heap, or SIZE_MAX if it is not one. */
 size_t comm_sym_offset(const comm_ctx *ctx, const void *sym);
-/* Bytes of this rank's heap handed out so far. */
-size_t comm_heap_used(const comm_ctx *ctx);
 /*
  * A pointer through which this process can load and store pe's copy of the
  * symmetric object at `sym`, or NULL where the transport has none (never for

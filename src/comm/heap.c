@@ -33,8 +33,6 @@ size_t comm_sym_offset(const comm_ctx *ctx, const void *sym)
     return (size_t)(p - ctx->my_heap);
 }
 
-size_t comm_heap_used(const comm_ctx *ctx) { return ctx->heap_used; }
-
 void *comm_ptr(const comm_ctx *ctx, const void *sym, int pe)
 {
     size_t offset = comm_sym_offset(ctx, sym);

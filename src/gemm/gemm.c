@@ -94,8 +94,6 @@ void gemm_b_free(gemm_b *b)
     free(b);
 }
 
-int64_t gemm_b_n(const gemm_b *b) { return b->N; }
-int64_t gemm_b_k(const gemm_b *b) { return b->K; }
 gemm_isa gemm_b_isa(const gemm_b *b) { return b->isa; }
 
 void gemm_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,

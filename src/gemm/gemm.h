@@ -51,8 +51,6 @@ typedef struct gemm_b gemm_b;
 int gemm_b_prepare(gemm_isa isa, const uint8_t *b, const uint8_t *sb, int64_t N, int64_t K,
                    int64_t ldsb, a2amm_fp8_type type, gemm_b **out, a2amm_error *err);
 void gemm_b_free(gemm_b *b);
-int64_t gemm_b_n(const gemm_b *b);
-int64_t gemm_b_k(const gemm_b *b);
 gemm_isa gemm_b_isa(const gemm_b *b);
 
 /* Rows of A: fp8 values a[i*lda + t] with scale sa[i*ldsa + t/32]. */

@@ -235,7 +235,6 @@ int op_run(const char *dir, const a2amm_shape *s, const op_options *opt_in, op_r
         int cores = pool_cpu_count();
         ra.opt.threads = cores / R > 0 ? cores / R : 1;
     }
-    if (ra.opt.mode == OP_MODE_PERF && ra.opt.iters < 1) ra.opt.iters = 1;
     if (ra.opt.mode != OP_MODE_PERF) ra.opt.iters = 1;
     ra.tm = ra.opt.tile_m < s->M ? ra.opt.tile_m : s->M;
     ra.ntiles = (s->M + ra.tm - 1) / ra.tm;
