@@ -107,6 +107,42 @@ static float *copy_c(const float *c, int64_t count)
 }
 
 /*
+ * The calls that end in bf16: gemm_multiply_store over [0, k1) (then, if
+ * k1 < K, gemm_multiply and gemm_accumulate_store over [k1, K)) on a C full
+ * of garbage: out holds exactly gemm_store_bf16 of `want` (C after the
+ * plain calls) inside [n0, n1), and nothing outside is written.
+ */
+static void check_store(const gemm_b *gb, const problem *p, int64_t ldc, int64_t k1, int64_t n0, int64_t n1,
+                        const float *want)
+{
+    const uint16_t POISON = 0x7FA5;
+    int64_t count = p->rows * ldc;
+    float *c = malloc((size_t)count * sizeof *c);
+    uint16_t *expect = malloc((size_t)count * sizeof *expect), *out = malloc((size_t)count * sizeof *out);
+    for (int64_t i = 0; i < count; i++) c[i] = u2f(0x7FC0DEADu), out[i] = POISON;
+    gemm_store_bf16(want, ldc, p->rows, n0, n1, expect, ldc);
+    gemm_a_slab slab = {p->a, p->sa, p->lda, p->ldsa, p->ta};
+    if (k1 < p->K) {
+        gemm_multiply(gb, &slab, p->rows, 0, k1, n0, n1, c, ldc);
+        gemm_a_slab rest = {p->a + k1, p->sa + k1 / 32, p->lda, p->ldsa, p->ta};
+        gemm_accumulate_store(gb, &rest, p->rows, k1, p->K - k1, n0, n1, c, ldc, out, ldc);
+    } else {
+        gemm_multiply_store(gb, &slab, p->rows, 0, k1, n0, n1, c, ldc, out, ldc);
+    }
+    long bad = 0;
+    for (int64_t i = 0; i < p->rows; i++)
+        for (int64_t n = 0; n < ldc; n++)
+            bad += out[i * ldc + n] != (n >= n0 && n < n1 ? expect[i * ldc + n] : POISON);
+    CHECK(bad == 0, "%s %s [%lld, %lld) rows %lld N %lld K %lld split %lld: %ld bf16 outputs differ from the "
+                    "plain calls + gemm_store_bf16",
+          gemm_isa_name(gemm_b_isa(gb)), k1 < p->K ? "accumulate_store" : "multiply_store", (long long)n0,
+          (long long)n1, (long long)p->rows, (long long)p->N, (long long)p->K, (long long)k1, bad);
+    free(c);
+    free(expect);
+    free(out);
+}
+
+/*
  * gemm_multiply over [n0, n1) on a C full of garbage (NaNs, -0.0f, large
  * values), then gemm_accumulate of the rest of K: the bits of C = 0 and the
  * same accumulates, inside [n0, n1); C untouched outside.
@@ -134,6 +170,7 @@ static void check_multiply_cols(const gemm_b *gb, const problem *p, int64_t ldc,
     CHECK(bad == 0, "%s multiply [%lld, %lld) rows %lld N %lld K %lld split %lld: %ld elements differ from zero + accumulate",
           gemm_isa_name(gemm_b_isa(gb)), (long long)n0, (long long)n1, (long long)p->rows, (long long)p->N,
           (long long)p->K, (long long)ksplit, bad);
+    check_store(gb, p, ldc, k1, n0, n1, want);
     free(want);
     free(got);
 }
@@ -694,10 +731,40 @@ static void test_store_bf16(void)
     free(out);
 }
 
+/* gemm_split: every (row, column) in exactly one task, at most `threads`
+ * tasks, rows cut at multiples of 6 and columns at whole 64-column panels. */
+static void test_split(void)
+{
+    static const int64_t ROWS[] = {1, 5, 6, 191, 383, 384, 512, 700, 2048};
+    static const int64_t COLS[] = {1, 63, 64, 65, 200, 1024, 3584};
+    for (size_t ri = 0; ri < sizeof ROWS / sizeof *ROWS; ri++)
+        for (size_t ci = 0; ci < sizeof COLS / sizeof *COLS; ci++)
+            for (int threads = 1; threads <= 5; threads++) {
+                int64_t rows = ROWS[ri], N = COLS[ci];
+                int count = gemm_split_count(rows, N, threads);
+                unsigned char *seen = calloc((size_t)(rows * N), 1);
+                int cuts_ok = count >= 1 && count <= threads;
+                for (int t = 0; t < count; t++) {
+                    gemm_split p = gemm_split_task(rows, N, threads, t);
+                    cuts_ok &= p.r0 % 6 == 0 && (p.r1 == rows || p.r1 % 6 == 0) && p.n0 % 64 == 0 &&
+                               (p.n1 == N || p.n1 % 64 == 0) && p.r0 < p.r1 && p.n0 < p.n1;
+                    for (int64_t i = p.r0; i < p.r1; i++)
+                        for (int64_t n = p.n0; n < p.n1; n++) seen[i * N + n]++;
+                }
+                long wrong = 0;
+                for (int64_t x = 0; x < rows * N; x++) wrong += seen[x] != 1;
+                CHECK(cuts_ok && wrong == 0, "gemm_split rows %lld N %lld threads %d: %d tasks, cuts %s, %ld "
+                      "elements not covered exactly once", (long long)rows, (long long)N, threads, count,
+                      cuts_ok ? "ok" : "bad", wrong);
+                free(seen);
+            }
+}
+
 int main(void)
 {
     rng_state = 0x2545F4914F6CDD1Dull; /* this test's own sequence */
     test_store_bf16();
+    test_split();
     for (int isa = GEMM_ISA_AVX2; isa < GEMM_ISA_COUNT; isa++) {
         if (!gemm_isa_supported((gemm_isa)isa)) {
             printf("test_gemm: %s not supported here, skipped\n", gemm_isa_name((gemm_isa)isa));

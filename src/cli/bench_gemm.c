@@ -214,20 +214,26 @@ typedef struct a2amm_run {
     pool *pool;
     const gemm_b *b;
     gemm_a_slab slab;
-    int64_t M, N, K, chunk;
-    int ntasks;
+    int64_t M, N, K;
+    int threads, ntasks;
     float *c;
     uint16_t *out;
+    int fp32; /* instead: C = A*B in fp32 (gemm_multiply), for the check */
 } a2amm_run;
 
-/* One thread's whole 64-column panels: C = A*B over all of K (gemm_multiply:
- * C = 0, C += A*B in one pass), then the bf16 store of those columns. */
+/* One thread's share (gemm_split_task, as the op splits): bf16(A*B) over all
+ * of K (gemm_multiply_store: the last K chunk rounds its sums straight to
+ * bf16); or, for the check, C = A*B in fp32 (untimed). */
 static void a2amm_task(void *arg, int task)
 {
     const a2amm_run *r = arg;
-    int64_t n0 = task * r->chunk, n1 = n0 + r->chunk < r->N ? n0 + r->chunk : r->N;
-    gemm_multiply(r->b, &r->slab, r->M, 0, r->K, n0, n1, r->c, r->N);
-    gemm_store_bf16(r->c, r->N, r->M, n0, n1, r->out, r->N);
+    gemm_split p = gemm_split_task(r->M, r->N, r->threads, task);
+    gemm_a_slab slab = r->slab;
+    slab.a += p.r0 * slab.lda;
+    slab.sa += p.r0 * slab.ldsa;
+    float *c = r->c + p.r0 * r->N;
+    if (r->fp32) gemm_multiply(r->b, &slab, p.r1 - p.r0, 0, r->K, p.n0, p.n1, c, r->N);
+    else gemm_multiply_store(r->b, &slab, p.r1 - p.r0, 0, r->K, p.n0, p.n1, c, r->N, r->out + p.r0 * r->N, r->N);
 }
 
 static int a2amm_matmul(void *ctx, a2amm_error *err)
@@ -587,12 +593,20 @@ static int gemm_time_a2amm(gemm_bench *g, a2amm_error *err)
     rc = gemm_b_prepare(r->isa, g->in.q.b, g->in.q.sb, o->N, o->K, g->in.z.sk, A2AMM_E4M3, &g->b, err);
     if (rc) return rc;
     a2amm_run run = {g->pool, g->b, {g->in.q.a, g->in.q.sa, o->K, g->in.z.ska, A2AMM_E4M3}, o->M, o->N, o->K,
-                     0, 0, g->c, g->out};
-    int64_t chunk = (o->N + o->threads - 1) / o->threads;
-    run.chunk = (chunk + 63) / 64 * 64; /* whole 64-column panels per thread, as the op does */
-    run.ntasks = (int)((o->N + run.chunk - 1) / run.chunk);
+                     0, 0, g->c, g->out, 0};
+    run.threads = o->threads; /* split as the op splits */
+    run.ntasks = gemm_split_count(o->M, o->N, o->threads);
     rc = bench_time_runs(a2amm_matmul, NULL, &run, o->warmup, o->iters, &g->fl, g->t, err);
     if (rc) return rc;
+    /* The fp32 sums the check compares, and the timed bf16 output must be exactly them rounded. */
+    run.fp32 = 1;
+    pool_run(g->pool, a2amm_task, &run, run.ntasks);
+    for (int64_t i = 0; i < o->M * o->N; i++)
+        if (g->out[i] != mx_f32_to_bf16(g->c[i]))
+            return a2amm_fail(err, A2AMM_E_MISMATCH,
+                              "a2amm's bf16 output at row %lld column %lld is 0x%04x, its fp32 sum %g rounds to 0x%04x",
+                              (long long)(i / o->N), (long long)(i % o->N), g->out[i], (double)g->c[i],
+                              mx_f32_to_bf16(g->c[i]));
     const gemm_row *m = &r->rows[ROW_A2AMM];
     row_set(&r->rows[ROW_A2AMM], r, g->t);
     gemm_row *x = &r->rows[ROW_A2AMM_PREP];

@@ -115,3 +115,59 @@ void gemm_multiply(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t 
     for (int64_t i = 0; i < rows; i++) memset(c + i * ldc + n0, 0, (size_t)(n1 - n0) * sizeof *c);
     if (klen > 0) ops->accumulate(b, a, rows, k0, klen, n0, n1, c, ldc);
 }
+
+static void run_store(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen, int64_t n0,
+                      int64_t n1, float *c, int64_t ldc, int overwrite, uint16_t *out, int64_t ldo)
+{
+    if (rows <= 0 || n1 <= n0) return;
+    const gemm_kernel_ops *ops = kernel_ops(b->isa);
+    if (ops->run_store && klen > 0) {
+        ops->run_store(b, a, rows, k0, klen, n0, n1, c, ldc, overwrite, out, ldo);
+        return;
+    }
+    if (overwrite) gemm_multiply(b, a, rows, k0, klen, n0, n1, c, ldc);
+    else gemm_accumulate(b, a, rows, k0, klen, n0, n1, c, ldc);
+    gemm_store_bf16(c, ldc, rows, n0, n1, out, ldo);
+}
+
+void gemm_accumulate_store(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
+                           int64_t n0, int64_t n1, float *c, int64_t ldc, uint16_t *out, int64_t ldo)
+{
+    run_store(b, a, rows, k0, klen, n0, n1, c, ldc, 0, out, ldo);
+}
+
+void gemm_multiply_store(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
+                         int64_t n0, int64_t n1, float *c, int64_t ldc, uint16_t *out, int64_t ldo)
+{
+    run_store(b, a, rows, k0, klen, n0, n1, c, ldc, 1, out, ldo);
+}
+
+/* Rows per thread from which splitting by rows pays: one full block of packed A rows. */
+enum { SPLIT_ROWS_MIN = 192, SPLIT_ROW_UNIT = 6, SPLIT_COL_UNIT = 64 };
+
+static int split_by_rows(int64_t rows, int threads) { return rows >= (int64_t)threads * SPLIT_ROWS_MIN; }
+
+static int64_t split_chunk(int64_t total, int threads, int64_t unit)
+{
+    int64_t chunk = (total + threads - 1) / threads;
+    return (chunk + unit - 1) / unit * unit;
+}
+
+int gemm_split_count(int64_t rows, int64_t N, int threads)
+{
+    if (threads < 1 || rows < 1 || N < 1) return 1;
+    int by_rows = split_by_rows(rows, threads);
+    int64_t total = by_rows ? rows : N, chunk = split_chunk(total, threads, by_rows ? SPLIT_ROW_UNIT : SPLIT_COL_UNIT);
+    return (int)((total + chunk - 1) / chunk);
+}
+
+gemm_split gemm_split_task(int64_t rows, int64_t N, int threads, int task)
+{
+    if (threads < 1) threads = 1;
+    if (split_by_rows(rows, threads)) {
+        int64_t chunk = split_chunk(rows, threads, SPLIT_ROW_UNIT), r0 = task * chunk;
+        return (gemm_split){r0, r0 + chunk < rows ? r0 + chunk : rows, 0, N};
+    }
+    int64_t chunk = split_chunk(N, threads, SPLIT_COL_UNIT), n0 = task * chunk;
+    return (gemm_split){0, rows, n0, n0 + chunk < N ? n0 + chunk : N};
+}

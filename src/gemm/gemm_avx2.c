@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/scratch.h"
 #include "gemm/gemm_exact.h"
 #include "gemm/gemm_internal.h"
 #include "mx/mx.h"
@@ -304,14 +305,12 @@ static void avx2_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t rows,
     a_block blk;
     blk.capacity = (rows < MC ? rows : MC) + MR - 1;
     blk.capacity -= blk.capacity % MR;
-    blk.rows = aligned_alloc(64, (size_t)(blk.capacity * KC) * sizeof *blk.rows);
-    blk.state = malloc((size_t)(blk.capacity * KC_BLOCKS) * sizeof *blk.state);
+    blk.rows = scratch_get(0, (size_t)(blk.capacity * KC) * sizeof *blk.rows);
+    blk.state = scratch_get(1, (size_t)(blk.capacity * KC_BLOCKS) * sizeof *blk.state);
     /* Out of memory: one tile at a time, on the stack (the same bits, slower). */
     float tile_space[TILE_FLOATS] __attribute__((aligned(64)));
     int16_t state_space[MR * KC_BLOCKS];
     if (!blk.rows || !blk.state) {
-        free(blk.rows);
-        free(blk.state);
         blk = (a_block){.rows = tile_space, .state = state_space, .capacity = MR};
     }
     int64_t mc = blk.capacity;
@@ -328,12 +327,8 @@ static void avx2_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t rows,
             if (any_exact) gemm_exact_fixup(&job, ic, ic + mcl, j0, j0 + nblk, blk.state, KC_BLOCKS);
         }
     }
-    if (blk.rows != tile_space) {
-        free(blk.rows);
-        free(blk.state);
-    }
 }
 
-static const gemm_kernel_ops AVX2_OPS = {avx2_prepare, avx2_release, avx2_accumulate, NULL};
+static const gemm_kernel_ops AVX2_OPS = {avx2_prepare, avx2_release, avx2_accumulate, NULL, NULL};
 
 const gemm_kernel_ops *gemm_avx2_ops_get(void) { return &AVX2_OPS; }

@@ -36,6 +36,8 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/scratch.h"
+#include "gemm/gemm_bf16_round.h"
 #include "gemm/gemm_exact.h"
 #include "gemm/gemm_internal.h"
 #include "mx/mx.h"
@@ -260,6 +262,8 @@ typedef struct tile_args {
     float *spill; /* then the sums go to spill[MR][NR] instead */
     int64_t ldc;
     int overwrite; /* C = +0.0f + acc (C's old contents unread): the bits of C = 0, C += acc */
+    uint16_t *out; /* or NULL; else out = bf16(C + acc) at the tile's first row, and C is not written */
+    int64_t ldo;
     /* Lines to prefetch into L2, one per PREFETCH_KPAIRS K-pairs: [prefetch, prefetch_end). */
     const char *prefetch, *prefetch_end;
 } tile_args;
@@ -276,14 +280,15 @@ AVX512_INLINE void tile_kernel(const int rows, const tile_args *t)
         for (int g = 0; g < 4; g++) acc[r][g] = _mm512_setzero_ps();
     const uint32_t *a = t->a;
     const __m512i *b = (const __m512i *)t->b;
-    if (c && !t->overwrite) /* C's lines, for the end */
+    const int reads_c = c && !t->overwrite, writes_c = c && !t->out;
+    if (reads_c) /* C's lines, for the end */
 #pragma GCC unroll 8
         for (int r = 0; r < rows; r++)
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) _mm_prefetch((const char *)(c + r * ldc + 16 * g), _MM_HINT_T0);
     const char *prefetch = t->prefetch;
     /* C's lines again near the end, one per step: B's stream has pushed them out of L1 by then. */
-    const int64_t c_lines = c ? rows * 4 : 0;
+    const int64_t c_lines = reads_c || writes_c ? rows * 4 : 0;
     int64_t c_line = c_lines - (kpairs + PREFETCH_KPAIRS - 1) / PREFETCH_KPAIRS;
     for (int64_t kp = 0; kp < kpairs; kp += PREFETCH_KPAIRS, c_line++) {
         if (prefetch < t->prefetch_end) {
@@ -305,7 +310,18 @@ AVX512_INLINE void tile_kernel(const int rows, const tile_args *t)
             }
         }
     }
-    if (c && t->overwrite) {
+    if (c && t->out) {
+        uint16_t *out = t->out;
+        const int64_t ldo = t->ldo;
+#pragma GCC unroll 8
+        for (int r = 0; r < rows; r++)
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                __m512 sum = t->overwrite ? _mm512_add_ps(_mm512_setzero_ps(), acc[r][g])
+                                          : _mm512_add_ps(_mm512_loadu_ps(c + r * ldc + 16 * g), acc[r][g]);
+                _mm256_storeu_si256((__m256i *)(out + r * ldo + 16 * g), gemm_bf16_round16(sum));
+            }
+    } else if (c && t->overwrite) {
 #pragma GCC unroll 8
         for (int r = 0; r < rows; r++)
 #pragma GCC unroll 4
@@ -356,29 +372,47 @@ static const uint32_t *mask_tile(const a_block *blk, int64_t t, int64_t nr, int6
     return copy;
 }
 
-/* Runs the panels [p0, p1] x columns [n0, n1) of one K chunk for the packed rows of blk. */
+/*
+ * Whether panel p's blocks of the chunk at K-block kb leave work to the
+ * exact path; *clean: whether every packed row folds against all of them
+ * (else the tiles must be masked).
+ */
+static int panel_needs_exact(const avx512_b *pb, const a_block *blk, int64_t kb, int64_t nblk, int64_t p,
+                             int pair_lo, int pair_hi, int *clean)
+{
+    const gemm_panel_info *info = pb->info + kb * pb->npanels + p;
+    int unfoldable = 0;
+    *clean = 1;
+    for (int64_t j = 0; j < nblk; j++) {
+        gemm_panel_info pi = info[j * pb->npanels];
+        if (!pi.ok)
+            unfoldable = 1;
+        else if (blk->min_scale[j] + pi.smin < pair_lo || blk->max_scale[j] + pi.smax > pair_hi)
+            *clean = 0;
+    }
+    return unfoldable || !*clean;
+}
+
+/*
+ * Runs the panels [p0, p1] x columns [n0, n1) of one K chunk for the packed
+ * rows of blk. With out, the chunk must need no exact work: the sums go
+ * rounded to out (at the block's first row), not to C.
+ */
 static void run_panels(const avx512_b *pb, const gemm_b *b, const a_block *blk, int64_t rows, int64_t kb,
                        int64_t nblk, int64_t p0, int64_t p1, int64_t n0, int64_t n1, int pair_lo, int pair_hi,
-                       float *c, int64_t ldc, int overwrite, int *any_exact)
+                       float *c, int64_t ldc, int overwrite, uint16_t *out, int64_t ldo, int *any_exact)
 {
     uint32_t masked[TILE_DWORDS] __attribute__((aligned(64)));
     float spill[MR * NR] __attribute__((aligned(64)));
     int64_t npanels = pb->npanels;
     for (int64_t p = p0; p <= p1; p++) {
         const gemm_panel_info *info = pb->info + kb * npanels + p;
-        int clean = 1;
-        for (int64_t j = 0; j < nblk; j++) {
-            gemm_panel_info pi = info[j * npanels];
-            if (!pi.ok)
-                *any_exact = 1;
-            else if (blk->min_scale[j] + pi.smin < pair_lo || blk->max_scale[j] + pi.smax > pair_hi)
-                clean = 0;
-        }
-        *any_exact |= !clean;
+        int clean;
+        *any_exact |= panel_needs_exact(pb, blk, kb, nblk, p, pair_lo, pair_hi, &clean);
         int64_t cb = p * NR > n0 ? p * NR : n0, ce = (p + 1) * NR < n1 ? (p + 1) * NR : n1;
         int full = cb == p * NR && ce == (p + 1) * NR;
         tile_args ta = {NULL,      pb->packed + (p * b->K + kb * 32) * NR, nblk * 16, NULL, spill, ldc,
-                        overwrite, NULL,                                  NULL};
+                        overwrite, NULL, ldo, NULL, NULL};
         /* The next panel's chunk, spread over this panel's tiles. */
         const char *next = (const char *)(ta.b + (p < p1 ? b->K * NR : 0));
         const char *next_end = next + (p < p1 ? nblk * 16 * NR * sizeof(uint32_t) : 0);
@@ -390,12 +424,14 @@ static void run_panels(const avx512_b *pb, const gemm_b *b, const a_block *blk, 
             ta.a = clean ? blk->rows + t * TILE_DWORDS
                          : mask_tile(blk, t, nr, nblk, info, npanels, pair_lo, pair_hi, masked);
             ta.c = full ? c + r0 * ldc + p * NR : NULL;
+            ta.out = full && out ? out + r0 * ldo + p * NR : NULL;
             TILE_KERNELS[nr](&ta);
             if (!full) {
                 for (int64_t r = 0; r < nr; r++)
                     for (int64_t n = cb; n < ce; n++) {
                         float *q = c + (r0 + r) * ldc + n;
                         *q = (overwrite ? 0.0f : *q) + spill[r * NR + n - p * NR];
+                        if (out) out[(r0 + r) * ldo + n] = mx_f32_to_bf16(*q);
                     }
             }
         }
@@ -408,7 +444,7 @@ static void run_panels(const avx512_b *pb, const gemm_b *b, const a_block *blk, 
  * panel's B chunk serves the block's 32 tiles from L2.
  */
 static void avx512_run(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen, int64_t n0,
-                       int64_t n1, float *c, int64_t ldc, int overwrite)
+                       int64_t n1, float *c, int64_t ldc, int overwrite, uint16_t *out, int64_t ldo)
 {
     const avx512_b *pb = b->data;
     const fold_table *table = &pb->table[a->type];
@@ -417,14 +453,12 @@ static void avx512_run(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int6
     a_block blk;
     blk.capacity = (rows < MC ? rows : MC) + MR - 1;
     blk.capacity -= blk.capacity % MR;
-    blk.rows = aligned_alloc(64, (size_t)(blk.capacity * KC_PAIRS) * sizeof *blk.rows);
-    blk.state = malloc((size_t)(blk.capacity * KC_BLOCKS) * sizeof *blk.state);
+    blk.rows = scratch_get(0, (size_t)(blk.capacity * KC_PAIRS) * sizeof *blk.rows);
+    blk.state = scratch_get(1, (size_t)(blk.capacity * KC_BLOCKS) * sizeof *blk.state);
     /* Out of memory: one tile at a time, on the stack (the same bits, slower). */
     uint32_t tile_space[TILE_DWORDS] __attribute__((aligned(64)));
     int16_t state_space[MR * KC_BLOCKS];
     if (!blk.rows || !blk.state) {
-        free(blk.rows);
-        free(blk.state);
         blk = (a_block){.rows = tile_space, .state = state_space, .capacity = MR};
     }
     int64_t mc = blk.capacity;
@@ -434,32 +468,44 @@ static void avx512_run(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int6
         int64_t mcl = rows - ic < mc ? rows - ic : mc;
         for (int64_t kc0 = 0; kc0 < klen; kc0 += KC) {
             int64_t nblk = (klen - kc0 < KC ? klen - kc0 : KC) / 32, j0 = kc0 / 32;
+            int64_t kb = k0 / 32 + j0, p0 = n0 / NR, p1 = (n1 - 1) / NR;
+            int last = kc0 + KC >= klen;
             pack_a(a, table, ic, mcl, j0, nblk, &blk);
             int any_exact = blk.any_unfoldable;
-            run_panels(pb, b, &blk, mcl, k0 / 32 + j0, nblk, n0 / NR, (n1 - 1) / NR, n0, n1, pair_lo, pair_hi,
-                       c + ic * ldc, ldc, overwrite && kc0 == 0, &any_exact);
+            /* The last chunk rounds its sums straight to out, unless the exact path must add to them first. */
+            int fuse_out = out && last && !any_exact, clean;
+            for (int64_t p = p0; fuse_out && p <= p1; p++)
+                fuse_out = !panel_needs_exact(pb, &blk, kb, nblk, p, pair_lo, pair_hi, &clean);
+            run_panels(pb, b, &blk, mcl, kb, nblk, p0, p1, n0, n1, pair_lo, pair_hi, c + ic * ldc, ldc,
+                       overwrite && kc0 == 0, fuse_out ? out + ic * ldo : NULL, ldo, &any_exact);
             if (any_exact) gemm_exact_fixup(&job, ic, ic + mcl, j0, j0 + nblk, blk.state, KC_BLOCKS);
+            if (out && last && !fuse_out) gemm_store_bf16(c + ic * ldc, ldc, mcl, n0, n1, out + ic * ldo, ldo);
         }
-    }
-    if (blk.rows != tile_space) {
-        free(blk.rows);
-        free(blk.state);
     }
 }
 
 static void avx512_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
                               int64_t n0, int64_t n1, float *c, int64_t ldc)
 {
-    avx512_run(b, a, rows, k0, klen, n0, n1, c, ldc, 0);
+    avx512_run(b, a, rows, k0, klen, n0, n1, c, ldc, 0, NULL, 0);
 }
 
 /* The first chunk writes C (+0.0f + its sums) instead of adding to it. */
 static void avx512_multiply(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
                             int64_t n0, int64_t n1, float *c, int64_t ldc)
 {
-    avx512_run(b, a, rows, k0, klen, n0, n1, c, ldc, 1);
+    avx512_run(b, a, rows, k0, klen, n0, n1, c, ldc, 1, NULL, 0);
 }
 
-static const gemm_kernel_ops AVX512_OPS = {avx512_prepare, avx512_release, avx512_accumulate, avx512_multiply};
+/* The last chunk's sums go rounded to out where no exact work is left to add to them. */
+static void avx512_run_store(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
+                             int64_t n0, int64_t n1, float *c, int64_t ldc, int overwrite, uint16_t *out,
+                             int64_t ldo)
+{
+    avx512_run(b, a, rows, k0, klen, n0, n1, c, ldc, overwrite, out, ldo);
+}
+
+static const gemm_kernel_ops AVX512_OPS = {avx512_prepare, avx512_release, avx512_accumulate, avx512_multiply,
+                                           avx512_run_store};
 
 const gemm_kernel_ops *gemm_avx512_ops_get(void) { return &AVX512_OPS; }

@@ -21,6 +21,10 @@ typedef struct gemm_kernel_ops {
     /* C = 0, then accumulate, in one pass (the same bits); NULL: the dispatcher zeroes C and accumulates. */
     void (*multiply)(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
                      int64_t n0, int64_t n1, float *c, int64_t ldc);
+    /* C = 0 (if overwrite) then accumulate, then out = bf16(C) over the region, C left unspecified;
+     * NULL: the dispatcher runs the two and gemm_store_bf16. */
+    void (*run_store)(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
+                      int64_t n0, int64_t n1, float *c, int64_t ldc, int overwrite, uint16_t *out, int64_t ldo);
 } gemm_kernel_ops;
 
 extern const gemm_kernel_ops gemm_ref_ops;

@@ -50,4 +50,4 @@ static void ref_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t rows, 
     }
 }
 
-const gemm_kernel_ops gemm_ref_ops = {ref_prepare, ref_release, ref_accumulate, NULL};
+const gemm_kernel_ops gemm_ref_ops = {ref_prepare, ref_release, ref_accumulate, NULL, NULL};

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include "gemm/gemm.h"
+#include "gemm/gemm_bf16_round.h"
 #include "mx/mx.h"
 
 static void store_scalar(const float *c, int64_t n0, int64_t n1, uint16_t *out)
@@ -17,18 +18,8 @@ static void store_scalar(const float *c, int64_t n0, int64_t n1, uint16_t *out)
 __attribute__((target("avx512f,avx512bw"))) static void store_avx512(const float *c, int64_t n0, int64_t n1,
                                                                     uint16_t *out)
 {
-    const __m512i lsb_mask = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7FFF);
-    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
-    const __m512i quiet = _mm512_set1_epi32(0x0040);
     int64_t n = n0;
-    for (; n + 16 <= n1; n += 16) {
-        __m512i u = _mm512_loadu_si512((const void *)(c + n));
-        __m512i hi = _mm512_srli_epi32(u, 16);
-        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(hi, lsb_mask))), 16);
-        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, quiet));
-        _mm256_storeu_si256((__m256i *)(out + n), _mm512_cvtepi32_epi16(r));
-    }
+    for (; n + 16 <= n1; n += 16) _mm256_storeu_si256((__m256i *)(out + n), gemm_bf16_round16(_mm512_loadu_ps(c + n)));
     store_scalar(c, n, n1, out);
 }
 

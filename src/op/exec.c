@@ -67,36 +67,43 @@ void op_rank_free(op_rank *rk)
 typedef struct tile_job {
     const op_rank *rk;
     gemm_a_slab slab;
-    int64_t rows, k0, chunk;
-    int first; /* the tile's first source: C = product (gemm_multiply), not C += */
+    int64_t rows, k0;
+    int threads;
+    int first;     /* the tile's first source: C = product (gemm_multiply), not C += */
+    uint16_t *out; /* the tile's last source: its bf16 rows of the output (C is then left unspecified) */
 } tile_job;
 
 static void tile_task(void *arg, int task)
 {
     const tile_job *j = arg;
-    int64_t N = j->rk->s->N, n0 = task * j->chunk, n1 = n0 + j->chunk < N ? n0 + j->chunk : N;
-    if (j->first)
-        gemm_multiply(j->rk->b, &j->slab, j->rows, j->k0, j->rk->z->ka, n0, n1, j->rk->c, N);
-    else
-        gemm_accumulate(j->rk->b, &j->slab, j->rows, j->k0, j->rk->z->ka, n0, n1, j->rk->c, N);
+    const gemm_b *b = j->rk->b;
+    int64_t N = j->rk->s->N, ka = j->rk->z->ka;
+    gemm_split p = gemm_split_task(j->rows, N, j->threads, task);
+    gemm_a_slab slab = j->slab;
+    slab.a += p.r0 * slab.lda;
+    slab.sa += p.r0 * slab.ldsa;
+    int64_t rows = p.r1 - p.r0;
+    float *c = j->rk->c + p.r0 * N;
+    uint16_t *out = j->out ? j->out + p.r0 * N : NULL;
+    if (out && j->first) gemm_multiply_store(b, &slab, rows, j->k0, ka, p.n0, p.n1, c, N, out, N);
+    else if (out) gemm_accumulate_store(b, &slab, rows, j->k0, ka, p.n0, p.n1, c, N, out, N);
+    else if (j->first) gemm_multiply(b, &slab, rows, j->k0, ka, p.n0, p.n1, c, N);
+    else gemm_accumulate(b, &slab, rows, j->k0, ka, p.n0, p.n1, c, N);
 }
 
-/* C[rows, :] += rows of source `src` (a, sa with row strides ka / ska); C[rows, :] = them if `first`. */
-static void multiply_source(op_rank *rk, int src, const uint8_t *a, const uint8_t *sa, int64_t rows, int first)
+/*
+ * C[rows, :] += rows of source `src` (a, sa with row strides ka / ska);
+ * C[rows, :] = them for the tile's first source (k == 0). After the last
+ * (k == R - 1) the tile's rows of the output, from row i0, hold bf16(C).
+ */
+static void multiply_source(op_rank *rk, int k, int src, const uint8_t *a, const uint8_t *sa, int64_t i0,
+                            int64_t rows)
 {
     int64_t N = rk->s->N;
     int T = pool_threads(rk->pool);
-    int64_t chunk = (N + T - 1) / T;
-    chunk = (chunk + 63) / 64 * 64; /* whole 64-column panels per thread */
-    int ntasks = (int)((N + chunk - 1) / chunk);
-    tile_job job = {rk, {a, sa, rk->z->ka, rk->z->ska, rk->s->a_type}, rows, src * rk->z->ka, chunk, first};
-    pool_run(rk->pool, tile_task, &job, ntasks);
-}
-
-static void store_tile(op_rank *rk, int64_t i0, int64_t rows)
-{
-    int64_t N = rk->s->N;
-    gemm_store_bf16(rk->c, N, rows, 0, N, rk->out + i0 * N, N);
+    tile_job job = {rk,         {a, sa, rk->z->ka, rk->z->ska, rk->s->a_type}, rows, src * rk->z->ka, T, k == 0,
+                    k == rk->R - 1 ? rk->out + i0 * N : NULL};
+    pool_run(rk->pool, tile_task, &job, gemm_split_count(rows, N, T));
 }
 
 /* The rows of rank `src`'s A that go to `dst`, starting at tile row i0. */
@@ -216,7 +223,7 @@ int op_exec_fused(op_rank *rk, uint64_t epoch, a2amm_error *err)
             }
             comm_set_doing(rk->ctx, "tile %lld/%lld: multiplying the rows of rank %d", (long long)t,
                            (long long)rk->ntiles, src);
-            multiply_source(rk, src, a, sa, rows, k == 0);
+            multiply_source(rk, k, src, a, sa, i0, rows);
         }
         if (put) {
             for (int k = 1; k < rk->R; k++) {
@@ -225,7 +232,6 @@ int op_exec_fused(op_rank *rk, uint64_t epoch, a2amm_error *err)
                 if (rc) return rc;
             }
         }
-        store_tile(rk, i0, rows);
         if (put && t + rk->opt->depth < rk->ntiles) {
             int rc = send_tile(rk, base + (uint64_t)(t + rk->opt->depth), t + rk->opt->depth, err);
             if (rc) return rc;
@@ -247,10 +253,9 @@ int op_exec_local(op_rank *rk, a2amm_error *err)
             /* my own rows are block `me` of my A; the others' are block `src` of xbuf */
             const uint8_t *abase = src == rk->me ? rk->a : rk->xbuf;
             const uint8_t *sbase = src == rk->me ? rk->sa : rk->xbuf_s;
-            multiply_source(rk, src, rows_of(rk, abase, src, i0, z->ka), rows_of(rk, sbase, src, i0, z->ska), rows,
-                            k == 0);
+            multiply_source(rk, k, src, rows_of(rk, abase, src, i0, z->ka), rows_of(rk, sbase, src, i0, z->ska), i0,
+                            rows);
         }
-        store_tile(rk, i0, rows);
     }
     return A2AMM_OK;
 }
