@@ -270,6 +270,7 @@ static int openblas_run(void *ctx, a2amm_error *err) { return bench_openblas_run
 /* ---- The figures ---------------------------------------------------------- */
 
 enum { ROW_A2AMM, ROW_A2AMM_PREP, ROW_ONEDNN, ROW_OPENBLAS, ROW_BF16, ROW_FMA, ROW_COUNT };
+enum { CONTENDERS = 3 }; /* timed in rounds: a2amm, oneDNN, OpenBLAS */
 
 typedef struct gemm_row {
     char label[64];
@@ -309,6 +310,13 @@ static double ratio(const gemm_report *r, int row)
  * fp32 FMA otherwise. */
 static int ceiling_row(const gemm_report *r) { return r->isa == GEMM_ISA_AVX512 ? ROW_BF16 : ROW_FMA; }
 
+/* a2amm's best repetition over the ceiling (itself the best of its probes). */
+static double best_fraction(const gemm_report *r)
+{
+    const gemm_row *a = &r->rows[ROW_A2AMM], *c = &r->rows[ceiling_row(r)];
+    return a->ok && c->ok && a->t.min > 0 ? r->flop / a->t.min / 1e9 / c->gflops : NAN;
+}
+
 static int agrees(const gemm_row *x) { return !x->ok || x->err <= CHECK_LIMIT; }
 
 static void print_table(const gemm_report *r)
@@ -336,6 +344,8 @@ static void print_table(const gemm_report *r)
     double last = ceiling_row(r) == ROW_BF16 ? r->ceil_last.bf16_gflops : r->ceil_last.fma_gflops;
     printf("         the ceiling: the higher of two probes, %.1f GFLOP/s before the contenders and %.1f after%s\n",
            first, last, fabs(first - last) > 0.1 * fmax(first, last) ? " (a busy machine: compare with care)" : "");
+    printf("         at its best repetition %.2f of the ceiling (both then the least disturbed moments)\n",
+           best_fraction(r));
     printf("  threads: %d in each: a2amm's pool, the ceiling probe (a loop per thread), OpenBLAS\n"
            "           (openblas_set_num_threads: %d), oneDNN (OpenMP via %s: %d)\n",
            o->threads, bench_openblas_threads(), r->onednn_threads_how[0] ? r->onednn_threads_how : "-",
@@ -441,6 +451,8 @@ static void print_json(const gemm_report *r)
     bench_json_num("%.6g", r->ceil_last.fma_gflops);
     printf(",\"threads\":%d,\"probe_s\":%.3f},\"fraction_of_ceiling\":", r->ceil.threads, r->ceil.seconds);
     bench_json_num("%.4g", ratio(r, ceiling_row(r)));
+    printf(",\"best_fraction_of_ceiling\":");
+    bench_json_num("%.4g", best_fraction(r));
     printf(",\"fraction_of\":\"%s\",\"check\":{\"samples\":%d,\"limit\":%g,\"a2amm_vs_fp64\":", 
            ceiling_row(r) == ROW_BF16 ? "bf16" : "fma", r->samples, CHECK_LIMIT);
     bench_json_num("%.3g", r->a2amm_vs_fp64);
@@ -509,8 +521,9 @@ typedef struct gemm_bench {
     gemm_inputs in;
     pool *pool;
     bench_flusher fl;
-    double *t; /* one contender's times [iters] */
-    float *c;  /* a2amm's C [M, N] fp32 (kept for the check) */
+    double *t; /* the contenders' times [CONTENDERS][iters] */
+    a2amm_run run;
+    float *c; /* a2amm's C [M, N] fp32 (kept for the check) */
     uint16_t *out;
     gemm_b *b;
     bench_onednn *dn;
@@ -557,7 +570,8 @@ static int gemm_setup(gemm_bench *g, a2amm_error *err)
     g->fl = (bench_flusher){g->pool, NULL, r->flush_bytes};
     if (g->fl.bytes && !(g->fl.buf = calloc(g->fl.bytes, 1)))
         return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the %zu-byte cache-flush buffer", g->fl.bytes);
-    if (!(g->t = calloc((size_t)o->iters, sizeof *g->t))) return a2amm_fail(err, A2AMM_E_NOMEM, "out of memory");
+    if (!(g->t = calloc((size_t)(CONTENDERS * o->iters), sizeof *g->t)))
+        return a2amm_fail(err, A2AMM_E_NOMEM, "out of memory");
     return gemm_inputs_make(o, &g->in, err);
 }
 
@@ -568,17 +582,19 @@ static void gemm_print_header(const gemm_report *r)
            (long long)o->N, (long long)o->K, r->flop / 1e9, o->threads, o->threads == 1 ? "" : "s");
     printf("  inputs: MXFP8 e4m3 x e4m3, Gaussian, seed %d; the peers run on the same values dequantized\n",
            GEMM_SEED);
+    printf("  %d rounds after %d warm-up of each: a round times every contender once, the first one\n"
+           "  changing from round to round, so that a slow phase of the machine hits them alike;\n",
+           o->iters, o->warmup);
     if (r->flush_bytes)
-        printf("  %d repetitions of each after %d warm-up, each after a pass over %.0f MiB to flush the caches\n\n",
-               o->iters, o->warmup, (double)r->flush_bytes / 1048576.0);
+        printf("  each call after a pass over %.0f MiB to flush the caches\n\n", (double)r->flush_bytes / 1048576.0);
     else
-        printf("  %d repetitions of each after %d warm-up, caches not flushed (--no-flush)\n\n", o->iters, o->warmup);
+        printf("  caches not flushed (--no-flush)\n\n");
     fflush(stdout);
 }
 
-/* a2amm: B's preparation timed on its own, then the matmul on a B prepared
- * once. A failure here ends the run. */
-static int gemm_time_a2amm(gemm_bench *g, a2amm_error *err)
+/* a2amm: B's preparation timed on its own, then B prepared once for the
+ * matmul's rounds. A failure here ends the run. */
+static int gemm_setup_a2amm(gemm_bench *g, a2amm_error *err)
 {
     gemm_report *r = &g->r;
     const gemm_opts *o = &r->o;
@@ -592,15 +608,19 @@ static int gemm_time_a2amm(gemm_bench *g, a2amm_error *err)
     r->prep = cli_summarize(g->t, o->iters);
     rc = gemm_b_prepare(r->isa, g->in.q.b, g->in.q.sb, o->N, o->K, g->in.z.sk, A2AMM_E4M3, &g->b, err);
     if (rc) return rc;
-    a2amm_run run = {g->pool, g->b, {g->in.q.a, g->in.q.sa, o->K, g->in.z.ska, A2AMM_E4M3}, o->M, o->N, o->K,
-                     0, 0, g->c, g->out, 0};
-    run.threads = o->threads; /* split as the op splits */
-    run.ntasks = gemm_split_count(o->M, o->N, o->threads);
-    rc = bench_time_runs(a2amm_matmul, NULL, &run, o->warmup, o->iters, &g->fl, g->t, err);
-    if (rc) return rc;
-    /* The fp32 sums the check compares, and the timed bf16 output must be exactly them rounded. */
-    run.fp32 = 1;
-    pool_run(g->pool, a2amm_task, &run, run.ntasks);
+    g->run = (a2amm_run){g->pool, g->b, {g->in.q.a, g->in.q.sa, o->K, g->in.z.ska, A2AMM_E4M3}, o->M, o->N, o->K,
+                         o->threads, gemm_split_count(o->M, o->N, o->threads), g->c, g->out, 0};
+    return A2AMM_OK;
+}
+
+/* After the rounds: a2amm's rows, and the fp32 sums the check compares (the
+ * timed bf16 output must be exactly them rounded). */
+static int gemm_finish_a2amm(gemm_bench *g, const double *t, a2amm_error *err)
+{
+    gemm_report *r = &g->r;
+    const gemm_opts *o = &r->o;
+    g->run.fp32 = 1;
+    pool_run(g->pool, a2amm_task, &g->run, g->run.ntasks);
     for (int64_t i = 0; i < o->M * o->N; i++)
         if (g->out[i] != mx_f32_to_bf16(g->c[i]))
             return a2amm_fail(err, A2AMM_E_MISMATCH,
@@ -608,7 +628,7 @@ static int gemm_time_a2amm(gemm_bench *g, a2amm_error *err)
                               (long long)(i / o->N), (long long)(i % o->N), g->out[i], (double)g->c[i],
                               mx_f32_to_bf16(g->c[i]));
     const gemm_row *m = &r->rows[ROW_A2AMM];
-    row_set(&r->rows[ROW_A2AMM], r, g->t);
+    row_set(&r->rows[ROW_A2AMM], r, t);
     gemm_row *x = &r->rows[ROW_A2AMM_PREP];
     x->ok = 1;
     x->t = (cli_summary){m->t.min + r->prep.min, m->t.median + r->prep.median, m->t.max + r->prep.max};
@@ -618,37 +638,61 @@ static int gemm_time_a2amm(gemm_bench *g, a2amm_error *err)
 
 /* oneDNN on bf16 copies of the same values. A failure is reported in its
  * row; the run goes on. */
-static void gemm_time_onednn(gemm_bench *g)
+static int gemm_setup_onednn(gemm_bench *g, a2amm_error *err)
 {
     gemm_report *r = &g->r;
     const gemm_opts *o = &r->o;
-    a2amm_error err = {0, ""};
     uint16_t *abf = to_bf16(g->in.af, (size_t)(o->M * o->K), &r->bf16_inexact);
     uint16_t *bbf = to_bf16(g->in.bf, (size_t)(o->N * o->K), &r->bf16_inexact);
-    int rc = abf && bbf ? bench_onednn_create(abf, bbf, o->M, o->N, o->K, o->threads, &g->dn, &err)
-                        : a2amm_fail(&err, A2AMM_E_NOMEM, "cannot allocate the bf16 inputs");
+    int rc = abf && bbf ? bench_onednn_create(abf, bbf, o->M, o->N, o->K, o->threads, &g->dn, err)
+                        : a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the bf16 inputs");
     free(abf);
     free(bbf);
     if (!rc) {
         snprintf(r->onednn_impl, sizeof r->onednn_impl, "%s", bench_onednn_impl(g->dn));
         snprintf(r->onednn_threads_how, sizeof r->onednn_threads_how, "%s", bench_onednn_threads_how(g->dn));
         r->onednn_threads = bench_onednn_threads(g->dn);
-        rc = bench_time_runs(onednn_run, NULL, g->dn, o->warmup, o->iters, &g->fl, g->t, &err);
     }
-    if (!rc) row_set(&r->rows[ROW_ONEDNN], r, g->t);
-    else row_fail(&r->rows[ROW_ONEDNN], &err);
+    return rc;
 }
 
 /* OpenBLAS sgemm on the fp32 values; like oneDNN, a failure stays in its row. */
-static void gemm_time_openblas(gemm_bench *g)
+static int gemm_setup_openblas(gemm_bench *g, a2amm_error *err)
+{
+    const gemm_opts *o = &g->r.o;
+    return bench_openblas_create(g->in.af, g->in.bf, o->M, o->N, o->K, o->threads, &g->ob, err);
+}
+
+/*
+ * The contenders, timed in interleaved rounds (each round one call of each,
+ * after a flush), so that a slow phase of the shared machine hits them
+ * alike. A peer that cannot be set up or fails keeps its reason in its row;
+ * a2amm's failure ends the run.
+ */
+static int gemm_time_contenders(gemm_bench *g, a2amm_error *err)
 {
     gemm_report *r = &g->r;
     const gemm_opts *o = &r->o;
-    a2amm_error err = {0, ""};
-    int rc = bench_openblas_create(g->in.af, g->in.bf, o->M, o->N, o->K, o->threads, &g->ob, &err);
-    if (!rc) rc = bench_time_runs(openblas_run, NULL, g->ob, o->warmup, o->iters, &g->fl, g->t, &err);
-    if (!rc) row_set(&r->rows[ROW_OPENBLAS], r, g->t);
-    else row_fail(&r->rows[ROW_OPENBLAS], &err);
+    int rc = gemm_setup_a2amm(g, err);
+    if (rc) return rc;
+    bench_contender c[CONTENDERS] = {{a2amm_matmul, NULL, &g->run, g->t, 0, {0, ""}},
+                                     {onednn_run, NULL, NULL, g->t + o->iters, 0, {0, ""}},
+                                     {openblas_run, bench_openblas_idle, NULL, g->t + 2 * o->iters, 0, {0, ""}}};
+    c[1].rc = gemm_setup_onednn(g, &c[1].err);
+    c[1].ctx = g->dn;
+    c[2].rc = gemm_setup_openblas(g, &c[2].err);
+    c[2].ctx = g->ob;
+    bench_time_interleaved(c, CONTENDERS, o->warmup, o->iters, &g->fl);
+    if (c[0].rc) {
+        *err = c[0].err;
+        return c[0].rc;
+    }
+    static const int ROW_OF[CONTENDERS] = {ROW_A2AMM, ROW_ONEDNN, ROW_OPENBLAS};
+    for (int i = 1; i < CONTENDERS; i++) {
+        if (c[i].rc) row_fail(&r->rows[ROW_OF[i]], &c[i].err);
+        else row_set(&r->rows[ROW_OF[i]], r, c[i].t);
+    }
+    return gemm_finish_a2amm(g, c[0].t, err);
 }
 
 /* The ceiling rows: the peak of the two probes. */
@@ -721,9 +765,7 @@ int cmd_bench_gemm(int argc, char **argv)
     /* The ceiling before any library has threads of its own, and again at
      * the end: on a shared machine the less disturbed probe counts. */
     if (!rc) rc = bench_ceiling_measure(o->threads, CEILING_PROBE_S, &g.r.ceil_first, &err);
-    if (!rc) rc = gemm_time_a2amm(&g, &err);
-    if (!rc) gemm_time_onednn(&g);
-    if (!rc) gemm_time_openblas(&g);
+    if (!rc) rc = gemm_time_contenders(&g, &err);
     if (!rc) rc = bench_ceiling_measure(o->threads, CEILING_PROBE_S, &g.r.ceil_last, &err);
     if (!rc) {
         gemm_set_ceiling(&g.r);

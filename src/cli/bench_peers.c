@@ -209,6 +209,14 @@ int bench_openblas_run(bench_openblas *o, a2amm_error *err)
 
 const float *bench_openblas_result(const bench_openblas *o) { return o->c; }
 
+int blas_thread_shutdown_(void); /* OpenBLAS's own, exported; used at fork */
+
+void bench_openblas_idle(void *ctx)
+{
+    (void)ctx;
+    blas_thread_shutdown_();
+}
+
 void bench_openblas_free(bench_openblas *o)
 {
     if (!o) return;

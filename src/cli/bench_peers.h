@@ -46,6 +46,13 @@ int bench_openblas_create(const float *a, const float *bt, int64_t M, int64_t N,
                           bench_openblas **out, a2amm_error *err);
 int bench_openblas_run(bench_openblas *o, a2amm_error *err);
 const float *bench_openblas_result(const bench_openblas *o);
+/*
+ * Stops OpenBLAS's worker threads, which otherwise spin (sched_yield) for
+ * about 2^28 cycles after each call and take half a core from whatever runs
+ * next (measured: a2amm's next call 2x slower); the next call starts them
+ * again.
+ */
+void bench_openblas_idle(void *ctx);
 void bench_openblas_free(bench_openblas *o);
 /* The kernel OpenBLAS chose ("Haswell"), the OPENBLAS_CORETYPE it was given
  * (NULL when unset), and its build configuration line. */

@@ -39,6 +39,25 @@ int bench_time_runs(bench_run_fn run, bench_reset_fn reset, void *ctx, int warmu
     return A2AMM_OK;
 }
 
+void bench_time_interleaved(bench_contender *c, int n, int warmup, int iters, bench_flusher *fl)
+{
+    for (int i = 0; i < n; i++)
+        for (int w = 0; w < warmup && !c[i].rc; w++) {
+            c[i].rc = c[i].run(c[i].ctx, &c[i].err);
+            if (c[i].after) c[i].after(c[i].ctx);
+        }
+    for (int it = 0; it < iters; it++)
+        for (int k = 0; k < n; k++) {
+            bench_contender *x = &c[(it + k) % n];
+            if (x->rc) continue;
+            bench_flush_caches(fl);
+            double t0 = cli_now();
+            x->rc = x->run(x->ctx, &x->err);
+            x->t[it] = cli_now() - t0;
+            if (x->after) x->after(x->ctx);
+        }
+}
+
 void bench_json_str(const char *s)
 {
     putchar('"');

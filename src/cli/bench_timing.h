@@ -28,6 +28,25 @@ typedef void (*bench_reset_fn)(void *ctx);
 int bench_time_runs(bench_run_fn run, bench_reset_fn reset, void *ctx, int warmup, int iters, bench_flusher *fl,
                     double *t, a2amm_error *err);
 
+/* One contender of an interleaved timing: its call, its times [iters], and
+ * its first failure (after which it is left out of the rounds). */
+typedef struct bench_contender {
+    bench_run_fn run;
+    bench_reset_fn after; /* or NULL: untimed, after each call (e.g. to stop a peer's spinning threads) */
+    void *ctx;
+    double *t;
+    int rc;
+    a2amm_error err;
+} bench_contender;
+
+/*
+ * `warmup` untimed calls of each contender, then `iters` rounds, each
+ * timing every contender still without failure once, after a cache flush,
+ * starting with a different one every round. On a shared machine a slow
+ * phase then hits every contender alike, and their ratios stay fair.
+ */
+void bench_time_interleaved(bench_contender *c, int n, int warmup, int iters, bench_flusher *fl);
+
 /* Prints s as a JSON string; a number with fmt, or null when not finite. */
 void bench_json_str(const char *s);
 void bench_json_num(const char *fmt, double v);
