@@ -48,6 +48,8 @@ expect_output "says how many threads" "threads: 2 in each"
 expect_output "says oneDNN's implementation" "oneDNN: 2."
 expect_output "says which OpenBLAS core ran" "OpenBLAS: core "
 expect_output "says the caches were flushed" "to flush the caches"
+expect_output "says the contenders run in interleaved rounds" "2 rounds after 1 warm-up of each"
+expect_output "gives the best repetition's fraction" "at its best repetition"
 expect_output "says how the ceiling was taken" "the higher of two probes"
 expect_output "agreement line" "agreement on 256 sampled elements"
 expect_output "a2amm agrees with fp64" "a2amm vs fp64"
@@ -86,6 +88,7 @@ check "json has the ceiling and the fraction" json_ok "$SCRATCH/j.json" \
     'd["ceiling"]["fma_gflops"] is None or d["ceiling"]["fma_gflops"] > 0' \
     'd["ceiling"]["threads"] == 3' 'd["fraction_of"] in ("bf16", "fma")' \
     'd["fraction_of_ceiling"] is None or d["fraction_of_ceiling"] > 0' \
+    'd["fraction_of_ceiling"] is None or d["best_fraction_of_ceiling"] >= d["fraction_of_ceiling"]' \
     '"bf16_gflops" in d["ceiling"] and "bf16_instruction" in d["ceiling"]' \
     'd["ceiling"]["fma_gflops"] is None or d["ceiling"]["fma_gflops"] == max(d["ceiling"]["fma_gflops_first"], d["ceiling"]["fma_gflops_last"])'
 check "json names the ISA and the peers' setup" json_ok "$SCRATCH/j.json" \

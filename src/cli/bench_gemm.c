@@ -676,7 +676,7 @@ static int gemm_time_contenders(gemm_bench *g, a2amm_error *err)
     int rc = gemm_setup_a2amm(g, err);
     if (rc) return rc;
     bench_contender c[CONTENDERS] = {{a2amm_matmul, NULL, &g->run, g->t, 0, {0, ""}},
-                                     {onednn_run, NULL, NULL, g->t + o->iters, 0, {0, ""}},
+                                     {onednn_run, bench_onednn_idle, NULL, g->t + o->iters, 0, {0, ""}},
                                      {openblas_run, bench_openblas_idle, NULL, g->t + 2 * o->iters, 0, {0, ""}}};
     c[1].rc = gemm_setup_onednn(g, &c[1].err);
     c[1].ctx = g->dn;

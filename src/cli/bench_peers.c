@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/error.h"
 
@@ -31,6 +32,8 @@ static int dnnl_failed(a2amm_error *err, dnnl_status_t st, const char *what)
     return a2amm_fail(err, A2AMM_E_SYS, "oneDNN: %s failed (status %d%s)", what, (int)st,
                       st == dnnl_unimplemented ? ": no implementation for bf16 matmul on this CPU" : "");
 }
+
+enum { ONEDNN_SETTLE_NS = 30000000 }; /* longer than libgomp's default spin (measured) */
 
 #define DNNL_TRY(call, what)                                   \
     do {                                                       \
@@ -205,6 +208,13 @@ int bench_openblas_run(bench_openblas *o, a2amm_error *err)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, o->M, o->N, o->K, 1.0f, o->a, o->K, o->bt, o->K, 0.0f,
                 o->c, o->N);
     return A2AMM_OK;
+}
+
+void bench_onednn_idle(void *ctx)
+{
+    (void)ctx;
+    struct timespec settle = {0, ONEDNN_SETTLE_NS};
+    nanosleep(&settle, NULL);
 }
 
 const float *bench_openblas_result(const bench_openblas *o) { return o->c; }

@@ -38,6 +38,13 @@ void bench_onednn_free(bench_onednn *o);
 const char *bench_onednn_version(void);
 
 /* ---- OpenBLAS: C[M,N] = A[M,K] x B, sgemm on fp32 ------------------------ */
+/*
+ * Waits until oneDNN's OpenMP workers sleep: libgomp spins them (300,000
+ * rounds by default) after each parallel region, taking a core from whatever
+ * runs next; they cannot be told to stop from here.
+ */
+void bench_onednn_idle(void *ctx);
+
 typedef struct bench_openblas bench_openblas;
 
 /* a is A [M, K] fp32 row-major, bt is B transposed [N, K]; both are used in
