@@ -52,7 +52,7 @@ expect_output "says the contenders run in interleaved rounds" "2 rounds after 1 
 expect_output "gives the best repetition's fraction" "at its best repetition"
 expect_output "says how the ceiling was taken" "the higher of two probes"
 expect_output "agreement line" "agreement on 256 sampled elements"
-expect_output "a2amm agrees with fp64" "a2amm vs fp64"
+expect_output "a2amm agrees with fp64" "a2amm fp32 vs fp64"
 check "no peer disagrees" bash -c "! grep -q DISAGREES '$SCRATCH/out'"
 check "no warning" bash -c "! grep -q WARNING '$SCRATCH/out'"
 check "every contender measured" bash -c "! grep -q ' n/a ' '$SCRATCH/out'"

@@ -737,15 +737,16 @@ static void test_split(void)
 {
     static const int64_t ROWS[] = {1, 5, 6, 191, 383, 384, 512, 700, 2048};
     static const int64_t COLS[] = {1, 63, 64, 65, 200, 1024, 3584};
+    static const int64_t KLEN[] = {32, 4096};
     for (size_t ri = 0; ri < sizeof ROWS / sizeof *ROWS; ri++)
         for (size_t ci = 0; ci < sizeof COLS / sizeof *COLS; ci++)
             for (int threads = 1; threads <= 5; threads++) {
-                int64_t rows = ROWS[ri], N = COLS[ci];
-                int count = gemm_split_count(rows, N, threads);
+                int64_t rows = ROWS[ri], N = COLS[ci], klen = KLEN[(ri + ci + (size_t)threads) % 2];
+                int count = gemm_split_count(rows, N, klen, threads);
                 unsigned char *seen = calloc((size_t)(rows * N), 1);
                 int cuts_ok = count >= 1 && count <= threads;
                 for (int t = 0; t < count; t++) {
-                    gemm_split p = gemm_split_task(rows, N, threads, t);
+                    gemm_split p = gemm_split_task(rows, N, klen, threads, t);
                     cuts_ok &= p.r0 % 6 == 0 && (p.r1 == rows || p.r1 % 6 == 0) && p.n0 % 64 == 0 &&
                                (p.n1 == N || p.n1 % 64 == 0) && p.r0 < p.r1 && p.n0 < p.n1;
                     for (int64_t i = p.r0; i < p.r1; i++)
@@ -753,9 +754,12 @@ static void test_split(void)
                 }
                 long wrong = 0;
                 for (int64_t x = 0; x < rows * N; x++) wrong += seen[x] != 1;
-                CHECK(cuts_ok && wrong == 0, "gemm_split rows %lld N %lld threads %d: %d tasks, cuts %s, %ld "
-                      "elements not covered exactly once", (long long)rows, (long long)N, threads, count,
-                      cuts_ok ? "ok" : "bad", wrong);
+                /* a big problem uses every thread it can: one row block or panel each at least */
+                int64_t units = rows >= threads * 192 ? (rows + 5) / 6 : (N + 63) / 64;
+                int want = (double)rows * (double)N * (double)klen < 2e6 ? 1 : (int)(units < threads ? units : threads);
+                CHECK(cuts_ok && wrong == 0 && count == want, "gemm_split rows %lld N %lld K %lld threads %d: %d tasks "
+                      "(expected %d), cuts %s, %ld elements not covered exactly once", (long long)rows, (long long)N,
+                      (long long)klen, threads, count, want, cuts_ok ? "ok" : "bad", wrong);
                 free(seen);
             }
 }

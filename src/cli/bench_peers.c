@@ -90,7 +90,8 @@ int bench_onednn_create(const uint16_t *a, const uint16_t *bt, int64_t M, int64_
     /* B is [K, N] logically; stored as B^T [N, K], i.e. K innermost: tag ba */
     DNNL_TRY(dnnl_memory_desc_init_by_tag(&b_user_md, 2, b_dims, dnnl_bf16, dnnl_ba), "B descriptor");
     DNNL_TRY(dnnl_memory_desc_init_by_tag(&b_any_md, 2, b_dims, dnnl_bf16, dnnl_format_tag_any), "B (any) descriptor");
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&c_md, 2, c_dims, dnnl_f32, dnnl_ab), "C descriptor");
+    /* bf16 out, as a2amm's: the output a user of the operator wants */
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&c_md, 2, c_dims, dnnl_bf16, dnnl_ab), "C descriptor");
     DNNL_TRY(dnnl_matmul_desc_init(&mm_d, &a_md, &b_any_md, NULL, &c_md), "dnnl_matmul_desc_init");
     DNNL_TRY(dnnl_primitive_desc_create(&pd, &mm_d, NULL, o->engine, NULL), "matmul primitive descriptor");
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl)
@@ -143,7 +144,7 @@ done:
     return rc;
 }
 
-const float *bench_onednn_result(const bench_onednn *o)
+const uint16_t *bench_onednn_result(const bench_onednn *o)
 {
     void *p = NULL;
     return dnnl_memory_get_data_handle(o->c, &p) == dnnl_success ? p : NULL;

@@ -26,7 +26,7 @@ int bench_onednn_create(const uint16_t *a, const uint16_t *bt, int64_t M, int64_
 /* One matmul, waited for. */
 int bench_onednn_run(bench_onednn *o, a2amm_error *err);
 /* The last run's C [M, N] fp32. */
-const float *bench_onednn_result(const bench_onednn *o);
+const uint16_t *bench_onednn_result(const bench_onednn *o); /* C [M, N] bf16 */
 /* oneDNN's name for the implementation it chose ("brg:avx512_core_bf16"). */
 const char *bench_onednn_impl(const bench_onednn *o);
 /* The OpenMP threads oneDNN runs on (as OpenMP reports them), and how that

@@ -144,30 +144,41 @@ void gemm_multiply_store(const gemm_b *b, const gemm_a_slab *a, int64_t rows, in
 
 /* Rows per thread from which splitting by rows pays: one full block of packed A rows. */
 enum { SPLIT_ROWS_MIN = 192, SPLIT_ROW_UNIT = 6, SPLIT_COL_UNIT = 64 };
+/* Below this many multiply-adds one thread does it all: about 10 us of a core, the cost of a wake-up. */
+#define SPLIT_WORK_MIN 2e6
+
+static int split_threads(int64_t rows, int64_t N, int64_t klen, int threads)
+{
+    if (threads < 1 || (double)rows * (double)N * (double)klen < SPLIT_WORK_MIN) return 1;
+    return threads;
+}
 
 static int split_by_rows(int64_t rows, int threads) { return rows >= (int64_t)threads * SPLIT_ROWS_MIN; }
 
-static int64_t split_chunk(int64_t total, int threads, int64_t unit)
+/* Units (row groups or panels) of the split dimension, and how many tasks share them. */
+static int64_t split_units(int64_t total, int by_rows)
 {
-    int64_t chunk = (total + threads - 1) / threads;
-    return (chunk + unit - 1) / unit * unit;
+    int64_t unit = by_rows ? SPLIT_ROW_UNIT : SPLIT_COL_UNIT;
+    return (total + unit - 1) / unit;
 }
 
-int gemm_split_count(int64_t rows, int64_t N, int threads)
+int gemm_split_count(int64_t rows, int64_t N, int64_t klen, int threads)
 {
-    if (threads < 1 || rows < 1 || N < 1) return 1;
+    threads = split_threads(rows, N, klen, threads);
+    if (threads == 1 || rows < 1 || N < 1) return 1;
     int by_rows = split_by_rows(rows, threads);
-    int64_t total = by_rows ? rows : N, chunk = split_chunk(total, threads, by_rows ? SPLIT_ROW_UNIT : SPLIT_COL_UNIT);
-    return (int)((total + chunk - 1) / chunk);
+    int64_t units = split_units(by_rows ? rows : N, by_rows);
+    return (int)(units < threads ? units : threads);
 }
 
-gemm_split gemm_split_task(int64_t rows, int64_t N, int threads, int task)
+gemm_split gemm_split_task(int64_t rows, int64_t N, int64_t klen, int threads, int task)
 {
-    if (threads < 1) threads = 1;
-    if (split_by_rows(rows, threads)) {
-        int64_t chunk = split_chunk(rows, threads, SPLIT_ROW_UNIT), r0 = task * chunk;
-        return (gemm_split){r0, r0 + chunk < rows ? r0 + chunk : rows, 0, N};
-    }
-    int64_t chunk = split_chunk(N, threads, SPLIT_COL_UNIT), n0 = task * chunk;
-    return (gemm_split){0, rows, n0, n0 + chunk < N ? n0 + chunk : N};
+    int tasks = gemm_split_count(rows, N, klen, threads);
+    int by_rows = split_by_rows(rows, split_threads(rows, N, klen, threads));
+    int64_t total = by_rows ? rows : N, unit = by_rows ? SPLIT_ROW_UNIT : SPLIT_COL_UNIT;
+    int64_t units = split_units(total, by_rows);
+    /* units spread evenly: task t takes [t * units / tasks, (t + 1) * units / tasks) */
+    int64_t u0 = task * units / tasks, u1 = (task + 1) * units / tasks;
+    int64_t b = u0 * unit, e = u1 * unit < total ? u1 * unit : total;
+    return by_rows ? (gemm_split){b, e, 0, N} : (gemm_split){0, rows, b, e};
 }

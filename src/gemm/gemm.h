@@ -91,18 +91,19 @@ void gemm_multiply_store(const gemm_b *b, const gemm_a_slab *a, int64_t rows, in
                          int64_t n0, int64_t n1, float *c, int64_t ldc, uint16_t *out, int64_t ldo);
 
 /*
- * How `threads` threads share a matmul of rows x [0, N): task t of
- * gemm_split_count(...) takes rows [r0, r1) x columns [n0, n1). Tall
+ * How `threads` threads share a matmul of rows x [0, N) over klen of K: task
+ * t of gemm_split_count(...) takes rows [r0, r1) x columns [n0, n1). Tall
  * problems split by rows (each thread packs only its own rows of A), short
- * ones by whole 64-column panels (each thread reads only its part of B).
- * The results do not depend on the split.
+ * ones by whole 64-column panels (each thread reads only its part of B),
+ * tiny ones not at all (waking a thread costs more than they do). The
+ * results do not depend on the split.
  */
 typedef struct gemm_split {
     int64_t r0, r1, n0, n1;
 } gemm_split;
 
-int gemm_split_count(int64_t rows, int64_t N, int threads);
-gemm_split gemm_split_task(int64_t rows, int64_t N, int threads, int task);
+int gemm_split_count(int64_t rows, int64_t N, int64_t klen, int threads);
+gemm_split gemm_split_task(int64_t rows, int64_t N, int64_t klen, int threads, int task);
 
 /* out[i][n] = bf16_rne(C[i][n]) for i < rows, n0 <= n < n1. */
 void gemm_store_bf16(const float *c, int64_t ldc, int64_t rows, int64_t n0, int64_t n1,

@@ -78,7 +78,7 @@ static void tile_task(void *arg, int task)
     const tile_job *j = arg;
     const gemm_b *b = j->rk->b;
     int64_t N = j->rk->s->N, ka = j->rk->z->ka;
-    gemm_split p = gemm_split_task(j->rows, N, j->threads, task);
+    gemm_split p = gemm_split_task(j->rows, N, ka, j->threads, task);
     gemm_a_slab slab = j->slab;
     slab.a += p.r0 * slab.lda;
     slab.sa += p.r0 * slab.ldsa;
@@ -103,7 +103,7 @@ static void multiply_source(op_rank *rk, int k, int src, const uint8_t *a, const
     int T = pool_threads(rk->pool);
     tile_job job = {rk,         {a, sa, rk->z->ka, rk->z->ska, rk->s->a_type}, rows, src * rk->z->ka, T, k == 0,
                     k == rk->R - 1 ? rk->out + i0 * N : NULL};
-    pool_run(rk->pool, tile_task, &job, gemm_split_count(rows, N, T));
+    pool_run(rk->pool, tile_task, &job, gemm_split_count(rows, N, rk->z->ka, T));
 }
 
 /* The rows of rank `src`'s A that go to `dst`, starting at tile row i0. */
