@@ -90,7 +90,7 @@ check "json has the ceiling and the fraction" json_ok "$SCRATCH/j.json" \
     'd["fraction_of_ceiling"] is None or d["fraction_of_ceiling"] > 0' \
     'd["fraction_of_ceiling"] is None or d["best_fraction_of_ceiling"] >= d["fraction_of_ceiling"]' \
     '"bf16_gflops" in d["ceiling"] and "bf16_instruction" in d["ceiling"]' \
-    'd["ceiling"]["fma_gflops"] is None or d["ceiling"]["fma_gflops"] == max(d["ceiling"]["fma_gflops_first"], d["ceiling"]["fma_gflops_last"])'
+    'd["ceiling"]["fma_gflops"] is None or d["ceiling"]["fma_gflops"] == max(d["ceiling"]["fma_gflops_first"], d["ceiling"]["fma_gflops_last"], d["ceiling"]["fma_gflops_rounds"])'
 check "json names the ISA and the peers' setup" json_ok "$SCRATCH/j.json" \
     'd["isa"] in ("ref", "avx2", "avx512")' 'd["isa_forced"] is False' \
     'd["onednn"]["version"].startswith("2.") and d["onednn"]["impl"] != ""' 'd["onednn"]["threads"] == 3' \

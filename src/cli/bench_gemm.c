@@ -32,6 +32,7 @@
 #define GEMM_SEED 1
 /* Seconds each ceiling probe (bf16, FMA) runs, twice per benchmark. */
 #define CEILING_PROBE_S 0.2
+#define ROUND_PROBE_S 0.03
 #define CHECK_SAMPLES 256
 /* Every contender multiplies exact products (fp8 values are exact in bf16
  * and fp32) and accumulates in fp32, in its own order: their difference,
@@ -59,7 +60,8 @@ static void gemm_usage(FILE *f)
             "  OpenBLAS sgemm fp32       cblas_sgemm on the dequantized fp32 values\n"
             "  bf16 / fp32 FMA ceiling   a built-in probe: vdpbf16ps and vfmadd231ps with 24\n"
             "                            independent accumulators on every thread, run before\n"
-            "                            and after the others; the higher counts\n"
+            "                            and after the others and briefly in every round; the\n"
+            "                            best counts (a busy moment only slows a probe)\n"
             "The contenders run in rounds: each round times a2amm, oneDNN and OpenBLAS once\n"
             "(the first changing every round, the peers' threads made idle after their\n"
             "calls), so that a slow phase of a shared machine hits them alike; each row\n"
@@ -277,7 +279,7 @@ static int openblas_run(void *ctx, a2amm_error *err) { return bench_openblas_run
 /* ---- The figures ---------------------------------------------------------- */
 
 enum { ROW_A2AMM, ROW_A2AMM_PREP, ROW_ONEDNN, ROW_OPENBLAS, ROW_BF16, ROW_FMA, ROW_COUNT };
-enum { CONTENDERS = 3 }; /* timed in rounds: a2amm, oneDNN, OpenBLAS */
+enum { CONTENDERS = 4 }; /* in rounds: a2amm, oneDNN, OpenBLAS, and a short probe of the ceiling */
 
 typedef struct gemm_row {
     char label[64];
@@ -300,6 +302,8 @@ typedef struct gemm_report {
     cli_summary prep;
     gemm_row rows[ROW_COUNT];
     bench_ceiling ceil_first, ceil_last; /* measured before and after the contenders */
+    bench_ceiling ceil_rounds;           /* the peak of a short probe in every round */
+    int ceil_rounds_n;
     bench_ceiling ceil;                  /* their peak */
     int onednn_threads;
     char onednn_impl[128], onednn_threads_how[64];
@@ -350,8 +354,11 @@ static void print_table(const gemm_report *r)
            ratio(r, ceiling_row(r)), ceiling_row(r) == ROW_BF16 ? "bf16" : "fp32 FMA", r->prep.median * 1e3);
     double first = ceiling_row(r) == ROW_BF16 ? r->ceil_first.bf16_gflops : r->ceil_first.fma_gflops;
     double last = ceiling_row(r) == ROW_BF16 ? r->ceil_last.bf16_gflops : r->ceil_last.fma_gflops;
-    printf("         the ceiling: the higher of two probes, %.1f GFLOP/s before the contenders and %.1f after%s\n",
-           first, last, fabs(first - last) > 0.1 * fmax(first, last) ? " (a busy machine: compare with care)" : "");
+    double rounds = ceiling_row(r) == ROW_BF16 ? r->ceil_rounds.bf16_gflops : r->ceil_rounds.fma_gflops;
+    printf("         the ceiling: the best of the probes, %.1f GFLOP/s before the contenders, %.1f after,\n"
+           "         %.1f in the rounds (one short probe each)%s\n",
+           first, last, rounds,
+           fmin(first, last) < 0.9 * fmax(first, last) ? " (a busy machine: compare with care)" : "");
     printf("         at its best repetition %.2f of the ceiling (both then the least disturbed moments)\n",
            best_fraction(r));
     printf("  threads: %d in each: a2amm's pool, the ceiling probe (a loop per thread), OpenBLAS\n"
@@ -457,6 +464,10 @@ static void print_json(const gemm_report *r)
     bench_json_num("%.6g", r->ceil_first.fma_gflops);
     printf(",\"fma_gflops_last\":");
     bench_json_num("%.6g", r->ceil_last.fma_gflops);
+    printf(",\"bf16_gflops_rounds\":");
+    bench_json_num("%.6g", r->ceil_rounds.bf16_gflops);
+    printf(",\"fma_gflops_rounds\":");
+    bench_json_num("%.6g", r->ceil_rounds.fma_gflops);
     printf(",\"threads\":%d,\"probe_s\":%.3f},\"fraction_of_ceiling\":", r->ceil.threads, r->ceil.seconds);
     bench_json_num("%.4g", ratio(r, ceiling_row(r)));
     printf(",\"best_fraction_of_ceiling\":");
@@ -680,6 +691,18 @@ static int gemm_setup_openblas(gemm_bench *g, a2amm_error *err)
     return bench_openblas_create(g->in.af, g->in.bf, o->M, o->N, o->K, o->threads, &g->ob, err);
 }
 
+/* A short probe of the ceiling in every round: a probe that a busy moment
+ * slows would understate the ceiling; the best of many does not. */
+static int round_probe_run(void *ctx, a2amm_error *err)
+{
+    gemm_report *r = ctx;
+    bench_ceiling c;
+    int rc = bench_ceiling_measure(r->o.threads, ROUND_PROBE_S, &c, err);
+    if (rc) return rc;
+    r->ceil_rounds = r->ceil_rounds_n++ ? bench_ceiling_peak(&r->ceil_rounds, &c) : c;
+    return A2AMM_OK;
+}
+
 /*
  * The contenders, timed in interleaved rounds (each round one call of each,
  * after a flush), so that a slow phase of the shared machine hits them
@@ -694,18 +717,20 @@ static int gemm_time_contenders(gemm_bench *g, a2amm_error *err)
     if (rc) return rc;
     bench_contender c[CONTENDERS] = {{a2amm_matmul, NULL, &g->run, g->t, 0, {0, ""}},
                                      {onednn_run, bench_onednn_idle, NULL, g->t + o->iters, 0, {0, ""}},
-                                     {openblas_run, bench_openblas_idle, NULL, g->t + 2 * o->iters, 0, {0, ""}}};
+                                     {openblas_run, bench_openblas_idle, NULL, g->t + 2 * o->iters, 0, {0, ""}},
+                                     {round_probe_run, NULL, r, g->t + 3 * o->iters, 0, {0, ""}}};
     c[1].rc = gemm_setup_onednn(g, &c[1].err);
     c[1].ctx = g->dn;
     c[2].rc = gemm_setup_openblas(g, &c[2].err);
     c[2].ctx = g->ob;
     bench_time_interleaved(c, CONTENDERS, o->warmup, o->iters, &g->fl);
-    if (c[0].rc) {
-        *err = c[0].err;
-        return c[0].rc;
-    }
-    static const int ROW_OF[CONTENDERS] = {ROW_A2AMM, ROW_ONEDNN, ROW_OPENBLAS};
-    for (int i = 1; i < CONTENDERS; i++) {
+    for (int i = 0; i < CONTENDERS; i += 3) /* a2amm's or the probe's failure ends the run */
+        if (c[i].rc) {
+            *err = c[i].err;
+            return c[i].rc;
+        }
+    static const int ROW_OF[3] = {ROW_A2AMM, ROW_ONEDNN, ROW_OPENBLAS};
+    for (int i = 1; i < 3; i++) {
         if (c[i].rc) row_fail(&r->rows[ROW_OF[i]], &c[i].err);
         else row_set(&r->rows[ROW_OF[i]], r, c[i].t);
     }
@@ -716,6 +741,7 @@ static int gemm_time_contenders(gemm_bench *g, a2amm_error *err)
 static void gemm_set_ceiling(gemm_report *r)
 {
     r->ceil = bench_ceiling_peak(&r->ceil_first, &r->ceil_last);
+    if (r->ceil_rounds_n) r->ceil = bench_ceiling_peak(&r->ceil, &r->ceil_rounds);
     const double gf[2] = {r->ceil.bf16_gflops, r->ceil.fma_gflops};
     const char *what[2] = {r->ceil.bf16_what, r->ceil.fma_what};
     for (int k = 0; k < 2; k++) {
