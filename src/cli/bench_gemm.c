@@ -610,6 +610,9 @@ static void gemm_print_header(const gemm_report *r)
            (long long)o->N, (long long)o->K, r->flop / 1e9, o->threads, o->threads == 1 ? "" : "s");
     printf("  inputs: MXFP8 e4m3 x e4m3, Gaussian, seed %d; the peers run on the same values dequantized\n",
            GEMM_SEED);
+    if (o->threads > pool_cpu_count())
+        printf("  WARNING: %d threads on %d cores: every contender shares cores, the figures say little\n",
+               o->threads, pool_cpu_count());
     printf("  %d rounds after %d warm-up of each: a round times every contender once, the first one\n"
            "  changing from round to round, so that a slow phase of the machine hits them alike;\n",
            o->iters, o->warmup);
@@ -770,6 +773,9 @@ static void gemm_check(gemm_bench *g)
 /* Warnings also go to stderr, so that --json users see them too. */
 static void gemm_warn(const gemm_report *r)
 {
+    if (r->o.json && r->o.threads > pool_cpu_count())
+        fprintf(stderr, "a2amm bench gemm: warning: %d threads on %d cores: the figures say little\n", r->o.threads,
+                pool_cpu_count());
     for (int i = ROW_ONEDNN; i <= ROW_OPENBLAS; i++) {
         const gemm_row *x = &r->rows[i];
         if (!agrees(x))
