@@ -29,7 +29,10 @@
  * pushed them out of L1 by then), and, spread over a panel's tiles, the next
  * panel's B chunk; pack_a prefetches the fp8 rows it will read a few rows
  * ahead. gemm_multiply's first chunk stores +0.0f + its sums without reading
- * C: the bits of C = 0 followed by the accumulate.
+ * C: the bits of C = 0 followed by the accumulate. The *_store calls' last
+ * chunk rounds C + its sums to bf16 in the epilogue and writes only the
+ * output (gemm_bf16_round.h: the bits of gemm_store_bf16), unless the exact
+ * path has blocks to add to that chunk first.
  */
 #include <immintrin.h>
 #include <stdlib.h>
