@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "cli/args.h"
 #include "common/error.h"
 
 /* One probe loop: `iters` trips, returns a sum of its accumulators so the
@@ -93,13 +94,6 @@ __attribute__((target("avx2,fma"))) static double probe_fma_ymm(int64_t iters)
     return t;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ---- Running a probe on T threads at once ------------------------------- */
 
 /* The threads wait until all exist, then start together (go = 1), or give
@@ -125,9 +119,9 @@ static void *probe_thread_main(void *arg)
     int go = t->start->go;
     pthread_mutex_unlock(&t->start->mu);
     if (go < 0) return NULL;
-    t->t0 = now_s();
+    t->t0 = cli_now();
     t->sink = t->p->fn(t->iters);
-    t->t1 = now_s();
+    t->t1 = cli_now();
     return NULL;
 }
 
@@ -172,9 +166,9 @@ static double measure(const probe *p, int threads, double seconds, volatile doub
     int64_t iters = 1 << 12;
     double dt;
     for (;;) {
-        double t0 = now_s();
+        double t0 = cli_now();
         *sink += p->fn(iters);
-        dt = now_s() - t0;
+        dt = cli_now() - t0;
         if (dt > 0.01 || iters > (INT64_C(1) << 40)) break;
         iters *= 2;
     }
@@ -192,7 +186,7 @@ static double measure(const probe *p, int threads, double seconds, volatile doub
 int bench_ceiling_measure(int threads, double seconds, bench_ceiling *out, a2amm_error *err)
 {
     volatile double sink = 0.0;
-    double t0 = now_s();
+    double t0 = cli_now();
     __builtin_cpu_init();
     int avx512 = __builtin_cpu_supports("avx512f");
     int bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
@@ -211,7 +205,7 @@ int bench_ceiling_measure(int threads, double seconds, bench_ceiling *out, a2amm
         out->fma_what = avx512 ? "vfmadd231ps zmm" : "vfmadd231ps ymm";
         if (out->fma_gflops < 0.0) goto no_threads;
     }
-    out->seconds = now_s() - t0;
+    out->seconds = cli_now() - t0;
     return A2AMM_OK;
 no_threads:
     return a2amm_fail(err, A2AMM_E_SYS, "ceiling probe: cannot start %d threads", threads);

@@ -396,25 +396,18 @@ static void json_row(const gemm_report *r, int i)
     const gemm_row *x = &r->rows[i];
     printf("\"%s\":{\"available\":%s", x->key, x->ok ? "true" : "false");
     if (!x->ok) {
-        printf(",\"error\":");
-        bench_json_str(x->why);
+        bench_json_key_str("error", x->why);
     } else {
         if (x->timed) {
-            printf(",\"median_s\":");
-            bench_json_num("%.6g", x->t.median);
-            printf(",\"min_s\":");
-            bench_json_num("%.6g", x->t.min);
-            printf(",\"max_s\":");
-            bench_json_num("%.6g", x->t.max);
+            bench_json_key_num("median_s", "%.6g", x->t.median);
+            bench_json_key_num("min_s", "%.6g", x->t.min);
+            bench_json_key_num("max_s", "%.6g", x->t.max);
         }
-        printf(",\"gflops\":");
-        bench_json_num("%.6g", x->gflops);
-        printf(",\"ratio\":");
-        bench_json_num("%.6g", ratio(r, i));
+        bench_json_key_num("gflops", "%.6g", x->gflops);
+        bench_json_key_num("ratio", "%.6g", ratio(r, i));
     }
     if (i == ROW_ONEDNN || i == ROW_OPENBLAS) {
-        printf(",\"max_rel_err\":");
-        bench_json_num("%.3g", x->ok ? x->err : NAN);
+        bench_json_key_num("max_rel_err", "%.3g", x->ok ? x->err : NAN);
         printf(",\"limit\":%g,\"agrees\":%s", x->limit, x->ok ? (agrees(x) ? "true" : "false") : "null");
     }
 }
@@ -432,46 +425,30 @@ static void print_json(const gemm_report *r)
     json_row(r, ROW_A2AMM_PREP);
     printf("},");
     json_row(r, ROW_ONEDNN);
-    printf(",\"version\":");
-    bench_json_str(bench_onednn_version());
-    printf(",\"impl\":");
-    bench_json_str(r->onednn_impl);
-    printf(",\"threads\":%d,\"threads_how\":", r->onednn_threads);
-    bench_json_str(r->onednn_threads_how);
+    bench_json_key_str("version", bench_onednn_version());
+    bench_json_key_str("impl", r->onednn_impl);
+    printf(",\"threads\":%d", r->onednn_threads);
+    bench_json_key_str("threads_how", r->onednn_threads_how);
     printf("},");
     json_row(r, ROW_OPENBLAS);
-    const char *env = bench_openblas_coretype_env();
-    printf(",\"threads\":%d,\"corename\":", bench_openblas_threads());
-    bench_json_str(bench_openblas_corename());
-    printf(",\"coretype_env\":");
-    if (env) bench_json_str(env);
-    else printf("null");
-    printf(",\"config\":");
-    bench_json_str(bench_openblas_config());
+    printf(",\"threads\":%d", bench_openblas_threads());
+    bench_json_key_str("corename", bench_openblas_corename());
+    bench_json_key_str("coretype_env", bench_openblas_coretype_env());
+    bench_json_key_str("config", bench_openblas_config());
     printf("},\"ceiling\":{\"bf16_gflops\":");
     bench_json_num("%.6g", r->ceil.bf16_gflops);
-    printf(",\"bf16_instruction\":");
-    bench_json_str(r->ceil.bf16_what);
-    printf(",\"fma_gflops\":");
-    bench_json_num("%.6g", r->ceil.fma_gflops);
-    printf(",\"fma_instruction\":");
-    bench_json_str(r->ceil.fma_what);
-    printf(",\"bf16_gflops_first\":");
-    bench_json_num("%.6g", r->ceil_first.bf16_gflops);
-    printf(",\"bf16_gflops_last\":");
-    bench_json_num("%.6g", r->ceil_last.bf16_gflops);
-    printf(",\"fma_gflops_first\":");
-    bench_json_num("%.6g", r->ceil_first.fma_gflops);
-    printf(",\"fma_gflops_last\":");
-    bench_json_num("%.6g", r->ceil_last.fma_gflops);
-    printf(",\"bf16_gflops_rounds\":");
-    bench_json_num("%.6g", r->ceil_rounds.bf16_gflops);
-    printf(",\"fma_gflops_rounds\":");
-    bench_json_num("%.6g", r->ceil_rounds.fma_gflops);
+    bench_json_key_str("bf16_instruction", r->ceil.bf16_what);
+    bench_json_key_num("fma_gflops", "%.6g", r->ceil.fma_gflops);
+    bench_json_key_str("fma_instruction", r->ceil.fma_what);
+    bench_json_key_num("bf16_gflops_first", "%.6g", r->ceil_first.bf16_gflops);
+    bench_json_key_num("bf16_gflops_last", "%.6g", r->ceil_last.bf16_gflops);
+    bench_json_key_num("fma_gflops_first", "%.6g", r->ceil_first.fma_gflops);
+    bench_json_key_num("fma_gflops_last", "%.6g", r->ceil_last.fma_gflops);
+    bench_json_key_num("bf16_gflops_rounds", "%.6g", r->ceil_rounds.bf16_gflops);
+    bench_json_key_num("fma_gflops_rounds", "%.6g", r->ceil_rounds.fma_gflops);
     printf(",\"threads\":%d,\"probe_s\":%.3f},\"fraction_of_ceiling\":", r->ceil.threads, r->ceil.seconds);
     bench_json_num("%.4g", ratio(r, ceiling_row(r)));
-    printf(",\"best_fraction_of_ceiling\":");
-    bench_json_num("%.4g", best_fraction(r));
+    bench_json_key_num("best_fraction_of_ceiling", "%.4g", best_fraction(r));
     printf(",\"fraction_of\":\"%s\",\"check\":{\"samples\":%d,\"limit\":%g,\"a2amm_vs_fp64\":", 
            ceiling_row(r) == ROW_BF16 ? "bf16" : "fma", r->samples, CHECK_LIMIT);
     bench_json_num("%.3g", r->a2amm_vs_fp64);

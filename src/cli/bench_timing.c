@@ -20,25 +20,6 @@ void bench_flush_caches(bench_flusher *f)
 }
 
 
-int bench_time_runs(bench_run_fn run, bench_reset_fn reset, void *ctx, int warmup, int iters, bench_flusher *fl,
-                     double *t, a2amm_error *err)
-{
-    for (int w = 0; w < warmup; w++) {
-        int rc = run(ctx, err);
-        if (reset) reset(ctx);
-        if (rc) return rc;
-    }
-    for (int it = 0; it < iters; it++) {
-        bench_flush_caches(fl);
-        double t0 = cli_now();
-        int rc = run(ctx, err);
-        t[it] = cli_now() - t0;
-        if (reset) reset(ctx);
-        if (rc) return rc;
-    }
-    return A2AMM_OK;
-}
-
 void bench_time_interleaved(bench_contender *c, int n, int warmup, int iters, bench_flusher *fl)
 {
     for (int i = 0; i < n; i++)
@@ -58,6 +39,15 @@ void bench_time_interleaved(bench_contender *c, int n, int warmup, int iters, be
         }
 }
 
+int bench_time_runs(bench_run_fn run, bench_reset_fn reset, void *ctx, int warmup, int iters, bench_flusher *fl,
+                    double *t, a2amm_error *err)
+{
+    bench_contender c = {run, reset, ctx, t, A2AMM_OK, {0, ""}};
+    bench_time_interleaved(&c, 1, warmup, iters, fl);
+    if (c.rc) *err = c.err;
+    return c.rc;
+}
+
 void bench_json_str(const char *s)
 {
     putchar('"');
@@ -73,6 +63,19 @@ void bench_json_str(const char *s)
 void bench_json_num(const char *fmt, double v)
 {
     if (isfinite(v)) printf(fmt, v);
+    else printf("null");
+}
+
+void bench_json_key_num(const char *key, const char *fmt, double v)
+{
+    printf(",\"%s\":", key);
+    bench_json_num(fmt, v);
+}
+
+void bench_json_key_str(const char *key, const char *s)
+{
+    printf(",\"%s\":", key);
+    if (s) bench_json_str(s);
     else printf("null");
 }
 

@@ -147,38 +147,33 @@ enum { SPLIT_ROWS_MIN = 192, SPLIT_ROW_UNIT = 6, SPLIT_COL_UNIT = 64 };
 /* Below this many multiply-adds one thread does it all: about 10 us of a core, the cost of a wake-up. */
 #define SPLIT_WORK_MIN 2e6
 
-static int split_threads(int64_t rows, int64_t N, int64_t klen, int threads)
-{
-    if (threads < 1 || (double)rows * (double)N * (double)klen < SPLIT_WORK_MIN) return 1;
-    return threads;
-}
+/* How a split goes: along rows or columns, in `units` pieces of `unit`, over `tasks` tasks. */
+typedef struct split_plan {
+    int by_rows, tasks;
+    int64_t total, unit, units;
+} split_plan;
 
-static int split_by_rows(int64_t rows, int threads) { return rows >= (int64_t)threads * SPLIT_ROWS_MIN; }
-
-/* Units (row groups or panels) of the split dimension, and how many tasks share them. */
-static int64_t split_units(int64_t total, int by_rows)
+static split_plan split_plan_of(int64_t rows, int64_t N, int64_t klen, int threads)
 {
-    int64_t unit = by_rows ? SPLIT_ROW_UNIT : SPLIT_COL_UNIT;
-    return (total + unit - 1) / unit;
+    if (threads < 1 || rows < 1 || N < 1 || (double)rows * (double)N * (double)klen < SPLIT_WORK_MIN) threads = 1;
+    split_plan s = {rows >= (int64_t)threads * SPLIT_ROWS_MIN, 1, 0, 0, 0};
+    s.total = s.by_rows ? rows : N;
+    s.unit = s.by_rows ? SPLIT_ROW_UNIT : SPLIT_COL_UNIT;
+    s.units = (s.total + s.unit - 1) / s.unit;
+    s.tasks = (int)(s.units < threads ? s.units : threads);
+    return s;
 }
 
 int gemm_split_count(int64_t rows, int64_t N, int64_t klen, int threads)
 {
-    threads = split_threads(rows, N, klen, threads);
-    if (threads == 1 || rows < 1 || N < 1) return 1;
-    int by_rows = split_by_rows(rows, threads);
-    int64_t units = split_units(by_rows ? rows : N, by_rows);
-    return (int)(units < threads ? units : threads);
+    return split_plan_of(rows, N, klen, threads).tasks;
 }
 
 gemm_split gemm_split_task(int64_t rows, int64_t N, int64_t klen, int threads, int task)
 {
-    int tasks = gemm_split_count(rows, N, klen, threads);
-    int by_rows = split_by_rows(rows, split_threads(rows, N, klen, threads));
-    int64_t total = by_rows ? rows : N, unit = by_rows ? SPLIT_ROW_UNIT : SPLIT_COL_UNIT;
-    int64_t units = split_units(total, by_rows);
+    split_plan s = split_plan_of(rows, N, klen, threads);
     /* units spread evenly: task t takes [t * units / tasks, (t + 1) * units / tasks) */
-    int64_t u0 = task * units / tasks, u1 = (task + 1) * units / tasks;
-    int64_t b = u0 * unit, e = u1 * unit < total ? u1 * unit : total;
-    return by_rows ? (gemm_split){b, e, 0, N} : (gemm_split){0, rows, b, e};
+    int64_t u0 = task * s.units / s.tasks, u1 = (task + 1) * s.units / s.tasks;
+    int64_t b = u0 * s.unit, e = u1 * s.unit < s.total ? u1 * s.unit : s.total;
+    return s.by_rows ? (gemm_split){b, e, 0, N} : (gemm_split){0, rows, b, e};
 }
