@@ -12,7 +12,7 @@ expect_output "bench help lists gemm" "gemm  M N K"
 expect_output "bench help lists op" "op    M K N R"
 expect_ok "bench gemm --help" "$A2AMM" bench gemm --help
 expect_output "bench gemm help has an example" "example"
-expect_output "bench gemm help names A2AMM_ISA" "A2AMM_ISA=ref|avx2|avx512"
+expect_output "bench gemm help names A2AMM_ISA" "A2AMM_ISA=ref|avx2|avx512|amx"
 expect_fail "bench alone" "usage: a2amm bench" "$A2AMM" bench
 expect_fail "unknown benchmark" "unknown benchmark 'frob'" "$A2AMM" bench frob
 
@@ -95,7 +95,7 @@ check "json has the ceiling and the fraction" json_ok "$SCRATCH/j.json" \
     '"bf16_gflops" in d["ceiling"] and "bf16_instruction" in d["ceiling"]' \
     'd["ceiling"]["fma_gflops"] is None or d["ceiling"]["fma_gflops"] == max(d["ceiling"]["fma_gflops_first"], d["ceiling"]["fma_gflops_last"], d["ceiling"]["fma_gflops_rounds"])'
 check "json names the ISA and the peers' setup" json_ok "$SCRATCH/j.json" \
-    'd["isa"] in ("ref", "avx2", "avx512")' 'd["isa_forced"] is False' \
+    'd["isa"] in ("ref", "avx2", "avx512", "amx")' 'd["isa_forced"] is False' \
     'd["onednn"]["version"].startswith("2.") and d["onednn"]["impl"] != ""' 'd["onednn"]["threads"] == 3' \
     'd["openblas"]["threads"] == 3' \
     'd["openblas"]["corename"] != ""' '"coretype_env" in d["openblas"] and "config" in d["openblas"]'

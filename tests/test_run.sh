@@ -73,7 +73,7 @@ expect_ok "tall tiles verify" "$A2AMM" verify 800 70 2 --dir "$tall"
 
 # --- every kernel level this CPU runs: correct end to end, and for each
 #     level the same bits whatever the pipeline settings
-for isa in ref avx2 avx512; do
+for isa in ref avx2 avx512 amx; do
     if ! A2AMM_ISA=$isa "$A2AMM" run 150 192 70 3 --dir "$d" >"$SCRATCH/out" 2>&1; then
         grep -q "cannot run the $isa kernels" "$SCRATCH/out" && continue
         fail "A2AMM_ISA=$isa run failed"; continue

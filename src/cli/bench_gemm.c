@@ -78,7 +78,7 @@ static void gemm_usage(FILE *f)
             "  --no-flush    do not flush the caches before each repetition\n"
             "  --json        print the figures as one JSON object, nothing else on stdout\n"
             "\n"
-            "A2AMM_ISA=ref|avx2|avx512 forces a2amm's kernel level (default: the best this CPU\n"
+            "A2AMM_ISA=ref|avx2|avx512|amx forces a2amm's kernel level (default: the best this CPU\n"
             "runs). OpenBLAS picks its kernel from OPENBLAS_CORETYPE when set; the table says\n"
             "which ran.\n"
             "\n"
@@ -348,7 +348,7 @@ static void print_table(const gemm_report *r)
         printf("%10.1f %10.2f%s\n", x->gflops, ratio(r, i), i == ceiling_row(r) ? "  <- a2amm's fraction" : "");
     }
     printf("  (a2amm/row: a2amm's GFLOP/s over the row's; above 1 a2amm is faster; on a ceiling, its fraction)\n\n");
-    printf("  a2amm: ISA %s (%s; A2AMM_ISA=ref|avx2|avx512 forces one)\n", gemm_isa_name(r->isa),
+    printf("  a2amm: ISA %s (%s; A2AMM_ISA=ref|avx2|avx512|amx forces one)\n", gemm_isa_name(r->isa),
            r->isa_forced ? "forced by A2AMM_ISA" : "the best this CPU runs");
     printf("         %.2f of the %s ceiling; B preparation %.3f ms (median), once per weights\n",
            ratio(r, ceiling_row(r)), ceiling_row(r) == ROW_BF16 ? "bf16" : "fp32 FMA", r->prep.median * 1e3);

@@ -41,7 +41,7 @@ static void run_usage(FILE *f)
             "  --baseline         perf mode: also time the whole AllToAll + dequantize to fp32 +\n"
             "                     OpenBLAS sgemm (what a user writes today)\n"
             "\n"
-            "A2AMM_ISA=ref|avx2|avx512 forces a kernel level.\n"
+            "A2AMM_ISA=ref|avx2|avx512|amx forces a kernel level.\n"
             "\n"
             "example:\n"
             "  a2amm gen 700 256 96 2 --dir /tmp/a2amm-demo\n"

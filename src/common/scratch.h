@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-enum { SCRATCH_SLOTS = 2 };
+enum { SCRATCH_SLOTS = 3 };
 
 /*
  * A 64-byte-aligned buffer of at least `bytes` owned by the calling thread,

@@ -6,9 +6,10 @@
 #include <strings.h>
 
 #include "common/error.h"
+#include "gemm/gemm_amx.h"
 #include "mx/mx.h"
 
-static const char *const ISA_NAMES[GEMM_ISA_COUNT] = {"ref", "avx2", "avx512"};
+static const char *const ISA_NAMES[GEMM_ISA_COUNT] = {"ref", "avx2", "avx512", "amx"};
 
 const char *gemm_isa_name(gemm_isa isa)
 {
@@ -20,7 +21,8 @@ static const gemm_kernel_ops *kernel_ops(gemm_isa isa)
     switch (isa) {
     case GEMM_ISA_REF: return &gemm_ref_ops;
     case GEMM_ISA_AVX2: return gemm_avx2_ops_get();
-    case GEMM_ISA_AVX512: return gemm_avx512_ops_get();
+    case GEMM_ISA_AVX512:
+    case GEMM_ISA_AMX: return gemm_avx512_ops_get(); /* one packing; the kernel follows b->isa */
     }
     return NULL;
 }
@@ -35,6 +37,7 @@ int gemm_isa_supported(gemm_isa isa)
     case GEMM_ISA_AVX512:
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
+    case GEMM_ISA_AMX: return gemm_isa_supported(GEMM_ISA_AVX512) && gemm_amx_usable();
     }
     return 0;
 }
@@ -52,7 +55,7 @@ int gemm_isa_select(gemm_isa *out, a2amm_error *err)
                 *out = (gemm_isa)i;
                 return A2AMM_OK;
             }
-        return a2amm_fail(err, A2AMM_E_INVAL, "A2AMM_ISA=%s: expected ref, avx2 or avx512", forced);
+        return a2amm_fail(err, A2AMM_E_INVAL, "A2AMM_ISA=%s: expected ref, avx2, avx512 or amx", forced);
     }
     for (int i = GEMM_ISA_COUNT - 1; i >= 0; i--)
         if (gemm_isa_supported((gemm_isa)i)) {

@@ -24,18 +24,19 @@
 typedef enum gemm_isa {
     GEMM_ISA_REF = 0,   /* portable C: the reference twin of every kernel */
     GEMM_ISA_AVX2 = 1,  /* AVX2 + FMA */
-    GEMM_ISA_AVX512 = 2 /* AVX-512 BF16 (vdpbf16ps) + VBMI */
+    GEMM_ISA_AVX512 = 2, /* AVX-512 BF16 (vdpbf16ps) + VBMI */
+    GEMM_ISA_AMX = 3     /* the AVX-512 level's packing, multiplied by AMX-BF16 tiles (TDPBF16PS) */
 } gemm_isa;
 
-#define GEMM_ISA_COUNT 3
+#define GEMM_ISA_COUNT 4
 
-/* "ref", "avx2", "avx512". */
+/* "ref", "avx2", "avx512", "amx". */
 const char *gemm_isa_name(gemm_isa isa);
 /* Whether this CPU (and OS) can run the level. */
 int gemm_isa_supported(gemm_isa isa);
 /*
  * The level to use: the best this CPU supports, or the one the environment
- * variable A2AMM_ISA (ref|avx2|avx512) forces. A forced level this CPU
+ * variable A2AMM_ISA (ref|avx2|avx512|amx) forces. A forced level this CPU
  * cannot run is an error naming it.
  */
 int gemm_isa_select(gemm_isa *out, a2amm_error *err);

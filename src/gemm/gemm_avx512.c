@@ -40,6 +40,7 @@
 
 #include "common/error.h"
 #include "common/scratch.h"
+#include "gemm/gemm_amx.h"
 #include "gemm/gemm_bf16_round.h"
 #include "gemm/gemm_exact.h"
 #include "gemm/gemm_internal.h"
@@ -55,7 +56,9 @@ enum {
     MC = 192,  /* rows of A packed at once: 384 KB, in L2; 32 tiles reuse each B chunk */
     KC_PAIRS = KC / 2,
     KC_BLOCKS = KC / 32,
-    TILE_DWORDS = KC_PAIRS * MR, /* one packed A tile of one chunk */
+    A_LD = KC_PAIRS + 16,        /* dwords from one packed A row to the next: not 4 KB, which would put */
+                                 /* a tile's rows in one L1 set */
+    TILE_DWORDS = A_LD * MR,     /* one packed A tile of one chunk */
     A_PREFETCH_ROWS = 8,         /* pack_a prefetches the source row this far ahead */
     PREFETCH_KPAIRS = 8          /* the microkernel prefetches one line of B every 8 K-pairs */
 };
@@ -198,9 +201,9 @@ static int avx512_prepare(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64
 
 /* Rows x KC of the slab, packed, with their fold states. */
 typedef struct a_block {
-    uint32_t *rows;   /* [capacity][KC_PAIRS]: each row's K-pairs, 64-byte aligned */
+    uint32_t *rows;   /* [capacity][A_LD]: each row's K-pairs, 64-byte aligned */
     int16_t *state;   /* [capacity][KC_BLOCKS]: fold state of each (row, K-block), see gemm_exact.h */
-    int64_t capacity; /* rows, a multiple of MR */
+    int64_t capacity; /* rows, a multiple of MR (of GEMM_AMX_ROWS for AMX; rows past the slab's hold garbage) */
     /* Over the block's foldable nonzero rows, by K-block (INT16_MAX / INT16_MIN if none). */
     int16_t min_scale[32] __attribute__((aligned(64)));
     int16_t max_scale[32] __attribute__((aligned(64)));
@@ -232,7 +235,7 @@ AVX512_TARGET static void pack_a(const gemm_a_slab *a, const fold_table *table, 
         __m512i scale = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(_mm512_maskz_loadu_epi8(blocks, scales)));
         __mmask32 in_range = _mm512_cmpge_epi16_mask(scale, lo) & _mm512_cmple_epi16_mask(scale, hi);
         _mm512_store_si512(offset, _mm512_slli_epi16(_mm512_sub_epi16(scale, _mm512_set1_epi16(127)), 7));
-        uint32_t *out = blk->rows + r * KC_PAIRS, special = 0, zero = 0;
+        uint32_t *out = blk->rows + r * A_LD, special = 0, zero = 0;
         for (int64_t j = 0; j < nblk; j++) {
             int sp, z;
             _mm512_store_si512(out + j * 16, fold32_unchecked(codes + j * 32, offset[j], &lut, &sp, &z));
@@ -258,7 +261,7 @@ AVX512_TARGET static void pack_a(const gemm_a_slab *a, const fold_table *table, 
 
 /* One microkernel call: a tile of packed A times a panel chunk of packed B. */
 typedef struct tile_args {
-    const uint32_t *a; /* [MR][KC_PAIRS]: row r's K-pair kp at a[r * KC_PAIRS + kp] */
+    const uint32_t *a; /* [MR][A_LD]: row r's K-pair kp at a[r * A_LD + kp] */
     const uint16_t *b; /* [kpairs][NR][2], 64-byte aligned */
     int64_t kpairs;
     float *c;     /* C at the tile's first row and the panel's first column; or NULL: */
@@ -305,7 +308,7 @@ AVX512_INLINE void tile_kernel(const int rows, const tile_args *t)
             __m512bh b2 = (__m512bh)_mm512_load_si512(b + 2), b3 = (__m512bh)_mm512_load_si512(b + 3);
 #pragma GCC unroll 8
             for (int r = 0; r < rows; r++) {
-                __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[r * KC_PAIRS]);
+                __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[r * A_LD]);
                 acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
                 acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
                 acc[r][2] = _mm512_dpbf16_ps(acc[r][2], av, b2);
@@ -359,26 +362,27 @@ static void (*const TILE_KERNELS[MR + 1])(const tile_args *) = {
     NULL, tile_kernel_1, tile_kernel_2, tile_kernel_3, tile_kernel_4, tile_kernel_5, tile_kernel_6};
 
 /*
- * A copy of tile t of blk with the (row, K-block) pairs that the panel's
- * blocks make exact zeroed, so that the fast sum leaves them to the exact
- * path. info[j * stride] is the panel's block j.
+ * Rows [r0, r0 + nr) of blk copied to `copy` (same row stride), with the
+ * (row, K-block) pairs that the panel's blocks make exact zeroed, so that
+ * the fast sum leaves them to the exact path. info[j * stride] is the
+ * panel's block j.
  */
-static const uint32_t *mask_tile(const a_block *blk, int64_t t, int64_t nr, int64_t nblk,
+static const uint32_t *mask_rows(const a_block *blk, int64_t r0, int64_t nr, int64_t nblk,
                                  const gemm_panel_info *info, int64_t stride, int pair_lo, int pair_hi,
                                  uint32_t *copy)
 {
-    memcpy(copy, blk->rows + t * TILE_DWORDS, (size_t)nr * KC_PAIRS * sizeof *copy);
+    memcpy(copy, blk->rows + r0 * A_LD, (size_t)(nr * A_LD) * sizeof *copy);
     for (int64_t r = 0; r < nr; r++)
         for (int64_t j = 0; j < nblk; j++)
-            if (gemm_exact_needed(blk->state[(t * MR + r) * KC_BLOCKS + j], info[j * stride], pair_lo, pair_hi))
-                memset(copy + r * KC_PAIRS + j * 16, 0, 16 * sizeof *copy);
+            if (gemm_exact_needed(blk->state[(r0 + r) * KC_BLOCKS + j], info[j * stride], pair_lo, pair_hi))
+                memset(copy + r * A_LD + j * 16, 0, 16 * sizeof *copy);
     return copy;
 }
 
 /*
  * Whether panel p's blocks of the chunk at K-block kb leave work to the
  * exact path; *clean: whether every packed row folds against all of them
- * (else the tiles must be masked).
+ * (else the rows must be masked).
  */
 static int panel_needs_exact(const avx512_b *pb, const a_block *blk, int64_t kb, int64_t nblk, int64_t p,
                              int pair_lo, int pair_hi, int *clean)
@@ -397,107 +401,203 @@ static int panel_needs_exact(const avx512_b *pb, const a_block *blk, int64_t kb,
 }
 
 /*
- * Runs the panels [p0, p1] x columns [n0, n1) of one K chunk for the packed
- * rows of blk. With out, the chunk must need no exact work: the sums go
- * rounded to out (at the block's first row), not to C.
+ * Adds sums[r][n - np] (row stride NR) to C[r][n] for r < nr, cb <= n < ce,
+ * where np is the panel's first column: C = (overwrite ? +0.0f : C) + sum,
+ * and with out, out = bf16(that) instead of writing C. The bits of
+ * tile_kernel's epilogue. c and out point at the rows' column 0.
  */
-static void run_panels(const avx512_b *pb, const gemm_b *b, const a_block *blk, int64_t rows, int64_t kb,
-                       int64_t nblk, int64_t p0, int64_t p1, int64_t n0, int64_t n1, int pair_lo, int pair_hi,
-                       float *c, int64_t ldc, int overwrite, uint16_t *out, int64_t ldo, int *any_exact)
+AVX512_TARGET static void apply_sums(const float *sums, int64_t nr, int64_t np, int64_t cb, int64_t ce, float *c,
+                                     int64_t ldc, int overwrite, uint16_t *out, int64_t ldo)
+{
+    if (cb == np && ce == np + NR) {
+        for (int64_t r = 0; r < nr; r++)
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                float *q = c + r * ldc + np + 16 * g;
+                __m512 old = overwrite ? _mm512_setzero_ps() : _mm512_loadu_ps(q);
+                __m512 sum = _mm512_add_ps(old, _mm512_load_ps(sums + r * NR + 16 * g));
+                if (out) _mm256_storeu_si256((__m256i *)(out + r * ldo + np + 16 * g), gemm_bf16_round16(sum));
+                else _mm512_storeu_ps(q, sum);
+            }
+        return;
+    }
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t n = cb; n < ce; n++) {
+            float *q = c + r * ldc + n, sum = (overwrite ? 0.0f : *q) + sums[r * NR + n - np];
+            if (out) out[r * ldo + n] = mx_f32_to_bf16(sum);
+            else *q = sum;
+        }
+}
+
+/* What run_panels needs besides the panel: the chunk's place and where its sums go. */
+typedef struct chunk_job {
+    const avx512_b *pb;
+    const a_block *blk;
+    int64_t rows, K, kb, nblk, n0, n1;
+    int pair_lo, pair_hi;
+    int amx;
+    uint32_t *masked; /* AMX: room for GEMM_AMX_ROWS packed rows, for panels whose rows must be masked */
+    float *c;         /* at the block's first row, column 0 */
+    int64_t ldc;
+    int overwrite;
+    uint16_t *out; /* or NULL */
+    int64_t ldo;
+} chunk_job;
+
+/* The vdpbf16ps tiles of one panel. */
+static void panel_tiles(const chunk_job *j, int64_t p, int clean, int64_t cb, int64_t ce, int next_panel)
 {
     uint32_t masked[TILE_DWORDS] __attribute__((aligned(64)));
     float spill[MR * NR] __attribute__((aligned(64)));
-    int64_t npanels = pb->npanels;
-    for (int64_t p = p0; p <= p1; p++) {
-        const gemm_panel_info *info = pb->info + kb * npanels + p;
-        int clean;
-        *any_exact |= panel_needs_exact(pb, blk, kb, nblk, p, pair_lo, pair_hi, &clean);
-        int64_t cb = p * NR > n0 ? p * NR : n0, ce = (p + 1) * NR < n1 ? (p + 1) * NR : n1;
-        int full = cb == p * NR && ce == (p + 1) * NR;
-        tile_args ta = {NULL,      pb->packed + (p * b->K + kb * 32) * NR, nblk * 16, NULL, spill, ldc,
-                        overwrite, NULL, ldo, NULL, NULL};
-        /* The next panel's chunk, spread over this panel's tiles. */
-        const char *next = (const char *)(ta.b + (p < p1 ? b->K * NR : 0));
-        const char *next_end = next + (p < p1 ? nblk * 16 * NR * sizeof(uint32_t) : 0);
-        for (int64_t t = 0; t * MR < rows; t++) {
-            int64_t lines = nblk * 16 / PREFETCH_KPAIRS;
-            ta.prefetch = next + (t * lines * 64 < next_end - next ? t * lines * 64 : next_end - next);
-            ta.prefetch_end = next_end;
-            int64_t r0 = t * MR, nr = rows - r0 < MR ? rows - r0 : MR;
-            ta.a = clean ? blk->rows + t * TILE_DWORDS
-                         : mask_tile(blk, t, nr, nblk, info, npanels, pair_lo, pair_hi, masked);
-            ta.c = full ? c + r0 * ldc + p * NR : NULL;
-            ta.out = full && out ? out + r0 * ldo + p * NR : NULL;
-            TILE_KERNELS[nr](&ta);
-            if (!full) {
-                for (int64_t r = 0; r < nr; r++)
-                    for (int64_t n = cb; n < ce; n++) {
-                        float *q = c + (r0 + r) * ldc + n;
-                        *q = (overwrite ? 0.0f : *q) + spill[r * NR + n - p * NR];
-                        if (out) out[(r0 + r) * ldo + n] = mx_f32_to_bf16(*q);
-                    }
-            }
-        }
+    const gemm_panel_info *info = j->pb->info + j->kb * j->pb->npanels + p;
+    int full = cb == p * NR && ce == (p + 1) * NR;
+    tile_args ta = {NULL, j->pb->packed + (p * j->K + j->kb * 32) * NR, j->nblk * 16, NULL, spill, j->ldc,
+                    j->overwrite, NULL, j->ldo, NULL, NULL};
+    /* The next panel's chunk, spread over this panel's tiles. */
+    const char *next = (const char *)(ta.b + (next_panel ? j->K * NR : 0));
+    const char *next_end = next + (next_panel ? j->nblk * 16 * NR * sizeof(uint32_t) : 0);
+    for (int64_t t = 0; t * MR < j->rows; t++) {
+        int64_t lines = j->nblk * 16 / PREFETCH_KPAIRS;
+        ta.prefetch = next + (t * lines * 64 < next_end - next ? t * lines * 64 : next_end - next);
+        ta.prefetch_end = next_end;
+        int64_t r0 = t * MR, nr = j->rows - r0 < MR ? j->rows - r0 : MR;
+        ta.a = clean ? j->blk->rows + t * TILE_DWORDS
+                     : mask_rows(j->blk, r0, nr, j->nblk, info, j->pb->npanels, j->pair_lo, j->pair_hi, masked);
+        ta.c = full ? j->c + r0 * j->ldc + p * NR : NULL;
+        ta.out = full && j->out ? j->out + r0 * j->ldo + p * NR : NULL;
+        TILE_KERNELS[nr](&ta);
+        if (!full)
+            apply_sums(spill, nr, p * NR, cb, ce, j->c + r0 * j->ldc, j->ldc, j->overwrite,
+                       j->out ? j->out + r0 * j->ldo : NULL, j->ldo);
+    }
+}
+
+/* The AMX groups of one panel: 32 rows at a time, their sums applied by apply_sums. */
+static void panel_amx(const chunk_job *j, int64_t p, int clean, int64_t cb, int64_t ce)
+{
+    float sums[GEMM_AMX_ROWS * NR] __attribute__((aligned(64)));
+    const gemm_panel_info *info = j->pb->info + j->kb * j->pb->npanels + p;
+    const uint32_t *bchunk = (const uint32_t *)(j->pb->packed + (p * j->K + j->kb * 32) * NR);
+    for (int64_t r0 = 0; r0 < j->rows; r0 += GEMM_AMX_ROWS) {
+        int64_t nr = j->rows - r0 < GEMM_AMX_ROWS ? j->rows - r0 : GEMM_AMX_ROWS;
+        const uint32_t *a =
+            clean ? j->blk->rows + r0 * A_LD
+                  : mask_rows(j->blk, r0, nr, j->nblk, info, j->pb->npanels, j->pair_lo, j->pair_hi, j->masked);
+        gemm_amx_group(a, A_LD, bchunk, j->nblk * 16, sums);
+        apply_sums(sums, nr, p * NR, cb, ce, j->c + r0 * j->ldc, j->ldc, j->overwrite,
+                   j->out ? j->out + r0 * j->ldo : NULL, j->ldo);
     }
 }
 
 /*
- * Loops: rows in blocks of MC; K in chunks of KC, each packing its A block
- * and running every panel of [n0, n1), then the chunk's exact blocks. Each
- * panel's B chunk serves the block's 32 tiles from L2.
+ * Runs the panels [p0, p1] x columns [n0, n1) of one K chunk for the packed
+ * rows of the job's block. With out, the chunk must need no exact work: the
+ * sums go rounded to out (at the block's first row), not to C. Returns
+ * whether any panel leaves work to the exact path.
  */
-static void avx512_run(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen, int64_t n0,
-                       int64_t n1, float *c, int64_t ldc, int overwrite, uint16_t *out, int64_t ldo)
+static int run_panels(const chunk_job *j, int64_t p0, int64_t p1)
 {
+    int any_exact = 0;
+    for (int64_t p = p0; p <= p1; p++) {
+        int clean;
+        any_exact |= panel_needs_exact(j->pb, j->blk, j->kb, j->nblk, p, j->pair_lo, j->pair_hi, &clean);
+        int64_t cb = p * NR > j->n0 ? p * NR : j->n0, ce = (p + 1) * NR < j->n1 ? (p + 1) * NR : j->n1;
+        if (j->amx) panel_amx(j, p, clean, cb, ce);
+        else panel_tiles(j, p, clean, cb, ce, p < p1);
+    }
+    return any_exact;
+}
+
+/* What one call multiplies, for run_blocks. */
+typedef struct call_args {
+    const gemm_b *b;
+    const gemm_a_slab *a;
+    int64_t rows, k0, klen, n0, n1;
+    float *c;
+    int64_t ldc;
+    int overwrite;
+    uint16_t *out;
+    int64_t ldo;
+} call_args;
+
+/*
+ * Loops: rows in blocks of blk's capacity; K in chunks of KC, each packing
+ * its A block and running every panel of [n0, n1), then the chunk's exact
+ * blocks. Each panel's B chunk serves the block's rows from L2.
+ */
+static void run_blocks(const call_args *x, a_block *blk, uint32_t *masked, int amx)
+{
+    const gemm_b *b = x->b;
+    const gemm_a_slab *a = x->a;
     const avx512_b *pb = b->data;
     const fold_table *table = &pb->table[a->type];
     int pair_lo = gemm_fold_pair_lo(GEMM_FOLD_BF16, a->type, b->type);
     int pair_hi = gemm_fold_pair_hi(a->type, b->type);
-    a_block blk;
-    blk.capacity = (rows < MC ? rows : MC) + MR - 1;
-    blk.capacity -= blk.capacity % MR;
-    blk.rows = scratch_get(0, (size_t)(blk.capacity * KC_PAIRS) * sizeof *blk.rows);
-    blk.state = scratch_get(1, (size_t)(blk.capacity * KC_BLOCKS) * sizeof *blk.state);
-    /* Out of memory: one tile at a time, on the stack (the same bits, slower). */
-    uint32_t tile_space[TILE_DWORDS] __attribute__((aligned(64)));
-    int16_t state_space[MR * KC_BLOCKS];
-    if (!blk.rows || !blk.state) {
-        blk = (a_block){.rows = tile_space, .state = state_space, .capacity = MR};
-    }
-    int64_t mc = blk.capacity;
-    gemm_exact_job job = {&pb->exact, pb->info, pb->npanels, NR, a,  table->value, pair_lo,
-                          pair_hi,    k0 / 32,  n0,          n1, c, ldc};
-    for (int64_t ic = 0; ic < rows; ic += mc) {
-        int64_t mcl = rows - ic < mc ? rows - ic : mc;
+    int64_t rows = x->rows, klen = x->klen, n0 = x->n0, n1 = x->n1, ldc = x->ldc, ldo = x->ldo;
+    if (amx) gemm_amx_begin();
+    gemm_exact_job job = {&pb->exact, pb->info, pb->npanels, NR, a,    table->value, pair_lo,
+                          pair_hi,    x->k0 / 32, n0,       n1, x->c, ldc};
+    for (int64_t ic = 0; ic < rows; ic += blk->capacity) {
+        int64_t mcl = rows - ic < blk->capacity ? rows - ic : blk->capacity;
         for (int64_t kc0 = 0; kc0 < klen; kc0 += KC) {
             int64_t nblk = (klen - kc0 < KC ? klen - kc0 : KC) / 32, j0 = kc0 / 32;
-            int64_t kb = k0 / 32 + j0, p0 = n0 / NR, p1 = (n1 - 1) / NR;
+            int64_t kb = x->k0 / 32 + j0, p0 = n0 / NR, p1 = (n1 - 1) / NR;
             int last = kc0 + KC >= klen;
-            pack_a(a, table, ic, mcl, j0, nblk, &blk);
-            int any_exact = blk.any_unfoldable;
+            pack_a(a, table, ic, mcl, j0, nblk, blk);
+            int any_exact = blk->any_unfoldable;
             /* The last chunk rounds its sums straight to out, unless the exact path must add to them first. */
-            int fuse_out = out && last && !any_exact, clean;
+            int fuse_out = x->out && last && !any_exact, clean;
             for (int64_t p = p0; fuse_out && p <= p1; p++)
-                fuse_out = !panel_needs_exact(pb, &blk, kb, nblk, p, pair_lo, pair_hi, &clean);
-            run_panels(pb, b, &blk, mcl, kb, nblk, p0, p1, n0, n1, pair_lo, pair_hi, c + ic * ldc, ldc,
-                       overwrite && kc0 == 0, fuse_out ? out + ic * ldo : NULL, ldo, &any_exact);
-            if (any_exact) gemm_exact_fixup(&job, ic, ic + mcl, j0, j0 + nblk, blk.state, KC_BLOCKS);
-            if (out && last && !fuse_out) gemm_store_bf16(c + ic * ldc, ldc, mcl, n0, n1, out + ic * ldo, ldo);
+                fuse_out = !panel_needs_exact(pb, blk, kb, nblk, p, pair_lo, pair_hi, &clean);
+            chunk_job cj = {pb,      blk,     mcl, b->K,   kb,           nblk, n0,
+                            n1,      pair_lo, pair_hi, amx, masked, x->c + ic * ldc, ldc,
+                            x->overwrite && kc0 == 0, fuse_out ? x->out + ic * ldo : NULL, ldo};
+            any_exact |= run_panels(&cj, p0, p1);
+            if (any_exact) gemm_exact_fixup(&job, ic, ic + mcl, j0, j0 + nblk, blk->state, KC_BLOCKS);
+            if (x->out && last && !fuse_out)
+                gemm_store_bf16(x->c + ic * ldc, ldc, mcl, n0, n1, x->out + ic * ldo, ldo);
         }
     }
+    if (amx) gemm_amx_end();
+}
+
+/* Out of memory for the scratch: one unit of rows at a time, on the stack (the same bits, slower). */
+static __attribute__((noinline)) void run_on_stack(const call_args *x, int amx)
+{
+    uint32_t rows[GEMM_AMX_ROWS * A_LD] __attribute__((aligned(64)));
+    uint32_t masked[GEMM_AMX_ROWS * A_LD] __attribute__((aligned(64)));
+    int16_t state[GEMM_AMX_ROWS * KC_BLOCKS];
+    a_block blk = {.rows = rows, .state = state, .capacity = amx ? GEMM_AMX_ROWS : MR};
+    run_blocks(x, &blk, masked, amx);
+}
+
+static void run(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen, int64_t n0,
+                int64_t n1, float *c, int64_t ldc, int overwrite, uint16_t *out, int64_t ldo)
+{
+    call_args x = {b, a, rows, k0, klen, n0, n1, c, ldc, overwrite, out, ldo};
+    int amx = b->isa == GEMM_ISA_AMX;
+    int64_t unit = amx ? GEMM_AMX_ROWS : MR; /* the kernel reads whole units of rows */
+    a_block blk;
+    blk.capacity = (rows < MC ? rows : MC) + unit - 1;
+    blk.capacity -= blk.capacity % unit;
+    blk.rows = scratch_get(0, (size_t)(blk.capacity * A_LD) * sizeof *blk.rows);
+    blk.state = scratch_get(1, (size_t)(blk.capacity * KC_BLOCKS) * sizeof *blk.state);
+    uint32_t *masked = amx ? scratch_get(2, GEMM_AMX_ROWS * A_LD * sizeof *masked) : NULL;
+    if (!blk.rows || !blk.state || (amx && !masked)) run_on_stack(&x, amx);
+    else run_blocks(&x, &blk, masked, amx);
 }
 
 static void avx512_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
                               int64_t n0, int64_t n1, float *c, int64_t ldc)
 {
-    avx512_run(b, a, rows, k0, klen, n0, n1, c, ldc, 0, NULL, 0);
+    run(b, a, rows, k0, klen, n0, n1, c, ldc, 0, NULL, 0);
 }
 
 /* The first chunk writes C (+0.0f + its sums) instead of adding to it. */
 static void avx512_multiply(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
                             int64_t n0, int64_t n1, float *c, int64_t ldc)
 {
-    avx512_run(b, a, rows, k0, klen, n0, n1, c, ldc, 1, NULL, 0);
+    run(b, a, rows, k0, klen, n0, n1, c, ldc, 1, NULL, 0);
 }
 
 /* The last chunk's sums go rounded to out where no exact work is left to add to them. */
@@ -505,7 +605,7 @@ static void avx512_run_store(const gemm_b *b, const gemm_a_slab *a, int64_t rows
                              int64_t n0, int64_t n1, float *c, int64_t ldc, int overwrite, uint16_t *out,
                              int64_t ldo)
 {
-    avx512_run(b, a, rows, k0, klen, n0, n1, c, ldc, overwrite, out, ldo);
+    run(b, a, rows, k0, klen, n0, n1, c, ldc, overwrite, out, ldo);
 }
 
 static const gemm_kernel_ops AVX512_OPS = {avx512_prepare, avx512_release, avx512_accumulate, avx512_multiply,
