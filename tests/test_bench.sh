@@ -40,7 +40,7 @@ expect_ok "more threads than cores" "$A2AMM" bench gemm 8 64 32 --iters 1 --thre
 expect_output "more threads than cores is warned about" "WARNING: $over threads on $(nproc) cores"
 expect_ok "bench gemm table" "$A2AMM" bench gemm 96 200 64 --iters 2 --threads 2
 for row in "a2amm MXFP8, prepared B" "a2amm incl. B preparation" "oneDNN bf16, packed B" \
-           "OpenBLAS sgemm fp32" "fp32 FMA ceiling (vfmadd231ps" "bf16 ceiling"; do
+           "OpenBLAS sgemm fp32" "fp32 FMA ceiling (vfmadd231ps" "bf16 ceiling" "AMX bf16 ceiling"; do
     expect_output "table row: $row" "$row"
 done
 for col in "median ms" "min ms" "max ms" "GFLOP/s" "a2amm/row" "<- a2amm's fraction"; do
@@ -89,10 +89,13 @@ check "json has every contender with figures" json_ok "$SCRATCH/j.json" \
     'abs(d["gflop"] - 2 * 33 * 70 * 96 / 1e9) < 1e-6'
 check "json has the ceiling and the fraction" json_ok "$SCRATCH/j.json" \
     'd["ceiling"]["fma_gflops"] is None or d["ceiling"]["fma_gflops"] > 0' \
-    'd["ceiling"]["threads"] == 3' 'd["fraction_of"] in ("bf16", "fma")' \
+    'd["ceiling"]["threads"] == 3' 'd["fraction_of"] in ("amx", "bf16", "fma")' \
     'd["fraction_of_ceiling"] is None or d["fraction_of_ceiling"] > 0' \
     'd["fraction_of_ceiling"] is None or d["best_fraction_of_ceiling"] >= d["fraction_of_ceiling"]' \
     '"bf16_gflops" in d["ceiling"] and "bf16_instruction" in d["ceiling"]' \
+    '"amx_gflops" in d["ceiling"] and "amx_instruction" in d["ceiling"]' \
+    'd["ceiling"]["amx_gflops"] is None or d["ceiling"]["amx_gflops"] == max(d["ceiling"]["amx_gflops_first"], d["ceiling"]["amx_gflops_last"], d["ceiling"]["amx_gflops_rounds"])' \
+    '(d["fraction_of"] == "amx") == (d["isa"] == "amx")' \
     'd["ceiling"]["fma_gflops"] is None or d["ceiling"]["fma_gflops"] == max(d["ceiling"]["fma_gflops_first"], d["ceiling"]["fma_gflops_last"], d["ceiling"]["fma_gflops_rounds"])'
 check "json names the ISA and the peers' setup" json_ok "$SCRATCH/j.json" \
     'd["isa"] in ("ref", "avx2", "avx512", "amx")' 'd["isa_forced"] is False' \

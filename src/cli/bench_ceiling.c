@@ -1,6 +1,7 @@
 /*
- * The built-in ceiling probe of `a2amm bench`: peak vdpbf16ps and FMA
- * throughput with independent accumulators, on T threads at once.
+ * The built-in ceiling probe of `a2amm bench`: peak AMX TDPBF16PS,
+ * vdpbf16ps and FMA throughput with independent accumulators, on T threads
+ * at once.
  */
 #include "cli/bench_ceiling.h"
 
@@ -13,6 +14,8 @@
 
 #include "cli/args.h"
 #include "common/error.h"
+#include "gemm/gemm.h"
+#include "gemm/gemm_amx.h"
 
 /* One probe loop: `iters` trips, returns a sum of its accumulators so the
  * work cannot be dropped. */
@@ -67,6 +70,39 @@ __attribute__((target("avx512f"))) static double probe_fma_zmm(int64_t iters)
     REP24(SUM)
 #undef SUM
     return (double)_mm512_reduce_add_ps(s);
+}
+
+/*
+ * AMX: 4 accumulator tiles (16 x 16 fp32) fed by 2 A and 2 B tiles loaded
+ * once, 4 TDPBF16PS per trip: 4 * 16 * 16 * 32 products * 2 FLOP. The
+ * tiles are the kernel's (gemm_amx_begin's configuration).
+ */
+__attribute__((target("amx-tile,amx-bf16"))) static double probe_bf16_amx(int64_t iters)
+{
+    static const uint16_t ONE_1024TH[16 * 32] __attribute__((aligned(64))) = {[0 ... 511] = 0x3A80}; /* 2^-10 */
+    float sums[16 * 16] __attribute__((aligned(64)));
+    gemm_amx_begin();
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, ONE_1024TH, 64);
+    _tile_loadd(5, ONE_1024TH, 64);
+    _tile_loadd(6, ONE_1024TH, 64);
+    _tile_loadd(7, ONE_1024TH, 64);
+    for (int64_t n = 0; n < iters; n++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    double t = 0.0;
+    _tile_stored(0, sums, 64);
+    for (int i = 0; i < 256; i++) t += (double)sums[i];
+    _tile_stored(3, sums, 64);
+    for (int i = 0; i < 256; i++) t += (double)sums[i];
+    gemm_amx_end();
+    return t;
 }
 
 /* 12 ymm accumulators (16 registers in all without AVX-512), 12 vfmadd231ps
@@ -191,8 +227,16 @@ int bench_ceiling_measure(int threads, double seconds, bench_ceiling *out, a2amm
     int avx512 = __builtin_cpu_supports("avx512f");
     int bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
     int fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    *out = (bench_ceiling){threads, NAN, NAN, "n/a: this CPU has no AVX512_BF16", "n/a: this CPU has no FMA", 0.0};
+    int amx = gemm_isa_supported(GEMM_ISA_AMX);
+    *out = (bench_ceiling){threads, NAN, NAN, NAN, "n/a: this CPU has no AMX-BF16 (or the OS does not grant it)",
+                           "n/a: this CPU has no AVX512_BF16", "n/a: this CPU has no FMA", 0.0};
     if (threads < 1) return a2amm_fail(err, A2AMM_E_INVAL, "ceiling probe: threads must be at least 1");
+    if (amx) {
+        probe p = {probe_bf16_amx, 4.0 * 16 * 16 * 32 * 2};
+        out->amx_gflops = measure(&p, threads, seconds, &sink);
+        out->amx_what = "tdpbf16ps tiles";
+        if (out->amx_gflops < 0.0) goto no_threads;
+    }
     if (bf16) {
         probe p = {probe_bf16_zmm, 24.0 * 64.0};
         out->bf16_gflops = measure(&p, threads, seconds, &sink);
@@ -216,6 +260,7 @@ static double peak(double x, double y) { return isnan(x) ? y : isnan(y) ? x : x 
 bench_ceiling bench_ceiling_peak(const bench_ceiling *a, const bench_ceiling *b)
 {
     bench_ceiling c = *a;
+    c.amx_gflops = peak(a->amx_gflops, b->amx_gflops);
     c.bf16_gflops = peak(a->bf16_gflops, b->bf16_gflops);
     c.fma_gflops = peak(a->fma_gflops, b->fma_gflops);
     c.seconds = a->seconds + b->seconds;

@@ -1,9 +1,10 @@
 /*
  * The machine's compute ceiling, measured by `a2amm bench`: T threads at
- * once, each in its own loop of 24 independent accumulators (so latency
- * never limits), once with vdpbf16ps (bf16 dot products, 64 FLOP per zmm
- * instruction) and once with vfmadd231ps (fp32 FMA, 32 FLOP per zmm).
- * Only the instructions this CPU has are run: without AVX512_BF16 the bf16
+ * once, each in its own loop of independent accumulators (so latency never
+ * limits): with AMX's TDPBF16PS (4 tiles, 32768 FLOP per instruction), with
+ * vdpbf16ps (bf16 dot products, 24 zmm, 64 FLOP per instruction) and with
+ * vfmadd231ps (fp32 FMA, 24 zmm, 32 FLOP per instruction). Only the
+ * instructions this CPU has are run: without AMX-BF16 or AVX512_BF16 that
  * ceiling is absent; without AVX-512 the FMA ceiling is measured on ymm.
  */
 #ifndef A2AMM_CLI_BENCH_CEILING_H
@@ -13,15 +14,17 @@
 
 typedef struct bench_ceiling {
     int threads;
+    double amx_gflops;  /* NAN when this CPU (or OS) has no AMX-BF16 */
     double bf16_gflops; /* NAN when this CPU has no AVX512_BF16 */
     double fma_gflops;  /* NAN when it has no FMA */
+    const char *amx_what;  /* "tdpbf16ps tiles", or why it is absent */
     const char *bf16_what; /* "vdpbf16ps zmm", or why it is absent */
     const char *fma_what;  /* "vfmadd231ps zmm" / "vfmadd231ps ymm", or why absent */
     double seconds;        /* the probe's whole time */
 } bench_ceiling;
 
 /*
- * Measures both ceilings on `threads` threads, each probe taking about
+ * Measures the ceilings on `threads` threads, each probe taking about
  * `seconds` (calibrated on this machine; the best of three runs counts).
  * Fails only when threads cannot be started.
  */

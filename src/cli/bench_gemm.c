@@ -58,10 +58,12 @@ static void gemm_usage(FILE *f)
             "  oneDNN bf16, packed B     oneDNN's matmul, weights reordered into its packed\n"
             "                            layout once (untimed), bf16 output as a2amm's\n"
             "  OpenBLAS sgemm fp32       cblas_sgemm on the dequantized fp32 values\n"
-            "  bf16 / fp32 FMA ceiling   a built-in probe: vdpbf16ps and vfmadd231ps with 24\n"
-            "                            independent accumulators on every thread, run before\n"
-            "                            and after the others and briefly in every round; the\n"
-            "                            best counts (a busy moment only slows a probe)\n"
+            "  AMX bf16 / bf16 / fp32    a built-in probe: AMX tdpbf16ps on 4 tiles, vdpbf16ps\n"
+            "  FMA ceiling               and vfmadd231ps with 24 independent accumulators on\n"
+            "                            every thread (those this CPU has), run before and\n"
+            "                            after the others and briefly in every round; the\n"
+            "                            best counts (a busy moment only slows a probe).\n"
+            "                            a2amm's fraction is of its level's: amx, avx512, fp32\n"
             "The contenders run in rounds: each round times a2amm, oneDNN and OpenBLAS once\n"
             "(the first changing every round, the peers' threads made idle after their\n"
             "calls), so that a slow phase of a shared machine hits them alike; each row\n"
@@ -278,7 +280,7 @@ static int openblas_run(void *ctx, a2amm_error *err) { return bench_openblas_run
 
 /* ---- The figures ---------------------------------------------------------- */
 
-enum { ROW_A2AMM, ROW_A2AMM_PREP, ROW_ONEDNN, ROW_OPENBLAS, ROW_BF16, ROW_FMA, ROW_COUNT };
+enum { ROW_A2AMM, ROW_A2AMM_PREP, ROW_ONEDNN, ROW_OPENBLAS, ROW_AMX, ROW_BF16, ROW_FMA, ROW_COUNT };
 enum { CONTENDERS = 4 }; /* in rounds: a2amm, oneDNN, OpenBLAS, and a short probe of the ceiling */
 
 typedef struct gemm_row {
@@ -318,9 +320,22 @@ static double ratio(const gemm_report *r, int row)
     return x->ok && r->rows[ROW_A2AMM].ok ? r->rows[ROW_A2AMM].gflops / x->gflops : NAN;
 }
 
-/* The ceiling a2amm's level is bounded by: bf16 dot products for avx512,
- * fp32 FMA otherwise. */
-static int ceiling_row(const gemm_report *r) { return r->isa == GEMM_ISA_AVX512 ? ROW_BF16 : ROW_FMA; }
+/* The ceiling a2amm's level is bounded by: AMX tiles for amx, bf16 dot
+ * products for avx512, fp32 FMA otherwise. */
+static int ceiling_row(const gemm_report *r)
+{
+    return r->isa == GEMM_ISA_AMX ? ROW_AMX : r->isa == GEMM_ISA_AVX512 ? ROW_BF16 : ROW_FMA;
+}
+
+/* A ceiling row's name in the text and the JSON. */
+static const char *ceiling_name(int row) { return row == ROW_AMX ? "AMX bf16" : row == ROW_BF16 ? "bf16" : "fp32 FMA"; }
+static const char *ceiling_key(int row) { return row == ROW_AMX ? "amx" : row == ROW_BF16 ? "bf16" : "fma"; }
+
+/* One ceiling of a probe's measurement, by row. */
+static double ceiling_of(const bench_ceiling *c, int row)
+{
+    return row == ROW_AMX ? c->amx_gflops : row == ROW_BF16 ? c->bf16_gflops : c->fma_gflops;
+}
 
 /* a2amm's best repetition over the ceiling (itself the best of its probes). */
 static double best_fraction(const gemm_report *r)
@@ -351,10 +366,9 @@ static void print_table(const gemm_report *r)
     printf("  a2amm: ISA %s (%s; A2AMM_ISA=ref|avx2|avx512|amx forces one)\n", gemm_isa_name(r->isa),
            r->isa_forced ? "forced by A2AMM_ISA" : "the best this CPU runs");
     printf("         %.2f of the %s ceiling; B preparation %.3f ms (median), once per weights\n",
-           ratio(r, ceiling_row(r)), ceiling_row(r) == ROW_BF16 ? "bf16" : "fp32 FMA", r->prep.median * 1e3);
-    double first = ceiling_row(r) == ROW_BF16 ? r->ceil_first.bf16_gflops : r->ceil_first.fma_gflops;
-    double last = ceiling_row(r) == ROW_BF16 ? r->ceil_last.bf16_gflops : r->ceil_last.fma_gflops;
-    double rounds = ceiling_row(r) == ROW_BF16 ? r->ceil_rounds.bf16_gflops : r->ceil_rounds.fma_gflops;
+           ratio(r, ceiling_row(r)), ceiling_name(ceiling_row(r)), r->prep.median * 1e3);
+    double first = ceiling_of(&r->ceil_first, ceiling_row(r)), last = ceiling_of(&r->ceil_last, ceiling_row(r));
+    double rounds = ceiling_of(&r->ceil_rounds, ceiling_row(r));
     printf("         the ceiling: the best of the probes, %.1f GFLOP/s before the contenders, %.1f after,\n"
            "         %.1f in the rounds (one short probe each)%s\n",
            first, last, rounds,
@@ -435,11 +449,16 @@ static void print_json(const gemm_report *r)
     bench_json_key_str("corename", bench_openblas_corename());
     bench_json_key_str("coretype_env", bench_openblas_coretype_env());
     bench_json_key_str("config", bench_openblas_config());
-    printf("},\"ceiling\":{\"bf16_gflops\":");
-    bench_json_num("%.6g", r->ceil.bf16_gflops);
+    printf("},\"ceiling\":{\"amx_gflops\":");
+    bench_json_num("%.6g", r->ceil.amx_gflops);
+    bench_json_key_str("amx_instruction", r->ceil.amx_what);
+    bench_json_key_num("bf16_gflops", "%.6g", r->ceil.bf16_gflops);
     bench_json_key_str("bf16_instruction", r->ceil.bf16_what);
     bench_json_key_num("fma_gflops", "%.6g", r->ceil.fma_gflops);
     bench_json_key_str("fma_instruction", r->ceil.fma_what);
+    bench_json_key_num("amx_gflops_first", "%.6g", r->ceil_first.amx_gflops);
+    bench_json_key_num("amx_gflops_last", "%.6g", r->ceil_last.amx_gflops);
+    bench_json_key_num("amx_gflops_rounds", "%.6g", r->ceil_rounds.amx_gflops);
     bench_json_key_num("bf16_gflops_first", "%.6g", r->ceil_first.bf16_gflops);
     bench_json_key_num("bf16_gflops_last", "%.6g", r->ceil_last.bf16_gflops);
     bench_json_key_num("fma_gflops_first", "%.6g", r->ceil_first.fma_gflops);
@@ -450,7 +469,7 @@ static void print_json(const gemm_report *r)
     bench_json_num("%.4g", ratio(r, ceiling_row(r)));
     bench_json_key_num("best_fraction_of_ceiling", "%.4g", best_fraction(r));
     printf(",\"fraction_of\":\"%s\",\"check\":{\"samples\":%d,\"limit\":%g,\"a2amm_vs_fp64\":", 
-           ceiling_row(r) == ROW_BF16 ? "bf16" : "fma", r->samples, CHECK_LIMIT);
+           ceiling_key(ceiling_row(r)), r->samples, CHECK_LIMIT);
     bench_json_num("%.3g", r->a2amm_vs_fp64);
     printf(",\"bf16_inexact\":%lld}}\n", (long long)r->bf16_inexact);
 }
@@ -515,9 +534,10 @@ static double check_against(const gemm_inputs *in, const gemm_opts *o, const flo
 
 static const char *const ROW_LABELS[ROW_COUNT] = {"a2amm MXFP8, prepared B", "a2amm incl. B preparation",
                                                   "oneDNN bf16, packed B",   "OpenBLAS sgemm fp32",
-                                                  "bf16 ceiling",            "fp32 FMA ceiling"};
-static const char *const ROW_KEYS[ROW_COUNT] = {"a2amm",    "a2amm_incl_prepare", "onednn",
-                                                "openblas", "ceiling_bf16",       "ceiling_fma"};
+                                                  "AMX bf16 ceiling",        "bf16 ceiling",
+                                                  "fp32 FMA ceiling"};
+static const char *const ROW_KEYS[ROW_COUNT] = {"a2amm",       "a2amm_incl_prepare", "onednn",     "openblas",
+                                                "ceiling_amx", "ceiling_bf16",       "ceiling_fma"};
 
 /* Everything one `bench gemm` run holds. */
 typedef struct gemm_bench {
@@ -558,7 +578,7 @@ static int gemm_setup(gemm_bench *g, a2amm_error *err)
         gemm_row *x = &r->rows[i];
         snprintf(x->label, sizeof x->label, "%s", ROW_LABELS[i]);
         x->key = ROW_KEYS[i];
-        x->timed = i < ROW_BF16;
+        x->timed = i < ROW_AMX;
         x->gflops = x->err = NAN;
         x->limit = i == ROW_ONEDNN ? CHECK_LIMIT_BF16 : CHECK_LIMIT;
     }
@@ -722,13 +742,12 @@ static void gemm_set_ceiling(gemm_report *r)
 {
     r->ceil = bench_ceiling_peak(&r->ceil_first, &r->ceil_last);
     if (r->ceil_rounds_n) r->ceil = bench_ceiling_peak(&r->ceil, &r->ceil_rounds);
-    const double gf[2] = {r->ceil.bf16_gflops, r->ceil.fma_gflops};
-    const char *what[2] = {r->ceil.bf16_what, r->ceil.fma_what};
-    for (int k = 0; k < 2; k++) {
-        gemm_row *x = &r->rows[ROW_BF16 + k];
-        x->ok = isfinite(gf[k]);
-        x->gflops = gf[k];
-        if (x->ok) snprintf(x->label, sizeof x->label, "%s (%s)", ROW_LABELS[ROW_BF16 + k], what[k]);
+    const char *what[3] = {r->ceil.amx_what, r->ceil.bf16_what, r->ceil.fma_what};
+    for (int k = 0; k < 3; k++) {
+        gemm_row *x = &r->rows[ROW_AMX + k];
+        x->gflops = ceiling_of(&r->ceil, ROW_AMX + k);
+        x->ok = isfinite(x->gflops);
+        if (x->ok) snprintf(x->label, sizeof x->label, "%s (%s)", ROW_LABELS[ROW_AMX + k], what[k]);
         else snprintf(x->why, sizeof x->why, "%s", what[k]);
     }
 }

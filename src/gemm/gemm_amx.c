@@ -59,10 +59,14 @@ AMX_TARGET void gemm_amx_begin(void) { _tile_loadconfig(&CONFIG); }
 
 AMX_TARGET void gemm_amx_end(void) { _tile_release(); }
 
-AMX_TARGET void gemm_amx_group(const uint32_t *a, int64_t lda, const uint32_t *b, int64_t kpairs, float *sums)
+AMX_TARGET void gemm_amx_group(const uint32_t *a, int64_t lda, const uint32_t *b, int64_t kpairs, float *sums,
+                               const char *prefetch, const char *prefetch_end)
 {
     const int64_t a_stride = lda * 4, b_stride = 64 * 4, s_stride = 64 * 4;
     const uint32_t *a1 = a + 16 * lda;
+    /* lines to prefetch per step: the range spread over both halves' steps */
+    const int64_t steps = kpairs / 16, lines = (prefetch_end - prefetch + 63) / 64;
+    const int64_t per_step = (lines + 2 * steps - 1) / (2 * steps);
     for (int h = 0; h < 2; h++) {
         const uint32_t *bh = b + 32 * h;
         _tile_zero(0);
@@ -70,6 +74,8 @@ AMX_TARGET void gemm_amx_group(const uint32_t *a, int64_t lda, const uint32_t *b
         _tile_zero(2);
         _tile_zero(3);
         for (int64_t kp = 0; kp < kpairs; kp += 16) {
+            for (int64_t l = 0; l < per_step && prefetch < prefetch_end; l++, prefetch += 64)
+                _mm_prefetch(prefetch, _MM_HINT_T1);
             _tile_loadd(4, a + kp, a_stride);
             _tile_loadd(6, bh + kp * 64, b_stride);
             _tile_loadd(7, bh + kp * 64 + 16, b_stride);
@@ -86,3 +92,4 @@ AMX_TARGET void gemm_amx_group(const uint32_t *a, int64_t lda, const uint32_t *b
         _tile_stored(3, s + 16 * 64 + 16, s_stride);
     }
 }
+

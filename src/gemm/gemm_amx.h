@@ -27,7 +27,10 @@ void gemm_amx_end(void);
  * column c, for r < 32, c < 64, in fp32 from zero, K-pairs ascending, 16 at
  * a time per TDPBF16PS. a: 32 rows of K-pair dwords, row r at a + r * lda;
  * b: one panel chunk, 64 dwords a K-pair; sums: [32][64], 64-byte aligned.
+ * Meanwhile the lines [prefetch, prefetch_end) are brought into L2, spread
+ * over the steps: tile loads that miss L2 wait for each line in turn.
  */
-void gemm_amx_group(const uint32_t *a, int64_t lda, const uint32_t *b, int64_t kpairs, float *sums);
+void gemm_amx_group(const uint32_t *a, int64_t lda, const uint32_t *b, int64_t kpairs, float *sums,
+                    const char *prefetch, const char *prefetch_end);
 
 #endif

@@ -472,18 +472,28 @@ static void panel_tiles(const chunk_job *j, int64_t p, int clean, int64_t cb, in
     }
 }
 
-/* The AMX groups of one panel: 32 rows at a time, their sums applied by apply_sums. */
-static void panel_amx(const chunk_job *j, int64_t p, int clean, int64_t cb, int64_t ce)
+/*
+ * The AMX groups of one panel: 32 rows at a time, their sums applied by
+ * apply_sums. Meanwhile the next panel's chunk is brought into L2, spread
+ * over the groups.
+ */
+static void panel_amx(const chunk_job *j, int64_t p, int clean, int64_t cb, int64_t ce, int next_panel)
 {
     float sums[GEMM_AMX_ROWS * NR] __attribute__((aligned(64)));
     const gemm_panel_info *info = j->pb->info + j->kb * j->pb->npanels + p;
     const uint32_t *bchunk = (const uint32_t *)(j->pb->packed + (p * j->K + j->kb * 32) * NR);
+    const char *next = (const char *)(bchunk + (next_panel ? j->K * NR / 2 : 0));
+    const int64_t groups = (j->rows + GEMM_AMX_ROWS - 1) / GEMM_AMX_ROWS;
+    const int64_t next_bytes = next_panel ? j->nblk * 16 * NR * (int64_t)sizeof(uint32_t) : 0;
+    const int64_t share = (next_bytes / 64 + groups - 1) / groups * 64; /* bytes per group, whole lines */
     for (int64_t r0 = 0; r0 < j->rows; r0 += GEMM_AMX_ROWS) {
         int64_t nr = j->rows - r0 < GEMM_AMX_ROWS ? j->rows - r0 : GEMM_AMX_ROWS;
         const uint32_t *a =
             clean ? j->blk->rows + r0 * A_LD
                   : mask_rows(j->blk, r0, nr, j->nblk, info, j->pb->npanels, j->pair_lo, j->pair_hi, j->masked);
-        gemm_amx_group(a, A_LD, bchunk, j->nblk * 16, sums);
+        int64_t g = r0 / GEMM_AMX_ROWS, from = g * share < next_bytes ? g * share : next_bytes;
+        int64_t to = from + share < next_bytes ? from + share : next_bytes;
+        gemm_amx_group(a, A_LD, bchunk, j->nblk * 16, sums, next + from, next + to);
         apply_sums(sums, nr, p * NR, cb, ce, j->c + r0 * j->ldc, j->ldc, j->overwrite,
                    j->out ? j->out + r0 * j->ldo : NULL, j->ldo);
     }
@@ -502,7 +512,7 @@ static int run_panels(const chunk_job *j, int64_t p0, int64_t p1)
         int clean;
         any_exact |= panel_needs_exact(j->pb, j->blk, j->kb, j->nblk, p, j->pair_lo, j->pair_hi, &clean);
         int64_t cb = p * NR > j->n0 ? p * NR : j->n0, ce = (p + 1) * NR < j->n1 ? (p + 1) * NR : j->n1;
-        if (j->amx) panel_amx(j, p, clean, cb, ce);
+        if (j->amx) panel_amx(j, p, clean, cb, ce, p < p1);
         else panel_tiles(j, p, clean, cb, ce, p < p1);
     }
     return any_exact;
