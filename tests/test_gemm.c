@@ -407,18 +407,21 @@ static void test_large_mixed(gemm_isa isa)
  */
 static void test_splits(gemm_isa isa)
 {
-    /* Scales, and a shape: the second crosses the kernels' row blocks and K chunks. */
+    /* Scales, and a shape: the last two cross the kernels' row blocks and K chunks. */
     static const struct { int slo, shi; int64_t rows, N, K; } CASES[] = {
-        {115, 135, 61, 333, 608}, {0, 254, 61, 333, 608}, {100, 150, 400, 200, 2080}};
+        {115, 135, 61, 333, 608}, {0, 254, 61, 333, 608}, {100, 150, 400, 200, 2080}, {100, 150, 300, 130, 3104}};
     for (size_t s = 0; s < sizeof CASES / sizeof *CASES; s++) {
         problem p;
         problem_init(&p, TYPES[s % 2], TYPES[1 - s % 2], CASES[s].rows, CASES[s].N, CASES[s].K, CASES[s].slo,
                      CASES[s].shi);
-        if (s == 2) /* a few exact blocks among the fast ones */
+        if (s == 2) /* exact blocks among the fast ones, on both sides */
             for (int k = 0; k < 40; k++) {
                 *sa_at(&p, rng_in(0, p.rows - 1), rng_in(0, p.K / 32 - 1)) = (uint8_t)rng_in(0, 9);
                 *sb_at(&p, rng_in(0, p.N - 1), rng_in(0, p.K / 32 - 1)) = (uint8_t)rng_in(247, 255);
             }
+        /* Two A rows with exact blocks: the row blocks holding them go chunk by chunk through C, the
+         * others (AMX) pack all of K and sum the chunks in L1; a row's bits must not depend on which. */
+        for (int k = 0; s == 3 && k < 2; k++) *sa_at(&p, rng_in(0, p.rows - 1), rng_in(0, p.K / 32 - 1)) = 3;
         int64_t ldc = p.N + 5;
         float *c0 = initial_c(p.rows, ldc, 1);
         gemm_b *gb = prepare(isa, &p);

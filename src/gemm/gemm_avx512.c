@@ -60,6 +60,8 @@ enum {
                                  /* a tile's rows in one L1 set */
     TILE_DWORDS = A_LD * MR,     /* one packed A tile of one chunk */
     A_PREFETCH_ROWS = 8,         /* pack_a prefetches the source row this far ahead */
+    ALL_K_CHUNKS = 8,            /* AMX packs all of K at once up to this many chunks ... */
+    ALL_K_BYTES = 1 << 20,       /* ... in row blocks of at most this much packed A (half of L2) */
     PREFETCH_KPAIRS = 8          /* the microkernel prefetches one line of B every 8 K-pairs */
 };
 
@@ -401,32 +403,39 @@ static int panel_needs_exact(const avx512_b *pb, const a_block *blk, int64_t kb,
 }
 
 /*
- * Adds sums[r][n - np] (row stride NR) to C[r][n] for r < nr, cb <= n < ce,
- * where np is the panel's first column: C = (overwrite ? +0.0f : C) + sum,
- * and with out, out = bf16(that) instead of writing C. The bits of
- * tile_kernel's epilogue. c and out point at the rows' column 0.
+ * dst[r][n] = (base ? base[r][n] : +0.0f) + sums[r][n] for r < nr and the
+ * panel's columns cb <= n < ce (0 <= cb < ce <= NR); base, dst and out
+ * point at the panel's first column, sums has row stride NR. With out, the
+ * result goes to out as bf16 (rounded as gemm_store_bf16 does) instead of
+ * to dst. The bits of tile_kernel's epilogue.
  */
-AVX512_TARGET static void apply_sums(const float *sums, int64_t nr, int64_t np, int64_t cb, int64_t ce, float *c,
-                                     int64_t ldc, int overwrite, uint16_t *out, int64_t ldo)
+AVX512_TARGET static void add_sums(const float *sums, int64_t nr, int64_t cb, int64_t ce, const float *base,
+                                   int64_t ldb, float *dst, int64_t ldd, uint16_t *out, int64_t ldo)
 {
-    if (cb == np && ce == np + NR) {
+    if (cb == 0 && ce == NR) {
         for (int64_t r = 0; r < nr; r++)
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
-                float *q = c + r * ldc + np + 16 * g;
-                __m512 old = overwrite ? _mm512_setzero_ps() : _mm512_loadu_ps(q);
+                __m512 old = base ? _mm512_loadu_ps(base + r * ldb + 16 * g) : _mm512_setzero_ps();
                 __m512 sum = _mm512_add_ps(old, _mm512_load_ps(sums + r * NR + 16 * g));
-                if (out) _mm256_storeu_si256((__m256i *)(out + r * ldo + np + 16 * g), gemm_bf16_round16(sum));
-                else _mm512_storeu_ps(q, sum);
+                if (out) _mm256_storeu_si256((__m256i *)(out + r * ldo + 16 * g), gemm_bf16_round16(sum));
+                else _mm512_storeu_ps(dst + r * ldd + 16 * g, sum);
             }
         return;
     }
     for (int64_t r = 0; r < nr; r++)
         for (int64_t n = cb; n < ce; n++) {
-            float *q = c + r * ldc + n, sum = (overwrite ? 0.0f : *q) + sums[r * NR + n - np];
+            float sum = (base ? base[r * ldb + n] : 0.0f) + sums[r * NR + n];
             if (out) out[r * ldo + n] = mx_f32_to_bf16(sum);
-            else *q = sum;
+            else dst[r * ldd + n] = sum;
         }
+}
+
+/* C (and out) of nr rows of a panel from their sums: add_sums onto C, or onto +0.0f when overwriting. */
+static void apply_sums(const float *sums, int64_t nr, int64_t cb, int64_t ce, float *c, int64_t ldc, int overwrite,
+                       uint16_t *out, int64_t ldo)
+{
+    add_sums(sums, nr, cb, ce, overwrite ? NULL : c, ldc, c, ldc, out, ldo);
 }
 
 /* What run_panels needs besides the panel: the chunk's place and where its sums go. */
@@ -467,8 +476,8 @@ static void panel_tiles(const chunk_job *j, int64_t p, int clean, int64_t cb, in
         ta.out = full && j->out ? j->out + r0 * j->ldo + p * NR : NULL;
         TILE_KERNELS[nr](&ta);
         if (!full)
-            apply_sums(spill, nr, p * NR, cb, ce, j->c + r0 * j->ldc, j->ldc, j->overwrite,
-                       j->out ? j->out + r0 * j->ldo : NULL, j->ldo);
+            apply_sums(spill, nr, cb - p * NR, ce - p * NR, j->c + r0 * j->ldc + p * NR, j->ldc, j->overwrite,
+                       j->out ? j->out + r0 * j->ldo + p * NR : NULL, j->ldo);
     }
 }
 
@@ -494,8 +503,8 @@ static void panel_amx(const chunk_job *j, int64_t p, int clean, int64_t cb, int6
         int64_t g = r0 / GEMM_AMX_ROWS, from = g * share < next_bytes ? g * share : next_bytes;
         int64_t to = from + share < next_bytes ? from + share : next_bytes;
         gemm_amx_group(a, A_LD, bchunk, j->nblk * 16, sums, next + from, next + to);
-        apply_sums(sums, nr, p * NR, cb, ce, j->c + r0 * j->ldc, j->ldc, j->overwrite,
-                   j->out ? j->out + r0 * j->ldo : NULL, j->ldo);
+        apply_sums(sums, nr, cb - p * NR, ce - p * NR, j->c + r0 * j->ldc + p * NR, j->ldc, j->overwrite,
+                   j->out ? j->out + r0 * j->ldo + p * NR : NULL, j->ldo);
     }
 }
 
@@ -531,11 +540,72 @@ typedef struct call_args {
 } call_args;
 
 /*
- * Loops: rows in blocks of blk's capacity; K in chunks of KC, each packing
- * its A block and running every panel of [n0, n1), then the chunk's exact
- * blocks. Each panel's B chunk serves the block's rows from L2.
+ * Whether the packed chunks of a row block (K-blocks from kb0, nblk each but
+ * the last) leave any work to the exact path on panels [p0, p1].
  */
-static void run_blocks(const call_args *x, a_block *blk, uint32_t *masked, int amx)
+static int chunks_need_exact(const avx512_b *pb, const a_block *blks, int64_t chunks, int64_t kb0, int64_t klen,
+                             int64_t p0, int64_t p1, int pair_lo, int pair_hi)
+{
+    for (int64_t ch = 0; ch < chunks; ch++) {
+        int64_t nblk = (klen - ch * KC < KC ? klen - ch * KC : KC) / 32;
+        int clean;
+        if (blks[ch].any_unfoldable) return 1;
+        for (int64_t p = p0; p <= p1; p++)
+            if (panel_needs_exact(pb, &blks[ch], kb0 + ch * KC_BLOCKS, nblk, p, pair_lo, pair_hi, &clean)) return 1;
+    }
+    return 0;
+}
+
+/*
+ * AMX, a row block with all of K packed (one a_block per chunk) and no
+ * exact work: each 32-row group of each panel runs its chunks one after
+ * the other and adds their sums in an L1 buffer, then writes C or out once.
+ * The same fp32 additions in the same order as chunk by chunk through C
+ * (C = C + s0, then + s1, ...), without C's round trips through memory.
+ */
+static void run_panels_all_k(const avx512_b *pb, const a_block *blks, int64_t chunks, int64_t kb0, int64_t klen,
+                             int64_t rows, int64_t n0, int64_t n1, float *c, int64_t ldc, int overwrite,
+                             uint16_t *out, int64_t ldo)
+{
+    float sums[GEMM_AMX_ROWS * NR] __attribute__((aligned(64)));
+    float acc[GEMM_AMX_ROWS * NR] __attribute__((aligned(64)));
+    const int64_t K = pb->exact.K, p0 = n0 / NR, p1 = (n1 - 1) / NR;
+    const int64_t groups = (rows + GEMM_AMX_ROWS - 1) / GEMM_AMX_ROWS;
+    for (int64_t p = p0; p <= p1; p++) {
+        const int64_t cb = (p * NR > n0 ? p * NR : n0) - p * NR, ce = ((p + 1) * NR < n1 ? (p + 1) * NR : n1) - p * NR;
+        /* chunk ch of this panel at panel + (kb0 + ch * KC_BLOCKS) * 16 * NR dwords */
+        const uint32_t *panel = (const uint32_t *)(pb->packed + p * K * NR) + kb0 * 16 * NR;
+        /* The next panel's part of K, into L2, spread over this panel's group calls. */
+        const char *next = (const char *)(panel + K * NR / 2);
+        const int64_t next_bytes = p < p1 ? klen * NR * 2 : 0;
+        const int64_t share = (next_bytes / 64 + groups * chunks - 1) / (groups * chunks) * 64;
+        int64_t pf = 0;
+        for (int64_t r0 = 0; r0 < rows; r0 += GEMM_AMX_ROWS) {
+            const int64_t nr = rows - r0 < GEMM_AMX_ROWS ? rows - r0 : GEMM_AMX_ROWS;
+            float *cp = c + r0 * ldc + p * NR;
+            for (int64_t ch = 0; ch < chunks; ch++) {
+                int64_t kpairs = (klen - ch * KC < KC ? klen - ch * KC : KC) / 2;
+                int64_t from = pf < next_bytes ? pf : next_bytes, to = from + share < next_bytes ? from + share : next_bytes;
+                pf += share;
+                gemm_amx_group(blks[ch].rows + r0 * A_LD, A_LD, panel + ch * KC_BLOCKS * 16 * NR, kpairs, sums,
+                               next + from, next + to);
+                const float *base = ch ? acc : overwrite ? NULL : cp;
+                int64_t ldb = ch ? NR : ldc;
+                if (ch + 1 < chunks) add_sums(sums, nr, cb, ce, base, ldb, acc, NR, NULL, 0);
+                else add_sums(sums, nr, cb, ce, base, ldb, cp, ldc, out ? out + r0 * ldo + p * NR : NULL, ldo);
+            }
+        }
+    }
+}
+
+/*
+ * Loops: rows in blocks of the a_blocks' capacity; K in chunks of KC. With
+ * one a_block, each chunk packs its A block, runs every panel of [n0, n1),
+ * then adds the chunk's exact blocks; each panel's B chunk serves the
+ * block's rows from L2. With one a_block per chunk (AMX), all of K is packed
+ * first and, unless the exact path has work, run_panels_all_k runs it.
+ */
+static void run_blocks(const call_args *x, a_block *blks, int64_t packs, uint32_t *masked, int amx)
 {
     const gemm_b *b = x->b;
     const gemm_a_slab *a = x->a;
@@ -544,16 +614,26 @@ static void run_blocks(const call_args *x, a_block *blk, uint32_t *masked, int a
     int pair_lo = gemm_fold_pair_lo(GEMM_FOLD_BF16, a->type, b->type);
     int pair_hi = gemm_fold_pair_hi(a->type, b->type);
     int64_t rows = x->rows, klen = x->klen, n0 = x->n0, n1 = x->n1, ldc = x->ldc, ldo = x->ldo;
+    int64_t capacity = blks[0].capacity, p0 = n0 / NR, p1 = (n1 - 1) / NR;
     if (amx) gemm_amx_begin();
     gemm_exact_job job = {&pb->exact, pb->info, pb->npanels, NR, a,    table->value, pair_lo,
                           pair_hi,    x->k0 / 32, n0,       n1, x->c, ldc};
-    for (int64_t ic = 0; ic < rows; ic += blk->capacity) {
-        int64_t mcl = rows - ic < blk->capacity ? rows - ic : blk->capacity;
+    for (int64_t ic = 0; ic < rows; ic += capacity) {
+        int64_t mcl = rows - ic < capacity ? rows - ic : capacity;
+        if (packs > 1) {
+            for (int64_t ch = 0; ch < packs; ch++)
+                pack_a(a, table, ic, mcl, ch * KC_BLOCKS, (klen - ch * KC < KC ? klen - ch * KC : KC) / 32, &blks[ch]);
+            if (!chunks_need_exact(pb, blks, packs, x->k0 / 32, klen, p0, p1, pair_lo, pair_hi)) {
+                run_panels_all_k(pb, blks, packs, x->k0 / 32, klen, mcl, n0, n1, x->c + ic * ldc, ldc, x->overwrite,
+                                 x->out ? x->out + ic * ldo : NULL, ldo);
+                continue;
+            }
+        }
         for (int64_t kc0 = 0; kc0 < klen; kc0 += KC) {
-            int64_t nblk = (klen - kc0 < KC ? klen - kc0 : KC) / 32, j0 = kc0 / 32;
-            int64_t kb = x->k0 / 32 + j0, p0 = n0 / NR, p1 = (n1 - 1) / NR;
+            int64_t nblk = (klen - kc0 < KC ? klen - kc0 : KC) / 32, j0 = kc0 / 32, kb = x->k0 / 32 + j0;
             int last = kc0 + KC >= klen;
-            pack_a(a, table, ic, mcl, j0, nblk, blk);
+            a_block *blk = &blks[packs > 1 ? kc0 / KC : 0];
+            if (packs == 1) pack_a(a, table, ic, mcl, j0, nblk, blk);
             int any_exact = blk->any_unfoldable;
             /* The last chunk rounds its sums straight to out, unless the exact path must add to them first. */
             int fuse_out = x->out && last && !any_exact, clean;
@@ -578,7 +658,7 @@ static __attribute__((noinline)) void run_on_stack(const call_args *x, int amx)
     uint32_t masked[GEMM_AMX_ROWS * A_LD] __attribute__((aligned(64)));
     int16_t state[GEMM_AMX_ROWS * KC_BLOCKS];
     a_block blk = {.rows = rows, .state = state, .capacity = amx ? GEMM_AMX_ROWS : MR};
-    run_blocks(x, &blk, masked, amx);
+    run_blocks(x, &blk, 1, masked, amx);
 }
 
 static void run(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen, int64_t n0,
@@ -587,14 +667,24 @@ static void run(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0,
     call_args x = {b, a, rows, k0, klen, n0, n1, c, ldc, overwrite, out, ldo};
     int amx = b->isa == GEMM_ISA_AMX;
     int64_t unit = amx ? GEMM_AMX_ROWS : MR; /* the kernel reads whole units of rows */
-    a_block blk;
-    blk.capacity = (rows < MC ? rows : MC) + unit - 1;
-    blk.capacity -= blk.capacity % unit;
-    blk.rows = scratch_get(0, (size_t)(blk.capacity * A_LD) * sizeof *blk.rows);
-    blk.state = scratch_get(1, (size_t)(blk.capacity * KC_BLOCKS) * sizeof *blk.state);
+    /* AMX packs all of K at once when it has a few chunks, in fewer rows so that they stay in L2. */
+    int64_t chunks = (klen + KC - 1) / KC, packs = amx && chunks > 1 && chunks <= ALL_K_CHUNKS ? chunks : 1;
+    int64_t mc = packs > 1 ? ALL_K_BYTES / (packs * A_LD * (int64_t)sizeof(uint32_t)) / unit * unit : MC;
+    mc = mc < unit ? unit : mc > MC ? MC : mc;
+    a_block blks[ALL_K_CHUNKS];
+    int64_t capacity = (rows < mc ? rows : mc) + unit - 1;
+    capacity -= capacity % unit;
+    uint32_t *packed = scratch_get(0, (size_t)(packs * capacity * A_LD) * sizeof *packed);
+    int16_t *state = scratch_get(1, (size_t)(packs * capacity * KC_BLOCKS) * sizeof *state);
     uint32_t *masked = amx ? scratch_get(2, GEMM_AMX_ROWS * A_LD * sizeof *masked) : NULL;
-    if (!blk.rows || !blk.state || (amx && !masked)) run_on_stack(&x, amx);
-    else run_blocks(&x, &blk, masked, amx);
+    if (!packed || !state || (amx && !masked)) {
+        run_on_stack(&x, amx);
+        return;
+    }
+    for (int64_t ch = 0; ch < packs; ch++)
+        blks[ch] = (a_block){.rows = packed + ch * capacity * A_LD, .state = state + ch * capacity * KC_BLOCKS,
+                             .capacity = capacity};
+    run_blocks(&x, blks, packs, masked, amx);
 }
 
 static void avx512_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
