@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-/* Rows of A a group call multiplies: two tiles of 16. */
+/* Rows of A a block call multiplies: two tiles of 16. */
 enum { GEMM_AMX_ROWS = 32 };
 
 /*
@@ -23,14 +23,18 @@ void gemm_amx_begin(void);
 void gemm_amx_end(void);
 
 /*
- * sums[r][c] = sum over kpairs K-pairs (a multiple of 16) of A row r times B
- * column c, for r < 32, c < 64, in fp32 from zero, K-pairs ascending, 16 at
- * a time per TDPBF16PS. a: 32 rows of K-pair dwords, row r at a + r * lda;
- * b: one panel chunk, 64 dwords a K-pair; sums: [32][64], 64-byte aligned.
- * Meanwhile the lines [prefetch, prefetch_end) are brought into L2, spread
- * over the steps: tile loads that miss L2 wait for each line in turn.
+ * A 32 x 64 block of C through the tiles, over `chunks` pieces of K: the
+ * tiles start from c_in[r][n] (row stride ldc_in floats; zero when c_in is
+ * NULL), add chunk i's products (A rows a[i][r * lda ...], 32 of them, times
+ * the panel chunk b[i], kpairs[i] K-pairs, a multiple of 16) 16 K-pairs per
+ * TDPBF16PS, chunks and K-pairs ascending, and end in c_out[r][n] (row
+ * stride ldc_out; it may be c_in). A block's value thus depends only on
+ * c_in and the sequence of K-pairs, not on how they are cut into chunks or
+ * calls. Meanwhile the lines [prefetch, prefetch_end) are brought into L2,
+ * spread over the steps: tile loads that miss L2 wait for each line in turn.
  */
-void gemm_amx_group(const uint32_t *a, int64_t lda, const uint32_t *b, int64_t kpairs, float *sums,
-                    const char *prefetch, const char *prefetch_end);
+void gemm_amx_block(const uint32_t *const *a, int64_t lda, const uint32_t *const *b, const int64_t *kpairs,
+                    int chunks, const float *c_in, int64_t ldc_in, float *c_out, int64_t ldc_out, const char *prefetch,
+                    const char *prefetch_end);
 
 #endif

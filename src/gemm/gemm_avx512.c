@@ -482,17 +482,65 @@ static void panel_tiles(const chunk_job *j, int64_t p, int clean, int64_t cb, in
 }
 
 /*
- * The AMX groups of one panel: 32 rows at a time, their sums applied by
- * apply_sums. Meanwhile the next panel's chunk is brought into L2, spread
- * over the groups.
+ * C (or out) of nr rows x the panel's columns [cb, ce) from a 32 x 64
+ * buffer of their values (row stride NR): copied to C, or rounded to bf16
+ * into out (as gemm_store_bf16 rounds C). c and out point at the panel's
+ * first column.
+ */
+AVX512_TARGET static void store_block(const float *buf, int64_t nr, int64_t cb, int64_t ce, float *c, int64_t ldc,
+                                      uint16_t *out, int64_t ldo)
+{
+    for (int64_t r = 0; r < nr; r++) {
+        if (out && cb == 0 && ce == NR) {
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++)
+                _mm256_storeu_si256((__m256i *)(out + r * ldo + 16 * g), gemm_bf16_round16(_mm512_load_ps(buf + r * NR + 16 * g)));
+        } else if (out) {
+            for (int64_t n = cb; n < ce; n++) out[r * ldo + n] = mx_f32_to_bf16(buf[r * NR + n]);
+        } else {
+            memcpy(c + r * ldc + cb, buf + r * NR + cb, (size_t)(ce - cb) * sizeof *c);
+        }
+    }
+}
+
+/*
+ * One 32-row group x one panel through the AMX tiles over `chunks` pieces
+ * of K (gemm_amx_block): from C, or from zero when overwriting, to C, or to
+ * out as bf16 (C then unspecified). Rows nr and the panel's columns
+ * [cb, ce); c and out point at the group's first row and the panel's first
+ * column. A whole block goes straight between C and the tiles; a partial
+ * one through a buffer, so that nothing outside it is read or written.
+ */
+static void amx_group(const uint32_t *const *a, const uint32_t *const *b, const int64_t *kpairs, int chunks,
+                      int64_t nr, int64_t cb, int64_t ce, float *c, int64_t ldc, int overwrite, uint16_t *out,
+                      int64_t ldo, const char *prefetch, const char *prefetch_end)
+{
+    float buf[GEMM_AMX_ROWS * NR] __attribute__((aligned(64)));
+    const int whole = nr == GEMM_AMX_ROWS && cb == 0 && ce == NR;
+    const float *in = overwrite ? NULL : c;
+    int64_t ld_in = ldc;
+    if (!overwrite && !whole) {
+        memset(buf, 0, sizeof buf);
+        for (int64_t r = 0; r < nr; r++) memcpy(buf + r * NR + cb, c + r * ldc + cb, (size_t)(ce - cb) * sizeof *c);
+        in = buf;
+        ld_in = NR;
+    }
+    const int direct = whole && !out;
+    gemm_amx_block(a, A_LD, b, kpairs, chunks, in, ld_in, direct ? c : buf, direct ? ldc : NR, prefetch, prefetch_end);
+    if (!direct) store_block(buf, nr, cb, ce, c, ldc, out, ldo);
+}
+
+/*
+ * The AMX groups of one panel for one K chunk, 32 rows at a time.
+ * Meanwhile the next panel's chunk is brought into L2, spread over the
+ * groups.
  */
 static void panel_amx(const chunk_job *j, int64_t p, int clean, int64_t cb, int64_t ce, int next_panel)
 {
-    float sums[GEMM_AMX_ROWS * NR] __attribute__((aligned(64)));
     const gemm_panel_info *info = j->pb->info + j->kb * j->pb->npanels + p;
     const uint32_t *bchunk = (const uint32_t *)(j->pb->packed + (p * j->K + j->kb * 32) * NR);
     const char *next = (const char *)(bchunk + (next_panel ? j->K * NR / 2 : 0));
-    const int64_t groups = (j->rows + GEMM_AMX_ROWS - 1) / GEMM_AMX_ROWS;
+    const int64_t groups = (j->rows + GEMM_AMX_ROWS - 1) / GEMM_AMX_ROWS, kpairs = j->nblk * 16;
     const int64_t next_bytes = next_panel ? j->nblk * 16 * NR * (int64_t)sizeof(uint32_t) : 0;
     const int64_t share = (next_bytes / 64 + groups - 1) / groups * 64; /* bytes per group, whole lines */
     for (int64_t r0 = 0; r0 < j->rows; r0 += GEMM_AMX_ROWS) {
@@ -502,9 +550,8 @@ static void panel_amx(const chunk_job *j, int64_t p, int clean, int64_t cb, int6
                   : mask_rows(j->blk, r0, nr, j->nblk, info, j->pb->npanels, j->pair_lo, j->pair_hi, j->masked);
         int64_t g = r0 / GEMM_AMX_ROWS, from = g * share < next_bytes ? g * share : next_bytes;
         int64_t to = from + share < next_bytes ? from + share : next_bytes;
-        gemm_amx_group(a, A_LD, bchunk, j->nblk * 16, sums, next + from, next + to);
-        apply_sums(sums, nr, cb - p * NR, ce - p * NR, j->c + r0 * j->ldc + p * NR, j->ldc, j->overwrite,
-                   j->out ? j->out + r0 * j->ldo + p * NR : NULL, j->ldo);
+        amx_group(&a, &bchunk, &kpairs, 1, nr, cb - p * NR, ce - p * NR, j->c + r0 * j->ldc + p * NR, j->ldc,
+                  j->overwrite, j->out ? j->out + r0 * j->ldo + p * NR : NULL, j->ldo, next + from, next + to);
     }
 }
 
@@ -558,42 +605,36 @@ static int chunks_need_exact(const avx512_b *pb, const a_block *blks, int64_t ch
 
 /*
  * AMX, a row block with all of K packed (one a_block per chunk) and no
- * exact work: each 32-row group of each panel runs its chunks one after
- * the other and adds their sums in an L1 buffer, then writes C or out once.
- * The same fp32 additions in the same order as chunk by chunk through C
- * (C = C + s0, then + s1, ...), without C's round trips through memory.
+ * exact work: each 32-row group of each panel runs all its chunks in the
+ * tiles at once (amx_group) and writes C or out once. Chunk by chunk
+ * through C would give the same bits (gemm_amx_block), with C's round
+ * trips through memory.
  */
 static void run_panels_all_k(const avx512_b *pb, const a_block *blks, int64_t chunks, int64_t kb0, int64_t klen,
                              int64_t rows, int64_t n0, int64_t n1, float *c, int64_t ldc, int overwrite,
                              uint16_t *out, int64_t ldo)
 {
-    float sums[GEMM_AMX_ROWS * NR] __attribute__((aligned(64)));
-    float acc[GEMM_AMX_ROWS * NR] __attribute__((aligned(64)));
     const int64_t K = pb->exact.K, p0 = n0 / NR, p1 = (n1 - 1) / NR;
     const int64_t groups = (rows + GEMM_AMX_ROWS - 1) / GEMM_AMX_ROWS;
+    const uint32_t *a[ALL_K_CHUNKS], *b[ALL_K_CHUNKS];
+    int64_t kpairs[ALL_K_CHUNKS];
+    for (int64_t ch = 0; ch < chunks; ch++) kpairs[ch] = (klen - ch * KC < KC ? klen - ch * KC : KC) / 2;
     for (int64_t p = p0; p <= p1; p++) {
         const int64_t cb = (p * NR > n0 ? p * NR : n0) - p * NR, ce = ((p + 1) * NR < n1 ? (p + 1) * NR : n1) - p * NR;
         /* chunk ch of this panel at panel + (kb0 + ch * KC_BLOCKS) * 16 * NR dwords */
         const uint32_t *panel = (const uint32_t *)(pb->packed + p * K * NR) + kb0 * 16 * NR;
-        /* The next panel's part of K, into L2, spread over this panel's group calls. */
+        for (int64_t ch = 0; ch < chunks; ch++) b[ch] = panel + ch * KC_BLOCKS * 16 * NR;
+        /* The next panel's part of K, into L2, spread over this panel's groups. */
         const char *next = (const char *)(panel + K * NR / 2);
         const int64_t next_bytes = p < p1 ? klen * NR * 2 : 0;
-        const int64_t share = (next_bytes / 64 + groups * chunks - 1) / (groups * chunks) * 64;
-        int64_t pf = 0;
+        const int64_t share = (next_bytes / 64 + groups - 1) / groups * 64;
         for (int64_t r0 = 0; r0 < rows; r0 += GEMM_AMX_ROWS) {
-            const int64_t nr = rows - r0 < GEMM_AMX_ROWS ? rows - r0 : GEMM_AMX_ROWS;
-            float *cp = c + r0 * ldc + p * NR;
-            for (int64_t ch = 0; ch < chunks; ch++) {
-                int64_t kpairs = (klen - ch * KC < KC ? klen - ch * KC : KC) / 2;
-                int64_t from = pf < next_bytes ? pf : next_bytes, to = from + share < next_bytes ? from + share : next_bytes;
-                pf += share;
-                gemm_amx_group(blks[ch].rows + r0 * A_LD, A_LD, panel + ch * KC_BLOCKS * 16 * NR, kpairs, sums,
-                               next + from, next + to);
-                const float *base = ch ? acc : overwrite ? NULL : cp;
-                int64_t ldb = ch ? NR : ldc;
-                if (ch + 1 < chunks) add_sums(sums, nr, cb, ce, base, ldb, acc, NR, NULL, 0);
-                else add_sums(sums, nr, cb, ce, base, ldb, cp, ldc, out ? out + r0 * ldo + p * NR : NULL, ldo);
-            }
+            const int64_t nr = rows - r0 < GEMM_AMX_ROWS ? rows - r0 : GEMM_AMX_ROWS, g = r0 / GEMM_AMX_ROWS;
+            const int64_t from = g * share < next_bytes ? g * share : next_bytes;
+            const int64_t to = from + share < next_bytes ? from + share : next_bytes;
+            for (int64_t ch = 0; ch < chunks; ch++) a[ch] = blks[ch].rows + r0 * A_LD;
+            amx_group(a, b, kpairs, (int)chunks, nr, cb, ce, c + r0 * ldc + p * NR, ldc, overwrite,
+                      out ? out + r0 * ldo + p * NR : NULL, ldo, next + from, next + to);
         }
     }
 }
