@@ -60,8 +60,10 @@ enum {
                                  /* a tile's rows in one L1 set */
     TILE_DWORDS = A_LD * MR,     /* one packed A tile of one chunk */
     A_PREFETCH_ROWS = 8,         /* pack_a prefetches the source row this far ahead */
-    ALL_K_CHUNKS = 8,            /* AMX packs all of K at once up to this many chunks ... */
-    ALL_K_BYTES = 1 << 20,       /* ... in row blocks of at most this much packed A (half of L2) */
+    /* AMX packs all of K at once up to this many chunks (then a panel's B over all of K, 256 KB, and */
+    /* the block's A, 800 KB, share L2; with 3 or more chunks going chunk by chunk measured faster) ... */
+    ALL_K_CHUNKS = 2,
+    ALL_K_BYTES = 1 << 20, /* ... in row blocks of at most this much packed A (half of L2) */
     PREFETCH_KPAIRS = 8          /* the microkernel prefetches one line of B every 8 K-pairs */
 };
 
