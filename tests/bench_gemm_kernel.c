@@ -170,9 +170,11 @@ int main(int argc, char **argv)
         }
         qsort(gflops, (size_t)reps, sizeof *gflops, cmp_double);
         qsort(ratio, (size_t)reps, sizeof *ratio, cmp_double);
-        printf("%-7s %6.1f GFLOP/s (%.1f..%.1f)  %5.1f%% of peak (median of per-rep ratios)  prepare %.1f ms\n",
-               gemm_isa_name((gemm_isa)isa), gflops[reps / 2], gflops[0], gflops[reps - 1], 100 * ratio[reps / 2],
-               1e3 * t_prep);
+        printf("%-7s %6.1f GFLOP/s (%.1f..%.1f)  ", gemm_isa_name((gemm_isa)isa), gflops[reps / 2], gflops[0],
+               gflops[reps - 1]);
+        if (probe) printf("%5.1f%% of peak (median of per-rep ratios)", 100 * ratio[reps / 2]);
+        else printf("(no probe here for this level: `a2amm bench gemm` probes AMX)");
+        printf("  prepare %.1f ms\n", 1e3 * t_prep);
         gemm_b_free(gb);
     }
     free(gflops);

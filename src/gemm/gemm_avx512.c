@@ -1,7 +1,10 @@
 /*
  * The AVX-512 level: MXFP8 -> bf16 packing with the block scales folded in,
  * and a 6 x 64 register-blocked vdpbf16ps microkernel (24 zmm accumulators;
- * per K-pair 4 loads of B, 6 broadcasts of A, 24 vdpbf16ps).
+ * per K-pair 4 loads of B, 6 broadcasts of A, 24 vdpbf16ps). The AMX level
+ * shares all of it but the multiply: 32-row groups of the packed rows go
+ * through gemm_amx_block (gemm_amx.h), whose tiles carry C over the chunks
+ * (see "AMX" below).
  *
  * Packed B (prepared once): panels of NR = 64 columns (the last one padded
  * with zeros), each K/2 K-pairs deep; K-pair kp of panel p holds 64 dwords,
@@ -33,6 +36,14 @@
  * chunk rounds C + its sums to bf16 in the epilogue and writes only the
  * output (gemm_bf16_round.h: the bits of gemm_store_bf16), unless the exact
  * path has blocks to add to that chunk first.
+ *
+ * AMX: rows in groups of 32 (the packed block's capacity a multiple of 32;
+ * rows past the slab's are garbage the results never read). A group's tiles
+ * start from C (or zero) and carry on over the chunks, so its values depend
+ * only on the sequence of K-pairs: a row block with K in two chunks and no
+ * exact work packs both and runs them in one go (run_panels_all_k); the
+ * others go chunk by chunk, loading the tiles from C and storing them back,
+ * with the exact blocks added to C between chunks: the same bits.
  */
 #include <immintrin.h>
 #include <stdlib.h>
