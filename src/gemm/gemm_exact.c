@@ -44,25 +44,26 @@ void gemm_panel_info_build(const gemm_exact_b *eb, int64_t width, gemm_fold_form
     int64_t npanels = (eb->N + width - 1) / width;
     int lo = gemm_fold_scale_lo(format, type), hi = gemm_fold_scale_hi(type);
     unsigned special = gemm_fold_special_bits(type);
-    for (int64_t kb = 0; kb < eb->nkb; kb++)
-        for (int64_t p = 0; p < npanels; p++) {
-            int64_t ne = (p + 1) * width < eb->N ? (p + 1) * width : eb->N;
-            int smin = 255, smax = 0, ok = 1;
-            for (int64_t n = p * width; n < ne; n++) {
-                int s = eb->scales[n * eb->nkb + kb];
-                const uint8_t *codes = eb->codes + n * eb->K + kb * 32;
-                unsigned any_special = 0, any_nonzero = 0;
-                for (int t = 0; t < 32; t++) {
-                    any_special |= (codes[t] & special) == special;
-                    any_nonzero |= codes[t] & 0x7F;
-                }
-                if (!any_nonzero && s != MX_E8M0_NAN) continue; /* zeros: nothing to fold */
-                ok &= !any_special && s >= lo && s <= hi;
-                smin = s < smin ? s : smin;
-                smax = s > smax ? s : smax;
+    for (int64_t i = 0; i < eb->nkb * npanels; i++) info[i] = (gemm_panel_info){1, 255, 0};
+    /* B's rows in memory order (a column's K-blocks one after the other): by K-block first, every
+     * access would be a cache miss 4 KB from the last. */
+    for (int64_t n = 0; n < eb->N; n++) {
+        gemm_panel_info *col = info + n / width;
+        for (int64_t kb = 0; kb < eb->nkb; kb++) {
+            int s = eb->scales[n * eb->nkb + kb];
+            const uint8_t *codes = eb->codes + n * eb->K + kb * 32;
+            unsigned any_special = 0, any_nonzero = 0;
+            for (int t = 0; t < 32; t++) {
+                any_special |= (codes[t] & special) == special;
+                any_nonzero |= codes[t] & 0x7F;
             }
-            info[kb * npanels + p] = (gemm_panel_info){(uint8_t)ok, (uint8_t)smin, (uint8_t)smax};
+            if (!any_nonzero && s != MX_E8M0_NAN) continue; /* zeros: nothing to fold */
+            gemm_panel_info *pi = col + kb * npanels;
+            pi->ok &= !any_special && s >= lo && s <= hi;
+            pi->smin = (uint8_t)(s < pi->smin ? s : pi->smin);
+            pi->smax = (uint8_t)(s > pi->smax ? s : pi->smax);
         }
+    }
 }
 
 void gemm_exact_block(const gemm_exact_b *eb, const float a32[32], uint8_t sa, int64_t kb, int64_t nb,
