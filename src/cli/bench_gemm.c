@@ -332,6 +332,12 @@ static int ceiling_row(const gemm_report *r)
 static const char *ceiling_name(int row) { return row == ROW_AMX ? "AMX bf16" : row == ROW_BF16 ? "bf16" : "fp32 FMA"; }
 static const char *ceiling_key(int row) { return row == ROW_AMX ? "amx" : row == ROW_BF16 ? "bf16" : "fma"; }
 
+/* What a ceiling row's probe ran, or why it did not. */
+static const char *ceiling_what(const bench_ceiling *c, int row)
+{
+    return row == ROW_AMX ? c->amx_what : row == ROW_BF16 ? c->bf16_what : c->fma_what;
+}
+
 /* One ceiling of a probe's measurement, by row. */
 static double ceiling_of(const bench_ceiling *c, int row)
 {
@@ -450,23 +456,19 @@ static void print_json(const gemm_report *r)
     bench_json_key_str("corename", bench_openblas_corename());
     bench_json_key_str("coretype_env", bench_openblas_coretype_env());
     bench_json_key_str("config", bench_openblas_config());
-    printf("},\"ceiling\":{\"amx_gflops\":");
-    bench_json_num("%.6g", r->ceil.amx_gflops);
-    bench_json_key_str("amx_instruction", r->ceil.amx_what);
-    bench_json_key_num("bf16_gflops", "%.6g", r->ceil.bf16_gflops);
-    bench_json_key_str("bf16_instruction", r->ceil.bf16_what);
-    bench_json_key_num("fma_gflops", "%.6g", r->ceil.fma_gflops);
-    bench_json_key_str("fma_instruction", r->ceil.fma_what);
-    bench_json_key_num("amx_gflops_first", "%.6g", r->ceil_first.amx_gflops);
-    bench_json_key_num("amx_gflops_last", "%.6g", r->ceil_last.amx_gflops);
-    bench_json_key_num("amx_gflops_rounds", "%.6g", r->ceil_rounds.amx_gflops);
-    bench_json_key_num("bf16_gflops_first", "%.6g", r->ceil_first.bf16_gflops);
-    bench_json_key_num("bf16_gflops_last", "%.6g", r->ceil_last.bf16_gflops);
-    bench_json_key_num("fma_gflops_first", "%.6g", r->ceil_first.fma_gflops);
-    bench_json_key_num("fma_gflops_last", "%.6g", r->ceil_last.fma_gflops);
-    bench_json_key_num("bf16_gflops_rounds", "%.6g", r->ceil_rounds.bf16_gflops);
-    bench_json_key_num("fma_gflops_rounds", "%.6g", r->ceil_rounds.fma_gflops);
-    printf(",\"threads\":%d,\"probe_s\":%.3f},\"fraction_of_ceiling\":", r->ceil.threads, r->ceil.seconds);
+    printf("},\"ceiling\":{\"threads\":%d,\"probe_s\":%.3f", r->ceil.threads, r->ceil.seconds);
+    for (int row = ROW_AMX; row <= ROW_FMA; row++) {
+        static const char *const SUFFIX[4] = {"", "_first", "_last", "_rounds"};
+        const bench_ceiling *from[4] = {&r->ceil, &r->ceil_first, &r->ceil_last, &r->ceil_rounds};
+        char key[48];
+        for (int k = 0; k < 4; k++) {
+            snprintf(key, sizeof key, "%s_gflops%s", ceiling_key(row), SUFFIX[k]);
+            bench_json_key_num(key, "%.6g", ceiling_of(from[k], row));
+        }
+        snprintf(key, sizeof key, "%s_instruction", ceiling_key(row));
+        bench_json_key_str(key, ceiling_what(&r->ceil, row));
+    }
+    printf("},\"fraction_of_ceiling\":");
     bench_json_num("%.4g", ratio(r, ceiling_row(r)));
     bench_json_key_num("best_fraction_of_ceiling", "%.4g", best_fraction(r));
     printf(",\"fraction_of\":\"%s\",\"check\":{\"samples\":%d,\"limit\":%g,\"a2amm_vs_fp64\":", 
@@ -743,13 +745,12 @@ static void gemm_set_ceiling(gemm_report *r)
 {
     r->ceil = bench_ceiling_peak(&r->ceil_first, &r->ceil_last);
     if (r->ceil_rounds_n) r->ceil = bench_ceiling_peak(&r->ceil, &r->ceil_rounds);
-    const char *what[3] = {r->ceil.amx_what, r->ceil.bf16_what, r->ceil.fma_what};
-    for (int k = 0; k < 3; k++) {
-        gemm_row *x = &r->rows[ROW_AMX + k];
-        x->gflops = ceiling_of(&r->ceil, ROW_AMX + k);
+    for (int row = ROW_AMX; row <= ROW_FMA; row++) {
+        gemm_row *x = &r->rows[row];
+        x->gflops = ceiling_of(&r->ceil, row);
         x->ok = isfinite(x->gflops);
-        if (x->ok) snprintf(x->label, sizeof x->label, "%s (%s)", ROW_LABELS[ROW_AMX + k], what[k]);
-        else snprintf(x->why, sizeof x->why, "%s", what[k]);
+        if (x->ok) snprintf(x->label, sizeof x->label, "%s (%s)", ROW_LABELS[row], ceiling_what(&r->ceil, row));
+        else snprintf(x->why, sizeof x->why, "%s", ceiling_what(&r->ceil, row));
     }
 }
 

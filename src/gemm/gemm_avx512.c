@@ -71,10 +71,9 @@ enum {
                                  /* a tile's rows in one L1 set */
     TILE_DWORDS = A_LD * MR,     /* one packed A tile of one chunk */
     A_PREFETCH_ROWS = 8,         /* pack_a prefetches the source row this far ahead */
-    /* AMX packs all of K at once up to this many chunks (then a panel's B over all of K, 256 KB, and */
-    /* the block's A, 800 KB, share L2; with 3 or more chunks going chunk by chunk measured faster) ... */
+    /* AMX packs all of K at once when it is this many chunks: a panel's B over both (256 KB) and the */
+    /* block's A (MC rows, 800 KB) then share L2; with 3 or more chunks going chunk by chunk measured faster */
     ALL_K_CHUNKS = 2,
-    ALL_K_BYTES = 1 << 20, /* ... in row blocks of at most this much packed A (half of L2) */
     PREFETCH_KPAIRS = 8          /* the microkernel prefetches one line of B every 8 K-pairs */
 };
 
@@ -415,6 +414,30 @@ static int panel_needs_exact(const avx512_b *pb, const a_block *blk, int64_t kb,
     return unfoldable || !*clean;
 }
 
+/* Panel p's columns within [n0, n1), counted from the panel's first: [*cb, *ce) of 0..NR. */
+static void panel_cols(int64_t p, int64_t n0, int64_t n1, int64_t *cb, int64_t *ce)
+{
+    *cb = (p * NR > n0 ? p * NR : n0) - p * NR;
+    *ce = ((p + 1) * NR < n1 ? (p + 1) * NR : n1) - p * NR;
+}
+
+/* K of the chunk that starts kc0 into a call's klen. */
+static inline int64_t chunk_len(int64_t klen, int64_t kc0) { return klen - kc0 < KC ? klen - kc0 : KC; }
+
+/* Panel p's packed B from K-block kb on: 64 dwords a K-pair. */
+static inline const uint32_t *panel_at(const avx512_b *pb, int64_t K, int64_t p, int64_t kb)
+{
+    return (const uint32_t *)(pb->packed + (p * K + kb * 32) * NR);
+}
+
+/* Part `part` of `parts` of a range of `bytes`, in whole lines: [*from, *to). */
+static void share_of(int64_t bytes, int64_t parts, int64_t part, int64_t *from, int64_t *to)
+{
+    int64_t share = (bytes / 64 + parts - 1) / parts * 64;
+    *from = part * share < bytes ? part * share : bytes;
+    *to = *from + share < bytes ? *from + share : bytes;
+}
+
 /*
  * dst[r][n] = (base ? base[r][n] : +0.0f) + sums[r][n] for r < nr and the
  * panel's columns cb <= n < ce (0 <= cb < ce <= NR); base, dst and out
@@ -466,17 +489,17 @@ typedef struct chunk_job {
     int64_t ldo;
 } chunk_job;
 
-/* The vdpbf16ps tiles of one panel. */
+/* The vdpbf16ps tiles of one panel, its columns [cb, ce) of 0..NR. */
 static void panel_tiles(const chunk_job *j, int64_t p, int clean, int64_t cb, int64_t ce, int next_panel)
 {
     uint32_t masked[TILE_DWORDS] __attribute__((aligned(64)));
     float spill[MR * NR] __attribute__((aligned(64)));
     const gemm_panel_info *info = j->pb->info + j->kb * j->pb->npanels + p;
-    int full = cb == p * NR && ce == (p + 1) * NR;
-    tile_args ta = {NULL, j->pb->packed + (p * j->K + j->kb * 32) * NR, j->nblk * 16, NULL, spill, j->ldc,
+    int full = cb == 0 && ce == NR;
+    tile_args ta = {NULL, (const uint16_t *)panel_at(j->pb, j->K, p, j->kb), j->nblk * 16, NULL, spill, j->ldc,
                     j->overwrite, NULL, j->ldo, NULL, NULL};
     /* The next panel's chunk, spread over this panel's tiles. */
-    const char *next = (const char *)(ta.b + (next_panel ? j->K * NR : 0));
+    const char *next = (const char *)panel_at(j->pb, j->K, p + next_panel, j->kb);
     const char *next_end = next + (next_panel ? j->nblk * 16 * NR * sizeof(uint32_t) : 0);
     for (int64_t t = 0; t * MR < j->rows; t++) {
         int64_t lines = j->nblk * 16 / PREFETCH_KPAIRS;
@@ -489,7 +512,7 @@ static void panel_tiles(const chunk_job *j, int64_t p, int clean, int64_t cb, in
         ta.out = full && j->out ? j->out + r0 * j->ldo + p * NR : NULL;
         TILE_KERNELS[nr](&ta);
         if (!full)
-            apply_sums(spill, nr, cb - p * NR, ce - p * NR, j->c + r0 * j->ldc + p * NR, j->ldc, j->overwrite,
+            apply_sums(spill, nr, cb, ce, j->c + r0 * j->ldc + p * NR, j->ldc, j->overwrite,
                        j->out ? j->out + r0 * j->ldo + p * NR : NULL, j->ldo);
     }
 }
@@ -544,27 +567,25 @@ static void amx_group(const uint32_t *const *a, const uint32_t *const *b, const 
 }
 
 /*
- * The AMX groups of one panel for one K chunk, 32 rows at a time.
- * Meanwhile the next panel's chunk is brought into L2, spread over the
- * groups.
+ * The AMX groups of one panel for one K chunk, 32 rows at a time, its
+ * columns [cb, ce) of 0..NR. Meanwhile the next panel's chunk is brought
+ * into L2, spread over the groups.
  */
 static void panel_amx(const chunk_job *j, int64_t p, int clean, int64_t cb, int64_t ce, int next_panel)
 {
     const gemm_panel_info *info = j->pb->info + j->kb * j->pb->npanels + p;
-    const uint32_t *bchunk = (const uint32_t *)(j->pb->packed + (p * j->K + j->kb * 32) * NR);
-    const char *next = (const char *)(bchunk + (next_panel ? j->K * NR / 2 : 0));
+    const uint32_t *bchunk = panel_at(j->pb, j->K, p, j->kb);
+    const char *next = (const char *)panel_at(j->pb, j->K, p + next_panel, j->kb);
     const int64_t groups = (j->rows + GEMM_AMX_ROWS - 1) / GEMM_AMX_ROWS, kpairs = j->nblk * 16;
-    const int64_t next_bytes = next_panel ? j->nblk * 16 * NR * (int64_t)sizeof(uint32_t) : 0;
-    const int64_t share = (next_bytes / 64 + groups - 1) / groups * 64; /* bytes per group, whole lines */
+    const int64_t next_bytes = next_panel ? kpairs * NR * (int64_t)sizeof(uint32_t) : 0;
     for (int64_t r0 = 0; r0 < j->rows; r0 += GEMM_AMX_ROWS) {
-        int64_t nr = j->rows - r0 < GEMM_AMX_ROWS ? j->rows - r0 : GEMM_AMX_ROWS;
+        int64_t nr = j->rows - r0 < GEMM_AMX_ROWS ? j->rows - r0 : GEMM_AMX_ROWS, from, to;
         const uint32_t *a =
             clean ? j->blk->rows + r0 * A_LD
                   : mask_rows(j->blk, r0, nr, j->nblk, info, j->pb->npanels, j->pair_lo, j->pair_hi, j->masked);
-        int64_t g = r0 / GEMM_AMX_ROWS, from = g * share < next_bytes ? g * share : next_bytes;
-        int64_t to = from + share < next_bytes ? from + share : next_bytes;
-        amx_group(&a, &bchunk, &kpairs, 1, nr, cb - p * NR, ce - p * NR, j->c + r0 * j->ldc + p * NR, j->ldc,
-                  j->overwrite, j->out ? j->out + r0 * j->ldo + p * NR : NULL, j->ldo, next + from, next + to);
+        share_of(next_bytes, groups, r0 / GEMM_AMX_ROWS, &from, &to);
+        amx_group(&a, &bchunk, &kpairs, 1, nr, cb, ce, j->c + r0 * j->ldc + p * NR, j->ldc, j->overwrite,
+                  j->out ? j->out + r0 * j->ldo + p * NR : NULL, j->ldo, next + from, next + to);
     }
 }
 
@@ -580,7 +601,8 @@ static int run_panels(const chunk_job *j, int64_t p0, int64_t p1)
     for (int64_t p = p0; p <= p1; p++) {
         int clean;
         any_exact |= panel_needs_exact(j->pb, j->blk, j->kb, j->nblk, p, j->pair_lo, j->pair_hi, &clean);
-        int64_t cb = p * NR > j->n0 ? p * NR : j->n0, ce = (p + 1) * NR < j->n1 ? (p + 1) * NR : j->n1;
+        int64_t cb, ce;
+        panel_cols(p, j->n0, j->n1, &cb, &ce);
         if (j->amx) panel_amx(j, p, clean, cb, ce, p < p1);
         else panel_tiles(j, p, clean, cb, ce, p < p1);
     }
@@ -607,7 +629,7 @@ static int chunks_need_exact(const avx512_b *pb, const a_block *blks, int64_t ch
                              int64_t p0, int64_t p1, int pair_lo, int pair_hi)
 {
     for (int64_t ch = 0; ch < chunks; ch++) {
-        int64_t nblk = (klen - ch * KC < KC ? klen - ch * KC : KC) / 32;
+        int64_t nblk = chunk_len(klen, ch * KC) / 32;
         int clean;
         if (blks[ch].any_unfoldable) return 1;
         for (int64_t p = p0; p <= p1; p++)
@@ -631,20 +653,18 @@ static void run_panels_all_k(const avx512_b *pb, const a_block *blks, int64_t ch
     const int64_t groups = (rows + GEMM_AMX_ROWS - 1) / GEMM_AMX_ROWS;
     const uint32_t *a[ALL_K_CHUNKS], *b[ALL_K_CHUNKS];
     int64_t kpairs[ALL_K_CHUNKS];
-    for (int64_t ch = 0; ch < chunks; ch++) kpairs[ch] = (klen - ch * KC < KC ? klen - ch * KC : KC) / 2;
+    for (int64_t ch = 0; ch < chunks; ch++) kpairs[ch] = chunk_len(klen, ch * KC) / 2;
     for (int64_t p = p0; p <= p1; p++) {
-        const int64_t cb = (p * NR > n0 ? p * NR : n0) - p * NR, ce = ((p + 1) * NR < n1 ? (p + 1) * NR : n1) - p * NR;
-        /* chunk ch of this panel at panel + (kb0 + ch * KC_BLOCKS) * 16 * NR dwords */
-        const uint32_t *panel = (const uint32_t *)(pb->packed + p * K * NR) + kb0 * 16 * NR;
-        for (int64_t ch = 0; ch < chunks; ch++) b[ch] = panel + ch * KC_BLOCKS * 16 * NR;
+        int64_t cb, ce;
+        panel_cols(p, n0, n1, &cb, &ce);
+        for (int64_t ch = 0; ch < chunks; ch++) b[ch] = panel_at(pb, K, p, kb0 + ch * KC_BLOCKS);
         /* The next panel's part of K, into L2, spread over this panel's groups. */
-        const char *next = (const char *)(panel + K * NR / 2);
+        const char *next = (const char *)panel_at(pb, K, p + (p < p1), kb0);
         const int64_t next_bytes = p < p1 ? klen * NR * 2 : 0;
-        const int64_t share = (next_bytes / 64 + groups - 1) / groups * 64;
         for (int64_t r0 = 0; r0 < rows; r0 += GEMM_AMX_ROWS) {
-            const int64_t nr = rows - r0 < GEMM_AMX_ROWS ? rows - r0 : GEMM_AMX_ROWS, g = r0 / GEMM_AMX_ROWS;
-            const int64_t from = g * share < next_bytes ? g * share : next_bytes;
-            const int64_t to = from + share < next_bytes ? from + share : next_bytes;
+            const int64_t nr = rows - r0 < GEMM_AMX_ROWS ? rows - r0 : GEMM_AMX_ROWS;
+            int64_t from, to;
+            share_of(next_bytes, groups, r0 / GEMM_AMX_ROWS, &from, &to);
             for (int64_t ch = 0; ch < chunks; ch++) a[ch] = blks[ch].rows + r0 * A_LD;
             amx_group(a, b, kpairs, (int)chunks, nr, cb, ce, c + r0 * ldc + p * NR, ldc, overwrite,
                       out ? out + r0 * ldo + p * NR : NULL, ldo, next + from, next + to);
@@ -676,7 +696,7 @@ static void run_blocks(const call_args *x, a_block *blks, int64_t packs, uint32_
         int64_t mcl = rows - ic < capacity ? rows - ic : capacity;
         if (packs > 1) {
             for (int64_t ch = 0; ch < packs; ch++)
-                pack_a(a, table, ic, mcl, ch * KC_BLOCKS, (klen - ch * KC < KC ? klen - ch * KC : KC) / 32, &blks[ch]);
+                pack_a(a, table, ic, mcl, ch * KC_BLOCKS, chunk_len(klen, ch * KC) / 32, &blks[ch]);
             if (!chunks_need_exact(pb, blks, packs, x->k0 / 32, klen, p0, p1, pair_lo, pair_hi)) {
                 run_panels_all_k(pb, blks, packs, x->k0 / 32, klen, mcl, n0, n1, x->c + ic * ldc, ldc, x->overwrite,
                                  x->out ? x->out + ic * ldo : NULL, ldo);
@@ -684,7 +704,7 @@ static void run_blocks(const call_args *x, a_block *blks, int64_t packs, uint32_
             }
         }
         for (int64_t kc0 = 0; kc0 < klen; kc0 += KC) {
-            int64_t nblk = (klen - kc0 < KC ? klen - kc0 : KC) / 32, j0 = kc0 / 32, kb = x->k0 / 32 + j0;
+            int64_t nblk = chunk_len(klen, kc0) / 32, j0 = kc0 / 32, kb = x->k0 / 32 + j0;
             int last = kc0 + KC >= klen;
             a_block *blk = &blks[packs > 1 ? kc0 / KC : 0];
             if (packs == 1) pack_a(a, table, ic, mcl, j0, nblk, blk);
@@ -721,12 +741,10 @@ static void run(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0,
     call_args x = {b, a, rows, k0, klen, n0, n1, c, ldc, overwrite, out, ldo};
     int amx = b->isa == GEMM_ISA_AMX;
     int64_t unit = amx ? GEMM_AMX_ROWS : MR; /* the kernel reads whole units of rows */
-    /* AMX packs all of K at once when it has a few chunks, in fewer rows so that they stay in L2. */
-    int64_t chunks = (klen + KC - 1) / KC, packs = amx && chunks > 1 && chunks <= ALL_K_CHUNKS ? chunks : 1;
-    int64_t mc = packs > 1 ? ALL_K_BYTES / (packs * A_LD * (int64_t)sizeof(uint32_t)) / unit * unit : MC;
-    mc = mc < unit ? unit : mc > MC ? MC : mc;
+    /* AMX packs all of K at once when it is ALL_K_CHUNKS chunks. */
+    int64_t packs = amx && (klen + KC - 1) / KC == ALL_K_CHUNKS ? ALL_K_CHUNKS : 1;
     a_block blks[ALL_K_CHUNKS];
-    int64_t capacity = (rows < mc ? rows : mc) + unit - 1;
+    int64_t capacity = (rows < MC ? rows : MC) + unit - 1;
     capacity -= capacity % unit;
     uint32_t *packed = scratch_get(0, (size_t)(packs * capacity * A_LD) * sizeof *packed);
     int16_t *state = scratch_get(1, (size_t)(packs * capacity * KC_BLOCKS) * sizeof *state);
