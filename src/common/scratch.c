@@ -6,9 +6,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-/* Buffers from this size on go on transparent huge pages (rounded up to 2 MB). */
-enum { HUGE_FROM = 256 << 10 };
-
 typedef struct scratch {
     void *buf[SCRATCH_SLOTS];
     size_t bytes[SCRATCH_SLOTS];
@@ -42,8 +39,8 @@ void *scratch_get(int slot, size_t bytes)
     }
     if (s->bytes[slot] < bytes) {
         size_t rounded = (bytes + 63) / 64 * 64;
-        /* Packed operands that the AMX tiles read row by row, 2 KB apart: on 2 MB pages, measured 1.00-1.04x. */
-        void *p = rounded >= HUGE_FROM ? hugemem_alloc(rounded) : aligned_alloc(64, rounded);
+        /* Packed operands that the AMX tiles read row by row, 2 KB apart: on 2 MB pages from 256 KB on, 1.00-1.04x. */
+        void *p = hugemem_alloc(rounded);
         if (!p) return NULL;
         free(s->buf[slot]);
         s->buf[slot] = p;

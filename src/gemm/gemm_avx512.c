@@ -152,26 +152,60 @@ AVX512_INLINE __m512i fold32(const uint8_t *codes, int scale, int lo, int hi, co
 
 /* ---- Prepare: pack B ----------------------------------------------------- */
 
+/* Rows r[0..15] of 16 dwords become its columns: r[k][i] = old r[i][k]. */
+AVX512_INLINE void transpose16(__m512i r[16])
+{
+    __m512i t[16];
+    /* In each 128-bit lane: t[i] = a0 b0 a1 b1, t[i + 1] = a2 b2 a3 b3 (rows a = i, b = i + 1). */
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    /* r[4q + j], lane L: element 4L + j of rows 4q .. 4q + 3. */
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    /* Row 4L + j gathers lane L of r[j], r[4 + j], r[8 + j], r[12 + j]. */
+    for (int j = 0; j < 4; j++) {
+        __m512i even_lo = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88), odd_lo = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xDD);
+        __m512i even_hi = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88);
+        __m512i odd_hi = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xDD);
+        t[j] = _mm512_shuffle_i32x4(even_lo, even_hi, 0x88);
+        t[8 + j] = _mm512_shuffle_i32x4(even_lo, even_hi, 0xDD);
+        t[4 + j] = _mm512_shuffle_i32x4(odd_lo, odd_hi, 0x88);
+        t[12 + j] = _mm512_shuffle_i32x4(odd_lo, odd_hi, 0xDD);
+    }
+    for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
+/*
+ * Each 32-block of a panel: 16 columns at a time folded (16 K-pairs each)
+ * and transposed into the panel's K-pair rows.
+ */
 AVX512_TARGET static void pack_b(avx512_b *pb, const gemm_b *b)
 {
     int64_t N = b->N, K = b->K, nkb = K / 32;
     fold_lut lut = fold_lut_load(&pb->table[b->type], b->type);
     int lo = gemm_fold_scale_lo(GEMM_FOLD_BF16, b->type), hi = gemm_fold_scale_hi(b->type);
-    uint32_t cols[NR][16] __attribute__((aligned(64)));
     for (int64_t p = 0; p < pb->npanels; p++) {
         uint32_t *panel = (uint32_t *)(pb->packed + p * K * NR);
         for (int64_t kb = 0; kb < nkb; kb++) {
             int ok = pb->info[kb * pb->npanels + p].ok;
-            for (int64_t c = 0; c < NR; c++) {
-                int64_t n = p * NR + c;
-                __m512i v = ok && n < N ? fold32(pb->exact.codes + n * K + kb * 32,
-                                                 pb->exact.scales[n * nkb + kb], lo, hi, &lut)
-                                        : _mm512_setzero_si512();
-                _mm512_store_si512(cols[c], v);
-            }
             uint32_t *out = panel + kb * 16 * NR;
-            for (int kp = 0; kp < 16; kp++)
-                for (int c = 0; c < NR; c++) out[kp * NR + c] = cols[c][kp];
+            for (int64_t c0 = 0; c0 < NR; c0 += 16) {
+                __m512i r[16];
+                for (int64_t i = 0; i < 16; i++) {
+                    int64_t n = p * NR + c0 + i;
+                    r[i] = ok && n < N ? fold32(pb->exact.codes + n * K + kb * 32, pb->exact.scales[n * nkb + kb], lo,
+                                                hi, &lut)
+                                       : _mm512_setzero_si512();
+                }
+                transpose16(r);
+                for (int kp = 0; kp < 16; kp++) _mm512_store_si512(out + kp * NR + c0, r[kp]);
+            }
         }
     }
 }

@@ -6,6 +6,8 @@
  */
 #include "gemm/gemm_exact.h"
 
+#include "common/hugemem.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +21,7 @@ int gemm_exact_b_init(gemm_exact_b *eb, const uint8_t *bq, const uint8_t *sb, in
     eb->N = N;
     eb->K = K;
     eb->nkb = K / 32;
-    eb->codes = malloc((size_t)(N * K));
+    eb->codes = hugemem_alloc((size_t)(N * K)); /* B is read a column (K bytes apart) at a time */
     eb->scales = malloc((size_t)(N * eb->nkb));
     if (!eb->codes || !eb->scales) {
         gemm_exact_b_free(eb);
