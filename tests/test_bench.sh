@@ -53,6 +53,7 @@ expect_output "says which OpenBLAS core ran" "OpenBLAS: core "
 expect_output "says the caches were flushed" "to flush the caches"
 expect_output "says the contenders run in interleaved rounds" "2 rounds after 1 warm-up of each"
 expect_output "gives the best repetition's fraction" "at its best repetition"
+expect_output "gives the fraction paired by round" "paired by round (each call over its own round's probe): median 0."
 expect_output "says how the ceiling was taken" "the best of the probes"
 expect_output "agreement line" "agreement on 256 sampled elements"
 expect_output "a2amm agrees with fp64" "a2amm fp32 vs fp64"
@@ -96,6 +97,8 @@ check "json has the ceiling and the fraction" json_ok "$SCRATCH/j.json" \
     '"amx_gflops" in d["ceiling"] and "amx_instruction" in d["ceiling"]' \
     'd["ceiling"]["amx_gflops"] is None or d["ceiling"]["amx_gflops"] == max(d["ceiling"]["amx_gflops_first"], d["ceiling"]["amx_gflops_last"], d["ceiling"]["amx_gflops_rounds"])' \
     '(d["fraction_of"] == "amx") == (d["isa"] == "amx")' \
+    'd["fraction_of_ceiling"] is None or 0 < d["paired_fraction_of_ceiling"]["min"] <= d["paired_fraction_of_ceiling"]["median"] <= d["paired_fraction_of_ceiling"]["max"]' \
+    'd["fraction_of_ceiling"] is None or d["paired_fraction_of_ceiling"]["median"] >= d["fraction_of_ceiling"] * 0.999' \
     'd["ceiling"]["fma_gflops"] is None or d["ceiling"]["fma_gflops"] == max(d["ceiling"]["fma_gflops_first"], d["ceiling"]["fma_gflops_last"], d["ceiling"]["fma_gflops_rounds"])'
 check "json names the ISA and the peers' setup" json_ok "$SCRATCH/j.json" \
     'd["isa"] in ("ref", "avx2", "avx512", "amx")' 'd["isa_forced"] is False' \

@@ -64,7 +64,10 @@ static void gemm_usage(FILE *f)
             "                            after the others and briefly in every round; the\n"
             "                            best counts (a busy moment only slows a probe).\n"
             "                            a2amm's fraction is of its own level's ceiling: AMX\n"
-            "                            for amx, bf16 for avx512, fp32 FMA for avx2 and ref\n"
+            "                            for amx, bf16 for avx512, fp32 FMA for avx2 and ref;\n"
+            "                            also paired by round: each a2amm call over the probe\n"
+            "                            of its own round, which a slow phase of the host\n"
+            "                            slows alike (the steadiest figure on a shared host)\n"
             "The contenders run in rounds: each round times a2amm, oneDNN and OpenBLAS once\n"
             "(the first changing every round, the peers' threads made idle after their\n"
             "calls), so that a slow phase of a shared machine hits them alike; each row\n"
@@ -307,6 +310,8 @@ typedef struct gemm_report {
     bench_ceiling ceil_first, ceil_last; /* measured before and after the contenders */
     bench_ceiling ceil_rounds;           /* the peak of a short probe in every round */
     int ceil_rounds_n;
+    double *round_ceiling;               /* [warmup + iters]: a2amm's level's ceiling by each round's probe */
+    cli_summary paired;                  /* over the rounds: a2amm's GFLOP/s over its own round's probe */
     bench_ceiling ceil;                  /* their peak */
     int onednn_threads;
     char onednn_impl[128], onednn_threads_how[64];
@@ -382,6 +387,8 @@ static void print_table(const gemm_report *r)
            fmin(first, last) < 0.9 * fmax(first, last) ? " (a busy machine: compare with care)" : "");
     printf("         at its best repetition %.2f of the ceiling (both then the least disturbed moments)\n",
            best_fraction(r));
+    printf("         paired by round (each call over its own round's probe): median %.2f, %.2f-%.2f\n",
+           r->paired.median, r->paired.min, r->paired.max);
     printf("  threads: %d in each: a2amm's pool, the ceiling probe (a loop per thread), OpenBLAS\n"
            "           (openblas_set_num_threads: %d), oneDNN (OpenMP via %s: %d)\n",
            o->threads, bench_openblas_threads(), r->onednn_threads_how[0] ? r->onednn_threads_how : "-",
@@ -471,6 +478,11 @@ static void print_json(const gemm_report *r)
     printf("},\"fraction_of_ceiling\":");
     bench_json_num("%.4g", ratio(r, ceiling_row(r)));
     bench_json_key_num("best_fraction_of_ceiling", "%.4g", best_fraction(r));
+    printf(",\"paired_fraction_of_ceiling\":{\"median\":");
+    bench_json_num("%.4g", r->paired.median);
+    bench_json_key_num("min", "%.4g", r->paired.min);
+    bench_json_key_num("max", "%.4g", r->paired.max);
+    printf("}");
     printf(",\"fraction_of\":\"%s\",\"check\":{\"samples\":%d,\"limit\":%g,\"a2amm_vs_fp64\":", 
            ceiling_key(ceiling_row(r)), r->samples, CHECK_LIMIT);
     bench_json_num("%.3g", r->a2amm_vs_fp64);
@@ -598,7 +610,8 @@ static int gemm_setup(gemm_bench *g, a2amm_error *err)
     g->fl = (bench_flusher){g->pool, NULL, r->flush_bytes};
     if (g->fl.bytes && !(g->fl.buf = calloc(g->fl.bytes, 1)))
         return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the %zu-byte cache-flush buffer", g->fl.bytes);
-    if (!(g->t = calloc((size_t)(CONTENDERS * o->iters), sizeof *g->t)))
+    if (!(g->t = calloc((size_t)(CONTENDERS * o->iters), sizeof *g->t)) ||
+        !(r->round_ceiling = calloc((size_t)(o->warmup + o->iters), sizeof *r->round_ceiling)))
         return a2amm_fail(err, A2AMM_E_NOMEM, "out of memory");
     return gemm_inputs_make(o, &g->in, err);
 }
@@ -694,6 +707,23 @@ static int gemm_setup_openblas(gemm_bench *g, a2amm_error *err)
     return bench_openblas_create(g->in.af, g->in.bf, o->M, o->N, o->K, o->threads, &g->ob, err);
 }
 
+/*
+ * a2amm's fraction of the ceiling round by round: its call over the probe
+ * of the same round (the probes' last `iters` calls are the timed rounds'),
+ * so that a phase of the host that slows both cancels out.
+ */
+static void paired_fractions(gemm_report *r, const double *a2amm_t)
+{
+    const int iters = r->o.iters, first = r->ceil_rounds_n - iters;
+    double *f = malloc((size_t)iters * sizeof *f);
+    r->paired = (cli_summary){NAN, NAN, NAN};
+    if (!f) return;
+    for (int i = 0; i < iters; i++)
+        f[i] = first >= 0 && a2amm_t[i] > 0 ? r->flop / a2amm_t[i] / 1e9 / r->round_ceiling[first + i] : NAN;
+    r->paired = cli_summarize(f, iters);
+    free(f);
+}
+
 /* A short probe of the ceiling in every round: a probe that a busy moment
  * slows would understate the ceiling; the best of many does not. */
 static int round_probe_run(void *ctx, a2amm_error *err)
@@ -702,6 +732,7 @@ static int round_probe_run(void *ctx, a2amm_error *err)
     bench_ceiling c;
     int rc = bench_ceiling_measure(r->o.threads, ROUND_PROBE_S, &c, err);
     if (rc) return rc;
+    r->round_ceiling[r->ceil_rounds_n] = ceiling_of(&c, ceiling_row(r));
     r->ceil_rounds = r->ceil_rounds_n++ ? bench_ceiling_peak(&r->ceil_rounds, &c) : c;
     return A2AMM_OK;
 }
@@ -732,6 +763,7 @@ static int gemm_time_contenders(gemm_bench *g, a2amm_error *err)
             *err = c[i].err;
             return c[i].rc;
         }
+    paired_fractions(r, c[0].t);
     static const int ROW_OF[3] = {ROW_A2AMM, ROW_ONEDNN, ROW_OPENBLAS};
     for (int i = 1; i < 3; i++) {
         if (c[i].rc) row_fail(&r->rows[ROW_OF[i]], &c[i].err);
@@ -796,6 +828,7 @@ static void gemm_teardown(gemm_bench *g)
     free(g->c);
     free(g->out);
     free((void *)g->fl.buf);
+    free(g->r.round_ceiling);
     pool_destroy(g->pool);
     free(g->t);
 }
