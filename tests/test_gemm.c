@@ -256,11 +256,15 @@ static long compare(const char *what, const problem *p, const float *c0, const f
     return bad;
 }
 
-/* Runs isa and ref on p (C from random c0, K split at ksplit) and compares. */
-static void check_against_ref(gemm_isa isa, const problem *p, int64_t ksplit, const char *what)
+/*
+ * Runs isa and ref on p (C from c0, random or zero, K split at ksplit) and
+ * compares. A random C hides what tiny products lose (the tolerance grows
+ * with |c0|): the tests of low scales start from zero.
+ */
+static void check_against_ref_from(gemm_isa isa, const problem *p, int64_t ksplit, const char *what, int random_c)
 {
     int64_t ldc = p->N + rng_in(0, 3);
-    float *c0 = initial_c(p->rows, ldc, 1);
+    float *c0 = initial_c(p->rows, ldc, random_c);
     float *got = compute(isa, p, c0, ldc, ksplit);
     float *want = compute(GEMM_ISA_REF, p, c0, ldc, ksplit);
     char label[256];
@@ -275,6 +279,11 @@ static void check_against_ref(gemm_isa isa, const problem *p, int64_t ksplit, co
     free(c0);
     free(got);
     free(want);
+}
+
+static void check_against_ref(gemm_isa isa, const problem *p, int64_t ksplit, const char *what)
+{
+    check_against_ref_from(isa, p, ksplit, what, 1);
 }
 
 /* ---- Values: every code, every type pair --------------------------------- */
@@ -339,7 +348,7 @@ static void test_low_scales(gemm_isa isa)
         for (int y = 0; y < 2; y++) {
             problem p;
             problem_init(&p, TYPES[x], TYPES[y], 20, 130, 256, 40, 100);
-            check_against_ref(isa, &p, 0, "low scales");
+            check_against_ref_from(isa, &p, 0, "low scales", 0);
             problem_free(&p);
             /* The same scale everywhere, so no block hides another's loss; then small codes only. */
             for (int small = 0; small < 2; small++)
@@ -347,7 +356,7 @@ static void test_low_scales(gemm_isa isa)
                     problem_init(&p, TYPES[x], TYPES[y], 7, 70, 64, s, s);
                     for (int64_t i = 0; small && i < p.rows * p.lda; i++) p.a[i] &= 0x9F;
                     for (int64_t i = 0; small && i < p.N * p.K; i++) p.b[i] &= 0x9F;
-                    check_against_ref(isa, &p, 0, small ? "uniform low scales, small codes" : "uniform low scales");
+                    check_against_ref_from(isa, &p, 0, small ? "uniform low scales, small codes" : "uniform low scales", 0);
                     problem_free(&p);
                 }
         }
@@ -767,6 +776,49 @@ static void test_split(void)
             }
 }
 
+/*
+ * B prepared over pools of 1-3 threads (tasks of a few panels each) gives
+ * the same handle as prepared by the caller alone: the same bits out, on B
+ * with NaN/Inf codes, NaN and extreme scales, zero blocks and a partial
+ * last panel, so that every panel summary matters.
+ */
+static void test_prepare_on_pool(gemm_isa isa)
+{
+    for (int x = 0; x < 2; x++) {
+        problem p;
+        problem_init(&p, TYPES[x], TYPES[1 - x], 33, 64 * 5 + 7, 256, 60, 200);
+        for (int k = 0; k < 30; k++) p.b[rng_in(0, p.N * p.K - 1)] = p.tb == A2AMM_E4M3 ? 0x7F : 0xFC;
+        for (int k = 0; k < 30; k++) *sb_at(&p, rng_in(0, p.N - 1), rng_in(0, p.K / 32 - 1)) = (uint8_t)rng_in(0, 255);
+        for (int k = 0; k < 10; k++) memset(p.b + rng_in(0, p.N - 1) * p.K + 32 * rng_in(0, p.K / 32 - 1), 0, 32);
+        float *want = malloc((size_t)(p.rows * p.N) * sizeof *want), *got = malloc((size_t)(p.rows * p.N) * sizeof *got);
+        gemm_a_slab slab = {p.a, p.sa, p.lda, p.ldsa, p.ta};
+        gemm_b *alone = prepare(isa, &p);
+        gemm_multiply(alone, &slab, p.rows, 0, p.K, 0, p.N, want, p.N);
+        gemm_b_free(alone);
+        for (int threads = 1; threads <= 3; threads++) {
+            pool *workers = NULL;
+            a2amm_error err;
+            gemm_b *gb = NULL;
+            CHECK(pool_create(threads, &workers, &err) == 0, "pool of %d: %s", threads, err.msg);
+            int rc = gemm_b_prepare_on(workers, isa, p.b, p.sb, p.N, p.K, p.ldsb, p.tb, &gb, &err);
+            CHECK(rc == 0, "prepare %s on %d threads: %s", gemm_isa_name(isa), threads, err.msg);
+            if (gb) {
+                memset(got, 0x55, (size_t)(p.rows * p.N) * sizeof *got);
+                gemm_multiply(gb, &slab, p.rows, 0, p.K, 0, p.N, got, p.N);
+                long differ = 0;
+                for (int64_t i = 0; i < p.rows * p.N; i++) differ += f2u(got[i]) != f2u(want[i]);
+                CHECK(differ == 0, "%s, B prepared on %d threads: %ld of %lld values differ from B prepared alone",
+                      gemm_isa_name(isa), threads, differ, (long long)(p.rows * p.N));
+            }
+            gemm_b_free(gb);
+            pool_destroy(workers);
+        }
+        free(want);
+        free(got);
+        problem_free(&p);
+    }
+}
+
 int main(void)
 {
     rng_state = 0x2545F4914F6CDD1Dull; /* this test's own sequence */
@@ -793,6 +845,7 @@ int main(void)
         test_nan_scales((gemm_isa)isa);
         test_zero_blocks((gemm_isa)isa);
         test_special_codes((gemm_isa)isa);
+        test_prepare_on_pool((gemm_isa)isa);
     }
     return check_summary("test_gemm");
 }

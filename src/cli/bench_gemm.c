@@ -260,6 +260,7 @@ static int a2amm_matmul(void *ctx, a2amm_error *err)
 }
 
 typedef struct a2amm_prep {
+    pool *workers;
     gemm_isa isa;
     const gemm_inputs *in;
     int64_t N, K;
@@ -269,7 +270,8 @@ typedef struct a2amm_prep {
 static int a2amm_prepare(void *ctx, a2amm_error *err)
 {
     a2amm_prep *p = ctx;
-    return gemm_b_prepare(p->isa, p->in->q.b, p->in->q.sb, p->N, p->K, p->in->z.sk, A2AMM_E4M3, &p->b, err);
+    return gemm_b_prepare_on(p->workers, p->isa, p->in->q.b, p->in->q.sb, p->N, p->K, p->in->z.sk, A2AMM_E4M3, &p->b,
+                             err);
 }
 
 static void a2amm_unprepare(void *ctx)
@@ -646,11 +648,11 @@ static int gemm_setup_a2amm(gemm_bench *g, a2amm_error *err)
     g->out = malloc((size_t)(o->M * o->N) * sizeof *g->out);
     if (!g->c || !g->out)
         return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate C (%.1f MB)", (double)(o->M * o->N) * 6.0 / 1e6);
-    a2amm_prep prep = {r->isa, &g->in, o->N, o->K, NULL};
+    a2amm_prep prep = {g->pool, r->isa, &g->in, o->N, o->K, NULL};
     int rc = bench_time_runs(a2amm_prepare, a2amm_unprepare, &prep, o->warmup, o->iters, &g->fl, g->t, err);
     if (rc) return rc;
     r->prep = cli_summarize(g->t, o->iters);
-    rc = gemm_b_prepare(r->isa, g->in.q.b, g->in.q.sb, o->N, o->K, g->in.z.sk, A2AMM_E4M3, &g->b, err);
+    rc = gemm_b_prepare_on(g->pool, r->isa, g->in.q.b, g->in.q.sb, o->N, o->K, g->in.z.sk, A2AMM_E4M3, &g->b, err);
     if (rc) return rc;
     g->run = (a2amm_run){g->pool, g->b, {g->in.q.a, g->in.q.sa, o->K, g->in.z.ska, A2AMM_E4M3}, o->M, o->N, o->K,
                          o->threads, gemm_split_count(o->M, o->N, o->K, o->threads), g->c, g->out, 0};

@@ -69,6 +69,12 @@ int gemm_isa_select(gemm_isa *out, a2amm_error *err)
 int gemm_b_prepare(gemm_isa isa, const uint8_t *bq, const uint8_t *sb, int64_t N, int64_t K,
                    int64_t ldsb, a2amm_fp8_type type, gemm_b **out, a2amm_error *err)
 {
+    return gemm_b_prepare_on(NULL, isa, bq, sb, N, K, ldsb, type, out, err);
+}
+
+int gemm_b_prepare_on(pool *workers, gemm_isa isa, const uint8_t *bq, const uint8_t *sb, int64_t N, int64_t K,
+                      int64_t ldsb, a2amm_fp8_type type, gemm_b **out, a2amm_error *err)
+{
     *out = NULL;
     if (N < 1 || K < 32 || K % 32 != 0 || ldsb < K / 32)
         return a2amm_fail(err, A2AMM_E_INVAL,
@@ -81,7 +87,7 @@ int gemm_b_prepare(gemm_isa isa, const uint8_t *bq, const uint8_t *sb, int64_t N
     gemm_b *b = calloc(1, sizeof *b);
     if (!b) return a2amm_fail(err, A2AMM_E_NOMEM, "gemm: out of memory");
     *b = (gemm_b){isa, N, K, type, NULL};
-    int rc = kernel_ops(isa)->prepare(b, bq, sb, ldsb, err);
+    int rc = kernel_ops(isa)->prepare(b, bq, sb, ldsb, workers, err);
     if (rc) {
         free(b);
         return rc;

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "a2amm.h"
+#include "common/pool.h"
 
 typedef enum gemm_isa {
     GEMM_ISA_REF = 0,   /* portable C: the reference twin of every kernel */
@@ -51,6 +52,9 @@ typedef struct gemm_b gemm_b;
  */
 int gemm_b_prepare(gemm_isa isa, const uint8_t *b, const uint8_t *sb, int64_t N, int64_t K,
                    int64_t ldsb, a2amm_fp8_type type, gemm_b **out, a2amm_error *err);
+/* gemm_b_prepare with the work spread over a pool's threads (NULL: the caller's only): the same handle. */
+int gemm_b_prepare_on(pool *workers, gemm_isa isa, const uint8_t *b, const uint8_t *sb, int64_t N, int64_t K,
+                      int64_t ldsb, a2amm_fp8_type type, gemm_b **out, a2amm_error *err);
 void gemm_b_free(gemm_b *b);
 gemm_isa gemm_b_isa(const gemm_b *b);
 

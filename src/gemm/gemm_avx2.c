@@ -117,8 +117,9 @@ static void avx2_release(gemm_b *b)
     b->data = NULL;
 }
 
-static int avx2_prepare(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64_t ldsb, a2amm_error *err)
+static int avx2_prepare(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64_t ldsb, pool *workers, a2amm_error *err)
 {
+    (void)workers; /* fast enough alone: the avx2 level runs where the matmul is slow */
     int64_t N = b->N, K = b->K, npanels = (N + NR - 1) / NR;
     if (npanels > INT64_MAX / 4 / NR / K)
         return a2amm_fail(err, A2AMM_E_OVERFLOW, "gemm avx2: B of %lld x %lld is too large to pack",

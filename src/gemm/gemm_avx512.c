@@ -182,32 +182,74 @@ AVX512_INLINE void transpose16(__m512i r[16])
 }
 
 /*
- * Each 32-block of a panel: 16 columns at a time folded (16 K-pairs each)
- * and transposed into the panel's K-pair rows.
+ * Panel p's summary of K-block kb for the fold rule: what
+ * gemm_panel_info_build computes, 32 codes at a time.
  */
-AVX512_TARGET static void pack_b(avx512_b *pb, const gemm_b *b)
+AVX512_TARGET static gemm_panel_info panel_block_info(const gemm_exact_b *eb, int64_t p, int64_t kb, int lo, int hi,
+                                                       unsigned special)
+{
+    gemm_panel_info pi = {1, 255, 0};
+    const __m256i special_bits = _mm256_set1_epi8((char)special), magnitude = _mm256_set1_epi8(0x7F);
+    for (int64_t n = p * NR; n < (p + 1) * NR && n < eb->N; n++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(eb->codes + n * eb->K + kb * 32));
+        int s = eb->scales[n * eb->nkb + kb];
+        if (_mm256_testz_si256(v, magnitude) && s != MX_E8M0_NAN) continue; /* zeros: nothing to fold */
+        int any_special = _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(v, special_bits), special_bits));
+        pi.ok &= !any_special && s >= lo && s <= hi;
+        pi.smin = (uint8_t)(s < pi.smin ? s : pi.smin);
+        pi.smax = (uint8_t)(s > pi.smax ? s : pi.smax);
+    }
+    return pi;
+}
+
+/*
+ * Panels [p0, p1) of B: their rows' codes copied for the exact path, their
+ * blocks' summaries, and the packed panels: each 32-block 16 columns at a
+ * time folded (16 K-pairs each) and transposed into the K-pair rows. A
+ * block that does not fold is left zero (the exact path has it).
+ */
+AVX512_TARGET static void prepare_panels(avx512_b *pb, const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1)
 {
     int64_t N = b->N, K = b->K, nkb = K / 32;
+    const gemm_exact_b *eb = &pb->exact;
+    gemm_exact_b_copy_codes(&pb->exact, bq, p0 * NR, p1 * NR < N ? p1 * NR : N);
     fold_lut lut = fold_lut_load(&pb->table[b->type], b->type);
     int lo = gemm_fold_scale_lo(GEMM_FOLD_BF16, b->type), hi = gemm_fold_scale_hi(b->type);
-    for (int64_t p = 0; p < pb->npanels; p++) {
+    unsigned special = gemm_fold_special_bits(b->type);
+    for (int64_t p = p0; p < p1; p++) {
         uint32_t *panel = (uint32_t *)(pb->packed + p * K * NR);
         for (int64_t kb = 0; kb < nkb; kb++) {
-            int ok = pb->info[kb * pb->npanels + p].ok;
+            gemm_panel_info info = panel_block_info(eb, p, kb, lo, hi, special);
+            pb->info[kb * pb->npanels + p] = info;
             uint32_t *out = panel + kb * 16 * NR;
             for (int64_t c0 = 0; c0 < NR; c0 += 16) {
                 __m512i r[16];
                 for (int64_t i = 0; i < 16; i++) {
                     int64_t n = p * NR + c0 + i;
-                    r[i] = ok && n < N ? fold32(pb->exact.codes + n * K + kb * 32, pb->exact.scales[n * nkb + kb], lo,
-                                                hi, &lut)
-                                       : _mm512_setzero_si512();
+                    r[i] = info.ok && n < N
+                               ? fold32(eb->codes + n * K + kb * 32, eb->scales[n * nkb + kb], lo, hi, &lut)
+                               : _mm512_setzero_si512();
                 }
                 transpose16(r);
                 for (int kp = 0; kp < 16; kp++) _mm512_store_si512(out + kp * NR + c0, r[kp]);
             }
         }
     }
+}
+
+/* prepare_panels over a pool: task t of `tasks` takes its share of the panels. */
+typedef struct prepare_job {
+    avx512_b *pb;
+    const gemm_b *b;
+    const uint8_t *bq;
+    int tasks;
+} prepare_job;
+
+static void prepare_task(void *arg, int t)
+{
+    const prepare_job *j = arg;
+    int64_t n = j->pb->npanels;
+    prepare_panels(j->pb, j->b, j->bq, n * t / j->tasks, n * (t + 1) / j->tasks);
 }
 
 static void avx512_release(gemm_b *b)
@@ -221,7 +263,8 @@ static void avx512_release(gemm_b *b)
     b->data = NULL;
 }
 
-static int avx512_prepare(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64_t ldsb, a2amm_error *err)
+static int avx512_prepare(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64_t ldsb, pool *workers,
+                          a2amm_error *err)
 {
     int64_t N = b->N, K = b->K, npanels = (N + NR - 1) / NR;
     if (npanels > INT64_MAX / 2 / NR / K)
@@ -234,15 +277,22 @@ static int avx512_prepare(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64
     size_t packed_bytes = (size_t)(npanels * K * NR) * sizeof(uint16_t);
     pb->packed = hugemem_alloc(packed_bytes); /* on 2 MB pages: fewer TLB misses, 1.01-1.03x with AMX */
     pb->info = malloc((size_t)(K / 32 * npanels) * sizeof *pb->info);
-    if (!pb->packed || !pb->info || gemm_exact_b_init(&pb->exact, bq, sb, N, K, ldsb, b->type) != A2AMM_OK) {
+    if (!pb->packed || !pb->info || gemm_exact_b_alloc(&pb->exact, sb, N, K, ldsb, b->type) != A2AMM_OK) {
         avx512_release(b);
         return a2amm_fail(err, A2AMM_E_NOMEM, "gemm avx512: cannot allocate %.1f MB for B",
                           (double)packed_bytes * 1.5 / 1e6);
     }
     fold_table_build(&pb->table[A2AMM_E4M3], A2AMM_E4M3);
     fold_table_build(&pb->table[A2AMM_E5M2], A2AMM_E5M2);
-    gemm_panel_info_build(&pb->exact, NR, GEMM_FOLD_BF16, b->type, pb->info);
-    pack_b(pb, b);
+    /* Tasks of a few panels each, so that a busy thread holds the others up little. */
+    prepare_job job = {pb, b, bq, 1};
+    if (workers) {
+        int64_t tasks = 4 * (int64_t)pool_threads(workers);
+        job.tasks = (int)(tasks < npanels ? tasks : npanels);
+        pool_run(workers, prepare_task, &job, job.tasks);
+    } else {
+        prepare_task(&job, 0);
+    }
     return A2AMM_OK;
 }
 

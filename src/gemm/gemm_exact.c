@@ -14,8 +14,8 @@
 
 #include "mx/mx.h"
 
-int gemm_exact_b_init(gemm_exact_b *eb, const uint8_t *bq, const uint8_t *sb, int64_t N, int64_t K,
-                      int64_t ldsb, a2amm_fp8_type type)
+int gemm_exact_b_alloc(gemm_exact_b *eb, const uint8_t *sb, int64_t N, int64_t K, int64_t ldsb,
+                       a2amm_fp8_type type)
 {
     memset(eb, 0, sizeof *eb);
     eb->N = N;
@@ -27,10 +27,22 @@ int gemm_exact_b_init(gemm_exact_b *eb, const uint8_t *bq, const uint8_t *sb, in
         gemm_exact_b_free(eb);
         return A2AMM_E_NOMEM;
     }
-    memcpy(eb->codes, bq, (size_t)(N * K));
     for (int64_t n = 0; n < N; n++) memcpy(eb->scales + n * eb->nkb, sb + n * ldsb, (size_t)eb->nkb);
     for (int i = 0; i < 256; i++) eb->lut[i] = mx_fp8_to_f32((uint8_t)i, type);
     return A2AMM_OK;
+}
+
+void gemm_exact_b_copy_codes(gemm_exact_b *eb, const uint8_t *bq, int64_t n0, int64_t n1)
+{
+    memcpy(eb->codes + n0 * eb->K, bq + n0 * eb->K, (size_t)((n1 - n0) * eb->K));
+}
+
+int gemm_exact_b_init(gemm_exact_b *eb, const uint8_t *bq, const uint8_t *sb, int64_t N, int64_t K,
+                      int64_t ldsb, a2amm_fp8_type type)
+{
+    int rc = gemm_exact_b_alloc(eb, sb, N, K, ldsb, type);
+    if (!rc) gemm_exact_b_copy_codes(eb, bq, 0, N);
+    return rc;
 }
 
 void gemm_exact_b_free(gemm_exact_b *eb)

@@ -26,6 +26,11 @@ typedef struct gemm_exact_b {
 /* Copies B; A2AMM_OK or A2AMM_E_NOMEM. */
 int gemm_exact_b_init(gemm_exact_b *eb, const uint8_t *bq, const uint8_t *sb, int64_t N, int64_t K,
                       int64_t ldsb, a2amm_fp8_type type);
+/* gemm_exact_b_init in two steps: all but the codes, then the codes of B's rows [n0, n1) (threads may
+ * copy disjoint rows). */
+int gemm_exact_b_alloc(gemm_exact_b *eb, const uint8_t *sb, int64_t N, int64_t K, int64_t ldsb,
+                       a2amm_fp8_type type);
+void gemm_exact_b_copy_codes(gemm_exact_b *eb, const uint8_t *bq, int64_t n0, int64_t n1);
 void gemm_exact_b_free(gemm_exact_b *eb);
 
 /*

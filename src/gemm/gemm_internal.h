@@ -14,7 +14,8 @@ struct gemm_b {
 
 /* One ISA level's implementation. prepare fills b->data. */
 typedef struct gemm_kernel_ops {
-    int (*prepare)(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64_t ldsb, a2amm_error *err);
+    /* workers: a pool to spread the work over, or NULL */
+    int (*prepare)(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64_t ldsb, pool *workers, a2amm_error *err);
     void (*release)(gemm_b *b);
     void (*accumulate)(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
                        int64_t n0, int64_t n1, float *c, int64_t ldc);

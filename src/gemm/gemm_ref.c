@@ -22,8 +22,9 @@ static void ref_release(gemm_b *b)
     b->data = NULL;
 }
 
-static int ref_prepare(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64_t ldsb, a2amm_error *err)
+static int ref_prepare(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64_t ldsb, pool *workers, a2amm_error *err)
 {
+    (void)workers; /* a copy */
     gemm_exact_b *eb = calloc(1, sizeof *eb);
     if (!eb || gemm_exact_b_init(eb, bq, sb, b->N, b->K, ldsb, b->type) != A2AMM_OK) {
         free(eb);

@@ -66,7 +66,7 @@ static int rank_load(op_rank *rk, const run_args *ra, double *prepare_s, a2amm_e
     if (!rc) {
         comm_set_doing(rk->ctx, "preparing B");
         int64_t t0 = comm_now_ns();
-        rc = gemm_b_prepare(ra->isa, b, sb, rk->s->N, rk->s->K, z->sk, rk->s->b_type, &rk->b, err);
+        rc = gemm_b_prepare_on(rk->pool, ra->isa, b, sb, rk->s->N, rk->s->K, z->sk, rk->s->b_type, &rk->b, err);
         *prepare_s = (double)(comm_now_ns() - t0) * 1e-9;
     }
     if (!rc && ra->opt.baseline && ra->opt.mode == OP_MODE_PERF) rc = op_baseline_prepare(rk, b, sb, err);
