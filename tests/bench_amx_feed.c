@@ -1,0 +1,178 @@
+/*
+ * How fast AMX multiplies depending on where its tiles come from (not a
+ * test: the suite runs only tests/test_*). One core, the AMX microkernel's
+ * inner step (2 x 2 accumulator tiles, two A and two B tile loads per four
+ * TDPBF16PS) over operands sized to live in L1, L2 or L3, against the same
+ * step without loads. Rounds interleave the variants; each variant's figure
+ * is its best round and the median over rounds of its speed over the
+ * no-load loop of the same round (the host drifts between phases).
+ *
+ *   cc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror tests/bench_amx_feed.c -o build/bench_amx_feed
+ *   build/bench_amx_feed [rounds]   (default 30)
+ *
+ * The layouts are a2amm's: packed A rows 2112 bytes apart (a tile is 16 of
+ * them), B's K-pair rows 256 bytes (a whole panel) or 128 (a half-panel
+ * stored on its own).
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16"), noinline))
+
+enum { STEPS = 1 << 19, MAX_ROUNDS = 200, A_ROW = 2112, BUF_BYTES = 64 << 20 };
+
+typedef struct tile_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+static const tile_config CONFIG __attribute__((aligned(64))) = {
+    .palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
+
+/* Where a variant's operands are: bytes cycled through, and B's row stride. */
+typedef struct variant {
+    const char *name;
+    int loads;
+    int a_stream; /* A's tiles with TILELOADDT1 (a hint not to keep them) */
+    long a_span;  /* bytes of each A row walked before the next group */
+    long a_bytes; /* groups of 32 rows cycled through */
+    long b_bytes, b_stride;
+} variant;
+
+static char *buf_a, *buf_b;
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/*
+ * STEPS steps: A walks 64 bytes along its rows, a_span of them, then to
+ * the next 32-row group; B walks down its K-pair rows, 16 a step; both wrap at their size.
+ */
+AMX_TARGET static void run_steps(const variant *v)
+{
+    long ka = 0, ga = 0, kb = 0;
+    const long a_group = 32L * A_ROW, b_step = 16 * v->b_stride;
+    for (long s = 0; s < STEPS; s++) {
+        if (v->loads) {
+            const char *a = buf_a + ga + ka, *b = buf_b + kb;
+            if (v->a_stream) _tile_stream_loadd(4, a, A_ROW);
+            else _tile_loadd(4, a, A_ROW);
+            _tile_loadd(6, b, v->b_stride);
+            _tile_loadd(7, b + 64, v->b_stride);
+            if (v->a_stream) _tile_stream_loadd(5, a + 16 * A_ROW, A_ROW);
+            else _tile_loadd(5, a + 16 * A_ROW, A_ROW);
+            ka += 64;
+            if (ka >= v->a_span) {
+                ka = 0;
+                ga = ga + 2 * a_group > v->a_bytes ? 0 : ga + a_group;
+            }
+            kb = kb + 2 * b_step > v->b_bytes ? 0 : kb + b_step;
+        }
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+}
+
+AMX_TARGET static void tiles_begin(void)
+{
+    _tile_loadconfig(&CONFIG);
+    _tile_loadd(4, buf_a, 64);
+    _tile_loadd(5, buf_a, 64);
+    _tile_loadd(6, buf_b, 64);
+    _tile_loadd(7, buf_b, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+}
+
+AMX_TARGET static void tiles_end(void) { _tile_release(); }
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static char *buffer(void)
+{
+    char *p = aligned_alloc(2 << 20, BUF_BYTES);
+    if (!p) return NULL;
+    madvise(p, BUF_BYTES, MADV_HUGEPAGE);
+    memset(p, 0, BUF_BYTES); /* zeros: bf16 +0, no subnormal or NaN slow paths */
+    return p;
+}
+
+int main(int argc, char **argv)
+{
+    int rounds = argc > 1 ? atoi(argv[1]) : 30;
+    if (rounds < 1 || rounds > MAX_ROUNDS) {
+        fprintf(stderr, "bench_amx_feed: rounds must be 1..%d, got '%s'\n", MAX_ROUNDS, argv[1]);
+        return 2;
+    }
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) {
+        printf("bench_amx_feed: this CPU has no AMX-BF16; nothing to measure\n");
+        return 0;
+    }
+    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) != 0) {
+        fprintf(stderr, "bench_amx_feed: the kernel refused the AMX tile state\n");
+        return 1;
+    }
+    buf_a = buffer();
+    buf_b = buffer();
+    if (!buf_a || !buf_b) {
+        fprintf(stderr, "bench_amx_feed: cannot allocate 2 x %d MB\n", BUF_BYTES >> 20);
+        return 1;
+    }
+    const variant v[] = {
+        {"no loads", 0, 0, 0, 0, 0, 256},
+        {"A 8 KB (L1), B 16 KB (L1), 128 B rows", 1, 0, 256, 32 * A_ROW, 16 << 10, 128},
+        {"A 800 KB (L2), B 16 KB (L1), 128 B rows", 1, 0, A_ROW - 64, 800 << 10, 16 << 10, 128},
+        {"A 800 KB (L2), B 32 KB (L1), 128 B rows", 1, 0, A_ROW - 64, 800 << 10, 32 << 10, 128},
+        {"the same, A by TILELOADDT1", 1, 1, A_ROW - 64, 800 << 10, 32 << 10, 128},
+        {"A 800 KB (L2), B 24 KB (L1), 128 B rows", 1, 0, A_ROW - 64, 800 << 10, 24 << 10, 128},
+        {"A 800 KB (L2), B 16 KB (L1), 256 B rows", 1, 0, A_ROW - 64, 800 << 10, 16 << 10, 256},
+        {"A 800 KB (L2), B 256 KB (L2), 256 B rows", 1, 0, A_ROW - 64, 800 << 10, 256 << 10, 256},
+        {"A 800 KB (L2), B 16 MB (L3), 256 B rows", 1, 0, A_ROW - 64, 800 << 10, 16 << 20, 256},
+        {"A 16 MB (L3), B 16 MB (L3), 256 B rows", 1, 0, A_ROW - 64, 16 << 20, 16 << 20, 256},
+    };
+    enum { NV = sizeof v / sizeof v[0] };
+    static double gflops[NV][MAX_ROUNDS], ratio[NV][MAX_ROUNDS];
+    const double flop = 2.0 * STEPS * 4 * 16 * 16 * 32;
+    tiles_begin();
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < NV; i++) {
+            double t0 = now();
+            run_steps(&v[i]);
+            gflops[i][r] = flop / (now() - t0) / 1e9;
+            ratio[i][r] = gflops[i][r] / gflops[0][r];
+        }
+    tiles_end();
+    double best0 = 0;
+    for (int r = 0; r < rounds; r++) best0 = gflops[0][r] > best0 ? gflops[0][r] : best0;
+    printf("%-44s %10s %10s %14s\n", "tiles from", "best GF/s", "/ best", "median paired");
+    for (int i = 0; i < NV; i++) {
+        double best = 0;
+        for (int r = 0; r < rounds; r++) best = gflops[i][r] > best ? gflops[i][r] : best;
+        qsort(ratio[i], (size_t)rounds, sizeof(double), cmp_double);
+        printf("%-44s %10.0f %10.2f %14.2f\n", v[i].name, best, best / best0, ratio[i][rounds / 2]);
+    }
+    free(buf_a);
+    free(buf_b);
+    return 0;
+}
