@@ -12,7 +12,10 @@
  *
  * The layouts are a2amm's: packed A rows 2112 bytes apart (a tile is 16 of
  * them), B's K-pair rows 256 bytes (a whole panel) or 128 (a half-panel
- * stored on its own).
+ * stored on its own). The last variants are the loop a structure with B's
+ * piece in L1 would run: a 32 KB piece (512 K x 32 columns) over 8 groups
+ * of A rows, 16 steps each, C carried in the tiles, or stored and reloaded
+ * (from L1) at every group, as it must be when K comes in pieces.
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -45,6 +48,7 @@ typedef struct variant {
     long a_span;  /* bytes of each A row walked before the next group */
     long a_bytes; /* groups of 32 rows cycled through */
     long b_bytes, b_stride;
+    int piece; /* 0: the walk above; 1: the piece loop, C in the tiles; 2: C stored and reloaded per group */
 } variant;
 
 static char *buf_a, *buf_b;
@@ -85,6 +89,39 @@ AMX_TARGET static void run_steps(const variant *v)
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
     }
+}
+
+/* STEPS steps of the piece loop: 8 groups of A rows 1088 bytes apart, each 16 steps over B's 32 KB piece. */
+AMX_TARGET static void run_piece(const variant *v)
+{
+    static float c_block[256 * 32] __attribute__((aligned(64))); /* the 8 groups' C, 32 KB */
+    enum { ROW = 1088, GROUPS = 8, PIECE_STEPS = 16 };
+    for (long s = 0; s < STEPS;)
+        for (int g = 0; g < GROUPS; g++, s += PIECE_STEPS) {
+            const char *a0 = buf_a + (long)g * 32 * ROW, *a1 = a0 + 16 * ROW;
+            for (int kp = 0; kp < PIECE_STEPS; kp++) {
+                _tile_stream_loadd(4, a0 + kp * 64, ROW);
+                _tile_loadd(6, buf_b + kp * 2048, 128);
+                _tile_loadd(7, buf_b + kp * 2048 + 64, 128);
+                _tile_stream_loadd(5, a1 + kp * 64, ROW);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+            if (v->piece == 2) {
+                float *c = c_block + g * 32 * 32;
+                _tile_stored(0, c, 128);
+                _tile_stored(1, c + 16, 128);
+                _tile_stored(2, c + 16 * 32, 128);
+                _tile_stored(3, c + 16 * 32 + 16, 128);
+                float *next = c_block + (g + 1) % GROUPS * 32 * 32;
+                _tile_loadd(0, next, 128);
+                _tile_loadd(1, next + 16, 128);
+                _tile_loadd(2, next + 16 * 32, 128);
+                _tile_loadd(3, next + 16 * 32 + 16, 128);
+            }
+        }
 }
 
 AMX_TARGET static void tiles_begin(void)
@@ -140,16 +177,18 @@ int main(int argc, char **argv)
         return 1;
     }
     const variant v[] = {
-        {"no loads", 0, 0, 0, 0, 0, 256},
-        {"A 8 KB (L1), B 16 KB (L1), 128 B rows", 1, 0, 256, 32 * A_ROW, 16 << 10, 128},
-        {"A 800 KB (L2), B 16 KB (L1), 128 B rows", 1, 0, A_ROW - 64, 800 << 10, 16 << 10, 128},
-        {"A 800 KB (L2), B 32 KB (L1), 128 B rows", 1, 0, A_ROW - 64, 800 << 10, 32 << 10, 128},
-        {"the same, A by TILELOADDT1", 1, 1, A_ROW - 64, 800 << 10, 32 << 10, 128},
-        {"A 800 KB (L2), B 24 KB (L1), 128 B rows", 1, 0, A_ROW - 64, 800 << 10, 24 << 10, 128},
-        {"A 800 KB (L2), B 16 KB (L1), 256 B rows", 1, 0, A_ROW - 64, 800 << 10, 16 << 10, 256},
-        {"A 800 KB (L2), B 256 KB (L2), 256 B rows", 1, 0, A_ROW - 64, 800 << 10, 256 << 10, 256},
-        {"A 800 KB (L2), B 16 MB (L3), 256 B rows", 1, 0, A_ROW - 64, 800 << 10, 16 << 20, 256},
-        {"A 16 MB (L3), B 16 MB (L3), 256 B rows", 1, 0, A_ROW - 64, 16 << 20, 16 << 20, 256},
+        {"no loads", 0, 0, 0, 0, 0, 256, 0},
+        {"A 8 KB (L1), B 16 KB (L1), 128 B rows", 1, 0, 256, 32 * A_ROW, 16 << 10, 128, 0},
+        {"A 800 KB (L2), B 16 KB (L1), 128 B rows", 1, 0, A_ROW - 64, 800 << 10, 16 << 10, 128, 0},
+        {"A 800 KB (L2), B 32 KB (L1), 128 B rows", 1, 0, A_ROW - 64, 800 << 10, 32 << 10, 128, 0},
+        {"the same, A by TILELOADDT1", 1, 1, A_ROW - 64, 800 << 10, 32 << 10, 128, 0},
+        {"A 800 KB (L2), B 24 KB (L1), 128 B rows", 1, 0, A_ROW - 64, 800 << 10, 24 << 10, 128, 0},
+        {"A 800 KB (L2), B 16 KB (L1), 256 B rows", 1, 0, A_ROW - 64, 800 << 10, 16 << 10, 256, 0},
+        {"A 800 KB (L2), B 256 KB (L2), 256 B rows", 1, 0, A_ROW - 64, 800 << 10, 256 << 10, 256, 0},
+        {"A 800 KB (L2), B 16 MB (L3), 256 B rows", 1, 0, A_ROW - 64, 800 << 10, 16 << 20, 256, 0},
+        {"A 16 MB (L3), B 16 MB (L3), 256 B rows", 1, 0, A_ROW - 64, 16 << 20, 16 << 20, 256, 0},
+        {"piece loop: A 272 KB (L2), B 32 KB (L1)", 1, 1, 0, 0, 0, 0, 1},
+        {"the same, C stored and reloaded per group", 1, 1, 0, 0, 0, 0, 2},
     };
     enum { NV = sizeof v / sizeof v[0] };
     static double gflops[NV][MAX_ROUNDS], ratio[NV][MAX_ROUNDS];
@@ -158,7 +197,8 @@ int main(int argc, char **argv)
     for (int r = 0; r < rounds; r++)
         for (int i = 0; i < NV; i++) {
             double t0 = now();
-            run_steps(&v[i]);
+            if (v[i].piece) run_piece(&v[i]);
+            else run_steps(&v[i]);
             gflops[i][r] = flop / (now() - t0) / 1e9;
             ratio[i][r] = gflops[i][r] / gflops[0][r];
         }
