@@ -6,18 +6,11 @@
  * through gemm_amx_block (gemm_amx.h), whose tiles carry C over the chunks
  * (see "AMX" below).
  *
- * Packed B (prepared once): panels of NR = 64 columns (the last one padded
- * with zeros), each K/2 K-pairs deep; K-pair kp of panel p holds 64 dwords,
- * dword c = (bf16 B[2kp][64p + c], bf16 B[2kp + 1][64p + c]) with B's block
- * scale folded in. A block-panel the fold rule refuses (gemm_fold.h) is
- * packed as zeros and taken by the exact path.
+ * Packed B: gemm_avx512_internal.h (gemm_avx512_prepare.c builds it).
  * Packed A (per call, per MC x KC block of the slab): row-major, each row's
  * dwords (A[r][2kp], A[r][2kp + 1]) with A's block scale folded in; a tile is
  * MR = 6 consecutive rows, broadcast at constant offsets. A row block that
- * cannot fold is packed as zeros.
- * Conversion: vpermi2b looks the low and the high byte of each bf16 up in two
- * 128-entry tables (by magnitude); the scale is an add to the exponent field
- * of the nonzero values; no per-element branch anywhere.
+ * cannot fold is packed as zeros (the conversion as B's).
  *
  * Order of work, fixed so that C[i][n] depends only on the inputs and the
  * k range of the call: K in chunks of KC from k0; per chunk each (tile,
@@ -49,21 +42,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/error.h"
-#include "common/hugemem.h"
 #include "common/scratch.h"
 #include "gemm/gemm_amx.h"
+#include "gemm/gemm_avx512_internal.h"
 #include "gemm/gemm_bf16_round.h"
 #include "gemm/gemm_exact.h"
-#include "gemm/gemm_internal.h"
 #include "mx/mx.h"
-
-#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16,avx512vbmi")))
-#define AVX512_INLINE static inline __attribute__((always_inline)) AVX512_TARGET
 
 enum {
     MR = 6,    /* rows of a microkernel tile */
-    NR = 64,   /* columns of a panel (4 zmm of 16 fp32) */
     KC = 1024, /* K per chunk: a panel's chunk of B is 128 KB, read from L2 by every tile */
     MC = 192,  /* rows of A packed at once: 384 KB, in L2; 32 tiles reuse each B chunk */
     KC_PAIRS = KC / 2,
@@ -77,224 +64,6 @@ enum {
     ALL_K_CHUNKS = 2,
     PREFETCH_KPAIRS = 8          /* the microkernel prefetches one line of B every 8 K-pairs */
 };
-
-/* bf16 bits of each fp8 magnitude (NaN/Inf: 0), split in bytes for vpermi2b. */
-typedef struct fold_table {
-    uint8_t lo[128], hi[128];
-    float value[256]; /* each code's value, for the exact path */
-} fold_table;
-
-typedef struct avx512_b {
-    uint16_t *packed;      /* npanels panels of K * NR bf16, 64-byte aligned */
-    gemm_panel_info *info; /* [nkb][npanels] */
-    int64_t npanels;
-    gemm_exact_b exact;
-    fold_table table[2]; /* by a2amm_fp8_type */
-} avx512_b;
-
-static void fold_table_build(fold_table *t, a2amm_fp8_type type)
-{
-    for (int code = 0; code < 256; code++) t->value[code] = mx_fp8_to_f32((uint8_t)code, type);
-    for (int m = 0; m < 128; m++) {
-        uint32_t bits = 0;
-        if (!gemm_fold_code_special((unsigned)m, type)) memcpy(&bits, &t->value[m], sizeof bits);
-        t->lo[m] = (uint8_t)(bits >> 16);
-        t->hi[m] = (uint8_t)(bits >> 24);
-    }
-}
-
-/* ---- fp8 -> bf16 with the scale folded in ------------------------------- */
-
-typedef struct fold_lut {
-    __m512i lo0, lo1, hi0, hi1, special;
-} fold_lut;
-
-AVX512_INLINE fold_lut fold_lut_load(const fold_table *t, a2amm_fp8_type type)
-{
-    return (fold_lut){_mm512_loadu_si512(t->lo), _mm512_loadu_si512(t->lo + 64), _mm512_loadu_si512(t->hi),
-                      _mm512_loadu_si512(t->hi + 64),
-                      _mm512_set1_epi16((short)gemm_fold_special_bits(type))};
-}
-
-/*
- * The 32 codes at `codes` as bf16 with `offset` = (scale - 127) << 7 added to
- * the exponent of every nonzero value: 16 dwords of K-pairs. Valid where the
- * block folds; *special says whether it holds a NaN/Inf code, *zero whether
- * every value is zero.
- */
-AVX512_INLINE __m512i fold32_unchecked(const uint8_t *codes, short offset, const fold_lut *t, int *special,
-                                       int *zero)
-{
-    /* Each word holds its code twice: the low byte picks the low table, the high one the high. */
-    const __m512i dup = _mm512_set_epi8(31, 31, 30, 30, 29, 29, 28, 28, 27, 27, 26, 26, 25, 25, 24, 24, 23, 23,
-                                        22, 22, 21, 21, 20, 20, 19, 19, 18, 18, 17, 17, 16, 16, 15, 15, 14, 14,
-                                        13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8, 7, 7, 6, 6, 5, 5, 4, 4, 3, 3,
-                                        2, 2, 1, 1, 0, 0);
-    __m512i idx = _mm512_permutexvar_epi8(dup, _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)codes)));
-    __m512i lo_bytes = _mm512_permutex2var_epi8(t->lo0, idx, t->lo1);
-    __m512i hi_bytes = _mm512_permutex2var_epi8(t->hi0, idx, t->hi1);
-    __m512i v = _mm512_mask_blend_epi8((__mmask64)0xAAAAAAAAAAAAAAAAull, lo_bytes, hi_bytes);
-    __mmask32 nonzero = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x7F));
-    *zero = nonzero == 0;
-    v = _mm512_mask_add_epi16(v, nonzero, v, _mm512_set1_epi16(offset));
-    *special = _mm512_cmpeq_epi16_mask(_mm512_and_si512(idx, t->special), t->special) != 0;
-    return _mm512_ternarylogic_epi32(v, idx, _mm512_set1_epi16((short)0x8000), 0xF8); /* v | (idx & sign) */
-}
-
-/* fold32_unchecked, zero unless the block folds: scale in [lo, hi], no NaN/Inf. */
-AVX512_INLINE __m512i fold32(const uint8_t *codes, int scale, int lo, int hi, const fold_lut *t)
-{
-    int special, zero;
-    __m512i v = fold32_unchecked(codes, (short)((scale - 127) * 128), t, &special, &zero);
-    int ok = !special && scale >= lo && scale <= hi;
-    return _mm512_maskz_mov_epi32((__mmask16)-ok, v);
-}
-
-/* ---- Prepare: pack B ----------------------------------------------------- */
-
-/* Rows r[0..15] of 16 dwords become its columns: r[k][i] = old r[i][k]. */
-AVX512_INLINE void transpose16(__m512i r[16])
-{
-    __m512i t[16];
-    /* In each 128-bit lane: t[i] = a0 b0 a1 b1, t[i + 1] = a2 b2 a3 b3 (rows a = i, b = i + 1). */
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    /* r[4q + j], lane L: element 4L + j of rows 4q .. 4q + 3. */
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    /* Row 4L + j gathers lane L of r[j], r[4 + j], r[8 + j], r[12 + j]. */
-    for (int j = 0; j < 4; j++) {
-        __m512i even_lo = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88), odd_lo = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xDD);
-        __m512i even_hi = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88);
-        __m512i odd_hi = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xDD);
-        t[j] = _mm512_shuffle_i32x4(even_lo, even_hi, 0x88);
-        t[8 + j] = _mm512_shuffle_i32x4(even_lo, even_hi, 0xDD);
-        t[4 + j] = _mm512_shuffle_i32x4(odd_lo, odd_hi, 0x88);
-        t[12 + j] = _mm512_shuffle_i32x4(odd_lo, odd_hi, 0xDD);
-    }
-    for (int i = 0; i < 16; i++) r[i] = t[i];
-}
-
-/*
- * Panel p's summary of K-block kb for the fold rule: what
- * gemm_panel_info_build computes, 32 codes at a time.
- */
-AVX512_TARGET static gemm_panel_info panel_block_info(const gemm_exact_b *eb, int64_t p, int64_t kb, int lo, int hi,
-                                                       unsigned special)
-{
-    gemm_panel_info pi = {1, 255, 0};
-    const __m256i special_bits = _mm256_set1_epi8((char)special), magnitude = _mm256_set1_epi8(0x7F);
-    for (int64_t n = p * NR; n < (p + 1) * NR && n < eb->N; n++) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(eb->codes + n * eb->K + kb * 32));
-        int s = eb->scales[n * eb->nkb + kb];
-        if (_mm256_testz_si256(v, magnitude) && s != MX_E8M0_NAN) continue; /* zeros: nothing to fold */
-        int any_special = _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(v, special_bits), special_bits));
-        pi.ok &= !any_special && s >= lo && s <= hi;
-        pi.smin = (uint8_t)(s < pi.smin ? s : pi.smin);
-        pi.smax = (uint8_t)(s > pi.smax ? s : pi.smax);
-    }
-    return pi;
-}
-
-/*
- * Panels [p0, p1) of B: their rows' codes copied for the exact path, their
- * blocks' summaries, and the packed panels: each 32-block 16 columns at a
- * time folded (16 K-pairs each) and transposed into the K-pair rows. A
- * block that does not fold is left zero (the exact path has it).
- */
-AVX512_TARGET static void prepare_panels(avx512_b *pb, const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1)
-{
-    int64_t N = b->N, K = b->K, nkb = K / 32;
-    const gemm_exact_b *eb = &pb->exact;
-    gemm_exact_b_copy_codes(&pb->exact, bq, p0 * NR, p1 * NR < N ? p1 * NR : N);
-    fold_lut lut = fold_lut_load(&pb->table[b->type], b->type);
-    int lo = gemm_fold_scale_lo(GEMM_FOLD_BF16, b->type), hi = gemm_fold_scale_hi(b->type);
-    unsigned special = gemm_fold_special_bits(b->type);
-    for (int64_t p = p0; p < p1; p++) {
-        uint32_t *panel = (uint32_t *)(pb->packed + p * K * NR);
-        for (int64_t kb = 0; kb < nkb; kb++) {
-            gemm_panel_info info = panel_block_info(eb, p, kb, lo, hi, special);
-            pb->info[kb * pb->npanels + p] = info;
-            uint32_t *out = panel + kb * 16 * NR;
-            for (int64_t c0 = 0; c0 < NR; c0 += 16) {
-                __m512i r[16];
-                for (int64_t i = 0; i < 16; i++) {
-                    int64_t n = p * NR + c0 + i;
-                    r[i] = info.ok && n < N
-                               ? fold32(eb->codes + n * K + kb * 32, eb->scales[n * nkb + kb], lo, hi, &lut)
-                               : _mm512_setzero_si512();
-                }
-                transpose16(r);
-                for (int kp = 0; kp < 16; kp++) _mm512_store_si512(out + kp * NR + c0, r[kp]);
-            }
-        }
-    }
-}
-
-/* prepare_panels over a pool: task t of `tasks` takes its share of the panels. */
-typedef struct prepare_job {
-    avx512_b *pb;
-    const gemm_b *b;
-    const uint8_t *bq;
-    int tasks;
-} prepare_job;
-
-static void prepare_task(void *arg, int t)
-{
-    const prepare_job *j = arg;
-    int64_t n = j->pb->npanels;
-    prepare_panels(j->pb, j->b, j->bq, n * t / j->tasks, n * (t + 1) / j->tasks);
-}
-
-static void avx512_release(gemm_b *b)
-{
-    avx512_b *pb = b->data;
-    if (!pb) return;
-    free(pb->packed);
-    free(pb->info);
-    gemm_exact_b_free(&pb->exact);
-    free(pb);
-    b->data = NULL;
-}
-
-static int avx512_prepare(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64_t ldsb, pool *workers,
-                          a2amm_error *err)
-{
-    int64_t N = b->N, K = b->K, npanels = (N + NR - 1) / NR;
-    if (npanels > INT64_MAX / 2 / NR / K)
-        return a2amm_fail(err, A2AMM_E_OVERFLOW, "gemm avx512: B of %lld x %lld is too large to pack",
-                          (long long)N, (long long)K);
-    avx512_b *pb = calloc(1, sizeof *pb);
-    if (!pb) return a2amm_fail(err, A2AMM_E_NOMEM, "gemm avx512: out of memory");
-    b->data = pb;
-    pb->npanels = npanels;
-    size_t packed_bytes = (size_t)(npanels * K * NR) * sizeof(uint16_t);
-    pb->packed = hugemem_alloc(packed_bytes); /* on 2 MB pages: fewer TLB misses, 1.01-1.03x with AMX */
-    pb->info = malloc((size_t)(K / 32 * npanels) * sizeof *pb->info);
-    if (!pb->packed || !pb->info || gemm_exact_b_alloc(&pb->exact, sb, N, K, ldsb, b->type) != A2AMM_OK) {
-        avx512_release(b);
-        return a2amm_fail(err, A2AMM_E_NOMEM, "gemm avx512: cannot allocate %.1f MB for B",
-                          (double)packed_bytes * 1.5 / 1e6);
-    }
-    fold_table_build(&pb->table[A2AMM_E4M3], A2AMM_E4M3);
-    fold_table_build(&pb->table[A2AMM_E5M2], A2AMM_E5M2);
-    /* Tasks of a few panels each, so that a busy thread holds the others up little. */
-    prepare_job job = {pb, b, bq, 1};
-    if (workers) {
-        int64_t tasks = 4 * (int64_t)pool_threads(workers);
-        job.tasks = (int)(tasks < npanels ? tasks : npanels);
-        pool_run(workers, prepare_task, &job, job.tasks);
-    } else {
-        prepare_task(&job, 0);
-    }
-    return A2AMM_OK;
-}
 
 /* ---- Accumulate: pack A, run the tiles, fix up the exact blocks ---------- */
 
@@ -865,7 +634,7 @@ static void avx512_run_store(const gemm_b *b, const gemm_a_slab *a, int64_t rows
     run(b, a, rows, k0, klen, n0, n1, c, ldc, overwrite, out, ldo);
 }
 
-static const gemm_kernel_ops AVX512_OPS = {avx512_prepare, avx512_release, avx512_accumulate, avx512_multiply,
+static const gemm_kernel_ops AVX512_OPS = {gemm_avx512_prepare, gemm_avx512_release, avx512_accumulate, avx512_multiply,
                                            avx512_run_store};
 
 const gemm_kernel_ops *gemm_avx512_ops_get(void) { return &AVX512_OPS; }
