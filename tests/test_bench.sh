@@ -40,7 +40,8 @@ expect_ok "more threads than cores" "$A2AMM" bench gemm 8 64 32 --iters 1 --thre
 expect_output "more threads than cores is warned about" "WARNING: $over threads on $(nproc) cores"
 expect_ok "bench gemm table" "$A2AMM" bench gemm 96 200 64 --iters 2 --threads 2
 for row in "a2amm MXFP8, prepared B" "a2amm incl. B preparation" "oneDNN bf16, packed B" \
-           "OpenBLAS sgemm fp32" "fp32 FMA ceiling (vfmadd231ps" "bf16 ceiling" "AMX bf16 ceiling"; do
+           "OpenBLAS sgemm fp32" "fp32 FMA ceiling (vfmadd231ps" "bf16 ceiling" "AMX bf16 ceiling" \
+           "AMX fed from L2"; do
     expect_output "table row: $row" "$row"
 done
 for col in "median ms" "min ms" "max ms" "GFLOP/s" "a2amm/row" "<- a2amm's fraction"; do
@@ -95,6 +96,9 @@ check "json has the ceiling and the fraction" json_ok "$SCRATCH/j.json" \
     'd["fraction_of_ceiling"] is None or d["best_fraction_of_ceiling"] >= d["fraction_of_ceiling"]' \
     '"bf16_gflops" in d["ceiling"] and "bf16_instruction" in d["ceiling"]' \
     '"amx_gflops" in d["ceiling"] and "amx_instruction" in d["ceiling"]' \
+    '"amx_l2_gflops" in d["ceiling"] and "amx_l2_instruction" in d["ceiling"]' \
+    '(d["ceiling"]["amx_l2_gflops"] is None) == (d["ceiling"]["amx_gflops"] is None)' \
+    'd["ceiling"]["amx_l2_gflops"] is None or d["ceiling"]["amx_l2_gflops"] == max(d["ceiling"]["amx_l2_gflops_first"], d["ceiling"]["amx_l2_gflops_last"], d["ceiling"]["amx_l2_gflops_rounds"])' \
     'd["ceiling"]["amx_gflops"] is None or d["ceiling"]["amx_gflops"] == max(d["ceiling"]["amx_gflops_first"], d["ceiling"]["amx_gflops_last"], d["ceiling"]["amx_gflops_rounds"])' \
     '(d["fraction_of"] == "amx") == (d["isa"] == "amx")' \
     'd["fraction_of_ceiling"] is None or 0 < d["paired_fraction_of_ceiling"]["min"] <= d["paired_fraction_of_ceiling"]["median"] <= d["paired_fraction_of_ceiling"]["max"]' \

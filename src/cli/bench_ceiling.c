@@ -105,6 +105,63 @@ __attribute__((target("amx-tile,amx-bf16"))) static double probe_bf16_amx(int64_
     return t;
 }
 
+/*
+ * The operands of the L2-fed AMX probe, shared read-only by its threads: A
+ * as a2amm packs it (rows 2112 bytes apart, a tile 16 of them; 800 KB) and
+ * B as its panels (K-pair rows of 256 bytes; 256 KB), together too large for
+ * L1 and well inside L2. All values 2^-10.
+ */
+enum { L2_A_ROW = 2112, L2_A_BYTES = 12 * 32 * L2_A_ROW, L2_B_ROW = 256, L2_B_BYTES = 256 << 10 };
+static uint16_t *l2_operands;
+static pthread_once_t l2_once = PTHREAD_ONCE_INIT;
+
+static void l2_operands_alloc(void)
+{
+    size_t words = (size_t)(L2_A_BYTES + L2_B_BYTES) / 2;
+    l2_operands = aligned_alloc(64, words * 2);
+    for (size_t i = 0; l2_operands && i < words; i++) l2_operands[i] = 0x3A80;
+}
+
+/*
+ * probe_bf16_amx with its 4 tiles loaded every trip: A walks 64 bytes along
+ * its rows, 32 steps, then on to the next group of 32 rows; B walks down its
+ * K-pair rows, 16 a trip; both wrap at their size. Needs l2_operands.
+ */
+__attribute__((target("amx-tile,amx-bf16"))) static double probe_bf16_amx_l2(int64_t iters)
+{
+    const char *a_base = (const char *)l2_operands, *b_base = a_base + L2_A_BYTES;
+    const int64_t a_group = 32 * L2_A_ROW, b_step = 16 * L2_B_ROW;
+    int64_t ka = 0, ga = 0, kb = 0;
+    float sums[16 * 16] __attribute__((aligned(64)));
+    gemm_amx_begin();
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t n = 0; n < iters; n++) {
+        const char *a = a_base + ga + ka, *b = b_base + kb;
+        _tile_loadd(4, a, L2_A_ROW);
+        _tile_loadd(6, b, L2_B_ROW);
+        _tile_loadd(7, b + 64, L2_B_ROW);
+        _tile_loadd(5, a + 16 * L2_A_ROW, L2_A_ROW);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+        ka += 64;
+        if (ka == L2_A_ROW - 64) {
+            ka = 0;
+            ga = ga + a_group < L2_A_BYTES ? ga + a_group : 0;
+        }
+        kb = kb + b_step < L2_B_BYTES ? kb + b_step : 0;
+    }
+    double t = 0.0;
+    _tile_stored(0, sums, 64);
+    for (int i = 0; i < 256; i++) t += (double)sums[i];
+    gemm_amx_end();
+    return t;
+}
+
 /* 12 ymm accumulators (16 registers in all without AVX-512), 12 vfmadd231ps
  * per trip: 12 * 8 lanes * 2 FLOP. */
 __attribute__((target("avx2,fma"))) static double probe_fma_ymm(int64_t iters)
@@ -228,14 +285,25 @@ int bench_ceiling_measure(int threads, double seconds, bench_ceiling *out, a2amm
     int bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
     int fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     int amx = gemm_isa_supported(GEMM_ISA_AMX);
-    *out = (bench_ceiling){threads, NAN, NAN, NAN, "n/a: this CPU has no AMX-BF16 (or the OS does not grant it)",
-                           "n/a: this CPU has no AVX512_BF16", "n/a: this CPU has no FMA", 0.0};
+    const char *no_amx = "n/a: this CPU has no AMX-BF16 (or the OS does not grant it)";
+    *out = (bench_ceiling){.threads = threads, .amx_gflops = NAN, .amx_l2_gflops = NAN, .bf16_gflops = NAN,
+                           .fma_gflops = NAN, .amx_what = no_amx, .amx_l2_what = no_amx,
+                           .bf16_what = "n/a: this CPU has no AVX512_BF16", .fma_what = "n/a: this CPU has no FMA"};
     if (threads < 1) return a2amm_fail(err, A2AMM_E_INVAL, "ceiling probe: threads must be at least 1");
     if (amx) {
         probe p = {probe_bf16_amx, 4.0 * 16 * 16 * 32 * 2};
         out->amx_gflops = measure(&p, threads, seconds, &sink);
         out->amx_what = "tdpbf16ps tiles";
         if (out->amx_gflops < 0.0) goto no_threads;
+        pthread_once(&l2_once, l2_operands_alloc);
+        if (l2_operands) {
+            probe l2 = {probe_bf16_amx_l2, 4.0 * 16 * 16 * 32 * 2};
+            out->amx_l2_gflops = measure(&l2, threads, seconds, &sink);
+            out->amx_l2_what = "4 tile loads a step";
+            if (out->amx_l2_gflops < 0.0) goto no_threads;
+        } else {
+            out->amx_l2_what = "n/a: out of memory for the probe's operands";
+        }
     }
     if (bf16) {
         probe p = {probe_bf16_zmm, 24.0 * 64.0};
@@ -261,6 +329,7 @@ bench_ceiling bench_ceiling_peak(const bench_ceiling *a, const bench_ceiling *b)
 {
     bench_ceiling c = *a;
     c.amx_gflops = peak(a->amx_gflops, b->amx_gflops);
+    c.amx_l2_gflops = peak(a->amx_l2_gflops, b->amx_l2_gflops);
     c.bf16_gflops = peak(a->bf16_gflops, b->bf16_gflops);
     c.fma_gflops = peak(a->fma_gflops, b->fma_gflops);
     c.seconds = a->seconds + b->seconds;

@@ -6,6 +6,9 @@
  * vfmadd231ps (fp32 FMA, 24 zmm, 32 FLOP per instruction). Only the
  * instructions this CPU has are run: without AMX-BF16 or AVX512_BF16 that
  * ceiling is absent; without AVX-512 the FMA ceiling is measured on ymm.
+ * With AMX, a second figure: the same four TDPBF16PS with their two A and
+ * two B tiles loaded every time from operands too large for L1 and held in
+ * L2 (a2amm's packed layouts), the most a kernel fed from L2 can reach.
  */
 #ifndef A2AMM_CLI_BENCH_CEILING_H
 #define A2AMM_CLI_BENCH_CEILING_H
@@ -15,9 +18,11 @@
 typedef struct bench_ceiling {
     int threads;
     double amx_gflops;  /* NAN when this CPU (or OS) has no AMX-BF16 */
+    double amx_l2_gflops; /* the same, tiles loaded from L2 every step; NAN with amx_gflops */
     double bf16_gflops; /* NAN when this CPU has no AVX512_BF16 */
     double fma_gflops;  /* NAN when it has no FMA */
     const char *amx_what;  /* "tdpbf16ps tiles", or why it is absent */
+    const char *amx_l2_what; /* "4 tile loads a step", or why it is absent */
     const char *bf16_what; /* "vdpbf16ps zmm", or why it is absent */
     const char *fma_what;  /* "vfmadd231ps zmm" / "vfmadd231ps ymm", or why absent */
     double seconds;        /* the probe's whole time */

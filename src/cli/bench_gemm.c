@@ -68,6 +68,9 @@ static void gemm_usage(FILE *f)
             "                            also paired by round: each a2amm call over the probe\n"
             "                            of its own round, which a slow phase of the host\n"
             "                            slows alike (the steadiest figure on a shared host)\n"
+            "  AMX fed from L2           with AMX, the probe's step again with its 4 tiles\n"
+            "                            loaded every time from operands held in L2 (a2amm's\n"
+            "                            layouts): the most a kernel fed from L2 reaches here\n"
             "The contenders run in rounds: each round times a2amm, oneDNN and OpenBLAS once\n"
             "(the first changing every round, the peers' threads made idle after their\n"
             "calls), so that a slow phase of a shared machine hits them alike; each row\n"
@@ -286,7 +289,7 @@ static int openblas_run(void *ctx, a2amm_error *err) { return bench_openblas_run
 
 /* ---- The figures ---------------------------------------------------------- */
 
-enum { ROW_A2AMM, ROW_A2AMM_PREP, ROW_ONEDNN, ROW_OPENBLAS, ROW_AMX, ROW_BF16, ROW_FMA, ROW_COUNT };
+enum { ROW_A2AMM, ROW_A2AMM_PREP, ROW_ONEDNN, ROW_OPENBLAS, ROW_AMX, ROW_AMX_L2, ROW_BF16, ROW_FMA, ROW_COUNT };
 enum { CONTENDERS = 4 }; /* in rounds: a2amm, oneDNN, OpenBLAS, and a short probe of the ceiling */
 
 typedef struct gemm_row {
@@ -336,19 +339,31 @@ static int ceiling_row(const gemm_report *r)
 }
 
 /* A ceiling row's name in the text and the JSON. */
-static const char *ceiling_name(int row) { return row == ROW_AMX ? "AMX bf16" : row == ROW_BF16 ? "bf16" : "fp32 FMA"; }
-static const char *ceiling_key(int row) { return row == ROW_AMX ? "amx" : row == ROW_BF16 ? "bf16" : "fma"; }
+static const char *ceiling_name(int row)
+{
+    return row == ROW_AMX ? "AMX bf16" : row == ROW_AMX_L2 ? "L2-fed AMX" : row == ROW_BF16 ? "bf16" : "fp32 FMA";
+}
+static const char *ceiling_key(int row)
+{
+    return row == ROW_AMX ? "amx" : row == ROW_AMX_L2 ? "amx_l2" : row == ROW_BF16 ? "bf16" : "fma";
+}
 
 /* What a ceiling row's probe ran, or why it did not. */
 static const char *ceiling_what(const bench_ceiling *c, int row)
 {
-    return row == ROW_AMX ? c->amx_what : row == ROW_BF16 ? c->bf16_what : c->fma_what;
+    return row == ROW_AMX      ? c->amx_what
+           : row == ROW_AMX_L2 ? c->amx_l2_what
+           : row == ROW_BF16   ? c->bf16_what
+                               : c->fma_what;
 }
 
 /* One ceiling of a probe's measurement, by row. */
 static double ceiling_of(const bench_ceiling *c, int row)
 {
-    return row == ROW_AMX ? c->amx_gflops : row == ROW_BF16 ? c->bf16_gflops : c->fma_gflops;
+    return row == ROW_AMX      ? c->amx_gflops
+           : row == ROW_AMX_L2 ? c->amx_l2_gflops
+           : row == ROW_BF16   ? c->bf16_gflops
+                               : c->fma_gflops;
 }
 
 /* a2amm's best repetition over the ceiling (itself the best of its probes). */
@@ -551,10 +566,10 @@ static double check_against(const gemm_inputs *in, const gemm_opts *o, const flo
 
 static const char *const ROW_LABELS[ROW_COUNT] = {"a2amm MXFP8, prepared B", "a2amm incl. B preparation",
                                                   "oneDNN bf16, packed B",   "OpenBLAS sgemm fp32",
-                                                  "AMX bf16 ceiling",        "bf16 ceiling",
-                                                  "fp32 FMA ceiling"};
-static const char *const ROW_KEYS[ROW_COUNT] = {"a2amm",       "a2amm_incl_prepare", "onednn",     "openblas",
-                                                "ceiling_amx", "ceiling_bf16",       "ceiling_fma"};
+                                                  "AMX bf16 ceiling",        "AMX fed from L2",     
+                                                  "bf16 ceiling",            "fp32 FMA ceiling"};
+static const char *const ROW_KEYS[ROW_COUNT] = {"a2amm",       "a2amm_incl_prepare", "onednn",       "openblas",
+                                                "ceiling_amx", "ceiling_amx_l2",     "ceiling_bf16", "ceiling_fma"};
 
 /* Everything one `bench gemm` run holds. */
 typedef struct gemm_bench {
