@@ -121,6 +121,13 @@ env A2AMM_ISA=ref "$A2AMM" bench gemm 3 65 32 --iters 1 --threads 2 --json >"$SC
 check "forced ref runs and agrees" json_ok "$SCRATCH/ref.json" 'd["isa"] == "ref" and d["isa_forced"] is True' \
     'd["fraction_of"] == "fma"' 'd["onednn"]["agrees"] and d["openblas"]["agrees"]' \
     'd["check"]["samples"] == 3 * 65'
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+    # the avx2 level uses ymm only: its ceiling is the FMA loop on ymm, even where the CPU has zmm
+    env A2AMM_ISA=avx2 "$A2AMM" bench gemm 5 70 64 --iters 1 --threads 1 --json >"$SCRATCH/avx2.json"
+    check "forced avx2: its fraction is of the ymm FMA ceiling" json_ok "$SCRATCH/avx2.json" \
+        'd["isa"] == "avx2" and d["fraction_of"] == "fma"' \
+        'd["ceiling"]["fma_instruction"] == "vfmadd231ps ymm"' 'd["onednn"]["agrees"] and d["openblas"]["agrees"]'
+fi
 env OPENBLAS_CORETYPE=Haswell "$A2AMM" bench gemm 1 64 32 --iters 1 --threads 1 --no-flush --json >"$SCRATCH/h.json"
 check "coretype reported as set, one thread, no flush" json_ok "$SCRATCH/h.json" \
     'd["openblas"]["coretype_env"] == "Haswell"' 'd["threads"] == 1 and d["onednn"]["threads"] == 1 and d["openblas"]["threads"] == 1' \

@@ -276,13 +276,14 @@ static double measure(const probe *p, int threads, double seconds, volatile doub
     return best;
 }
 
-int bench_ceiling_measure(int threads, double seconds, bench_ceiling *out, a2amm_error *err)
+int bench_ceiling_measure(int threads, double seconds, int fma_on_ymm, bench_ceiling *out, a2amm_error *err)
 {
     volatile double sink = 0.0;
     double t0 = cli_now();
     __builtin_cpu_init();
     int avx512 = __builtin_cpu_supports("avx512f");
     int bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
+    int fma_zmm = avx512 && !fma_on_ymm;
     int fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     int amx = gemm_isa_supported(GEMM_ISA_AMX);
     const char *no_amx = "n/a: this CPU has no AMX-BF16 (or the OS does not grant it)";
@@ -311,10 +312,10 @@ int bench_ceiling_measure(int threads, double seconds, bench_ceiling *out, a2amm
         out->bf16_what = "vdpbf16ps zmm";
         if (out->bf16_gflops < 0.0) goto no_threads;
     }
-    if (avx512 || fma) {
-        probe p = avx512 ? (probe){probe_fma_zmm, 24.0 * 32.0} : (probe){probe_fma_ymm, 12.0 * 16.0};
+    if (fma_zmm || fma) {
+        probe p = fma_zmm ? (probe){probe_fma_zmm, 24.0 * 32.0} : (probe){probe_fma_ymm, 12.0 * 16.0};
         out->fma_gflops = measure(&p, threads, seconds, &sink);
-        out->fma_what = avx512 ? "vfmadd231ps zmm" : "vfmadd231ps ymm";
+        out->fma_what = fma_zmm ? "vfmadd231ps zmm" : "vfmadd231ps ymm";
         if (out->fma_gflops < 0.0) goto no_threads;
     }
     out->seconds = cli_now() - t0;

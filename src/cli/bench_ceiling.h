@@ -31,9 +31,11 @@ typedef struct bench_ceiling {
 /*
  * Measures the ceilings on `threads` threads, each probe taking about
  * `seconds` (calibrated on this machine; the best of three runs counts).
- * Fails only when threads cannot be started.
+ * fma_on_ymm: the FMA ceiling on ymm even where the CPU has AVX-512 (the
+ * ceiling of a kernel that uses only AVX2). Fails only when threads cannot
+ * be started.
  */
-int bench_ceiling_measure(int threads, double seconds, bench_ceiling *out, a2amm_error *err);
+int bench_ceiling_measure(int threads, double seconds, int fma_on_ymm, bench_ceiling *out, a2amm_error *err);
 
 /* The peak of two measurements (on a shared machine, the less disturbed
  * one): each ceiling's maximum, the probe times added. */

@@ -64,7 +64,8 @@ static void gemm_usage(FILE *f)
             "                            after the others and briefly in every round; the\n"
             "                            best counts (a busy moment only slows a probe).\n"
             "                            a2amm's fraction is of its own level's ceiling: AMX\n"
-            "                            for amx, bf16 for avx512, fp32 FMA for avx2 and ref;\n"
+            "                            for amx, bf16 for avx512, fp32 FMA for avx2 (on ymm,\n"
+            "                            the registers it uses) and ref;\n"
             "                            also paired by round: each a2amm call over the probe\n"
             "                            of its own round, which a slow phase of the host\n"
             "                            slows alike (the steadiest figure on a shared host)\n"
@@ -747,7 +748,7 @@ static int round_probe_run(void *ctx, a2amm_error *err)
 {
     gemm_report *r = ctx;
     bench_ceiling c;
-    int rc = bench_ceiling_measure(r->o.threads, ROUND_PROBE_S, &c, err);
+    int rc = bench_ceiling_measure(r->o.threads, ROUND_PROBE_S, r->isa == GEMM_ISA_AVX2, &c, err);
     if (rc) return rc;
     r->round_ceiling[r->ceil_rounds_n] = ceiling_of(&c, ceiling_row(r));
     r->ceil_rounds = r->ceil_rounds_n++ ? bench_ceiling_peak(&r->ceil_rounds, &c) : c;
@@ -862,9 +863,9 @@ int cmd_bench_gemm(int argc, char **argv)
     if (!rc && !o->json) gemm_print_header(&g.r);
     /* The ceiling before any library has threads of its own, and again at
      * the end: on a shared machine the less disturbed probe counts. */
-    if (!rc) rc = bench_ceiling_measure(o->threads, CEILING_PROBE_S, &g.r.ceil_first, &err);
+    if (!rc) rc = bench_ceiling_measure(o->threads, CEILING_PROBE_S, g.r.isa == GEMM_ISA_AVX2, &g.r.ceil_first, &err);
     if (!rc) rc = gemm_time_contenders(&g, &err);
-    if (!rc) rc = bench_ceiling_measure(o->threads, CEILING_PROBE_S, &g.r.ceil_last, &err);
+    if (!rc) rc = bench_ceiling_measure(o->threads, CEILING_PROBE_S, g.r.isa == GEMM_ISA_AVX2, &g.r.ceil_last, &err);
     if (!rc) {
         gemm_set_ceiling(&g.r);
         gemm_check(&g);
