@@ -546,8 +546,13 @@ static void run_blocks(const call_args *x, a_block *blks, int64_t packs, uint32_
     if (amx) gemm_amx_begin();
     gemm_exact_job job = {&pb->exact, pb->info, pb->npanels, NR, a,    table->value, pair_lo,
                           pair_hi,    x->k0 / 32, n0,       n1, x->c, ldc};
-    for (int64_t ic = 0; ic < rows; ic += capacity) {
-        int64_t mcl = rows - ic < capacity ? rows - ic : capacity;
+    /* Row blocks of equal size (in whole units), not full ones and a short last one: every block streams */
+    /* all of the panels' B, and a block of a few rows reuses it little (1.04-1.07x at 416 and 992 rows). */
+    const int64_t unit = amx ? GEMM_AMX_ROWS : MR, units = (rows + unit - 1) / unit;
+    const int64_t nblocks = (rows + capacity - 1) / capacity;
+    for (int64_t block = 0, ic = 0, mcl = 0; ic < rows; block++, ic += mcl) {
+        int64_t end = (block + 1) * units / nblocks * unit;
+        mcl = (end < rows ? end : rows) - ic;
         if (packs > 1) {
             for (int64_t ch = 0; ch < packs; ch++)
                 pack_a(a, table, ic, mcl, ch * KC_BLOCKS, chunk_len(klen, ch * KC) / 32, &blks[ch]);
