@@ -53,6 +53,9 @@ enum {
     MR = 6,    /* rows of a microkernel tile */
     KC = 1024, /* K per chunk: a panel's chunk of B is 128 KB, read from L2 by every tile */
     MC = 192,  /* rows of A packed at once: 384 KB, in L2; 32 tiles reuse each B chunk */
+    /* AMX going chunk by chunk (K of 3 chunks or more): A's block one chunk deep, 384 rows (811 KB, the */
+    /* all-K path's footprint), reuses each panel's B chunk over twice the rows: 1.05-1.08x at K 3072-8192 */
+    MC_AMX_CHUNKS = 384,
     KC_PAIRS = KC / 2,
     KC_BLOCKS = KC / 32,
     A_LD = KC_PAIRS + 16,        /* dwords from one packed A row to the next: not 4 KB, which would put */
@@ -601,9 +604,11 @@ static void run(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0,
     int amx = b->isa == GEMM_ISA_AMX;
     int64_t unit = amx ? GEMM_AMX_ROWS : MR; /* the kernel reads whole units of rows */
     /* AMX packs all of K at once when it is ALL_K_CHUNKS chunks. */
-    int64_t packs = amx && (klen + KC - 1) / KC == ALL_K_CHUNKS ? ALL_K_CHUNKS : 1;
+    const int64_t chunks = (klen + KC - 1) / KC;
+    int64_t packs = amx && chunks == ALL_K_CHUNKS ? ALL_K_CHUNKS : 1;
     a_block blks[ALL_K_CHUNKS];
-    int64_t capacity = (rows < MC ? rows : MC) + unit - 1;
+    int64_t mc = amx && chunks > ALL_K_CHUNKS ? MC_AMX_CHUNKS : MC;
+    int64_t capacity = (rows < mc ? rows : mc) + unit - 1;
     capacity -= capacity % unit;
     uint32_t *packed = scratch_get(0, (size_t)(packs * capacity * A_LD) * sizeof *packed);
     int16_t *state = scratch_get(1, (size_t)(packs * capacity * KC_BLOCKS) * sizeof *state);
