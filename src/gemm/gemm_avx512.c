@@ -53,8 +53,9 @@ enum {
     MR = 6,    /* rows of a microkernel tile */
     KC = 1024, /* K per chunk: a panel's chunk of B is 128 KB, read from L2 by every tile */
     MC = 192,  /* rows of A packed at once: 384 KB, in L2; 32 tiles reuse each B chunk */
-    /* AMX going chunk by chunk (K of 3 chunks or more): A's block one chunk deep, 384 rows (811 KB, the */
-    /* all-K path's footprint), reuses each panel's B chunk over twice the rows: 1.05-1.08x at K 3072-8192 */
+    /* AMX chunk by chunk (K of one whole chunk, or of 3 or more): A's block one chunk deep, 384 rows */
+    /* (811 KB, the all-K path's footprint), reuses each panel's B chunk over twice the rows: 1.05-1.08x */
+    /* at K 3072-8192, 1.03-1.04x at 1024; neutral below a whole chunk (K 512, 768) */
     MC_AMX_CHUNKS = 384,
     KC_PAIRS = KC / 2,
     KC_BLOCKS = KC / 32,
@@ -607,7 +608,7 @@ static void run(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0,
     const int64_t chunks = (klen + KC - 1) / KC;
     int64_t packs = amx && chunks == ALL_K_CHUNKS ? ALL_K_CHUNKS : 1;
     a_block blks[ALL_K_CHUNKS];
-    int64_t mc = amx && chunks > ALL_K_CHUNKS ? MC_AMX_CHUNKS : MC;
+    int64_t mc = amx && packs == 1 && klen >= KC ? MC_AMX_CHUNKS : MC;
     int64_t capacity = (rows < mc ? rows : mc) + unit - 1;
     capacity -= capacity % unit;
     uint32_t *packed = scratch_get(0, (size_t)(packs * capacity * A_LD) * sizeof *packed);
