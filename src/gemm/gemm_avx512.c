@@ -531,7 +531,8 @@ static void run_panels_all_k(const avx512_b *pb, const a_block *blks, int64_t ch
 }
 
 /*
- * Loops: rows in blocks of the a_blocks' capacity; K in chunks of KC. With
+ * Loops: rows in blocks of equal size (whole units, at most the a_blocks'
+ * capacity: MC, or MC_AMX_CHUNKS for AMX chunk by chunk); K in chunks of KC. With
  * one a_block, each chunk packs its A block, runs every panel of [n0, n1),
  * then adds the chunk's exact blocks; each panel's B chunk serves the
  * block's rows from L2. With one a_block per chunk (AMX), all of K is packed
