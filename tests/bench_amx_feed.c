@@ -7,7 +7,8 @@
  * is its best round and the median over rounds of its speed over the
  * no-load loop of the same round (the host drifts between phases).
  *
- *   cc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror tests/bench_amx_feed.c -o build/bench_amx_feed
+ *   make build/liba2amm.a && cc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Isrc \
+ *       tests/bench_amx_feed.c build/liba2amm.a -o build/bench_amx_feed -pthread
  *   build/bench_amx_feed [rounds]   (default 30)
  *
  * The layouts are a2amm's: packed A rows 2112 bytes apart (a tile is 16 of
@@ -23,22 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
+
+#include "gemm/gemm_amx.h"
 
 #define AMX_TARGET __attribute__((target("amx-tile,amx-bf16"), noinline))
 
 enum { STEPS = 1 << 19, MAX_ROUNDS = 200, A_ROW = 2112, BUF_BYTES = 64 << 20 };
-
-typedef struct tile_config {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config;
-
-static const tile_config CONFIG __attribute__((aligned(64))) = {
-    .palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
 
 /* Where a variant's operands are: bytes cycled through, and B's row stride. */
 typedef struct variant {
@@ -124,9 +116,10 @@ AMX_TARGET static void run_piece(const variant *v)
         }
 }
 
+/* The kernel's tile configuration (gemm_amx_begin), operand tiles loaded once, accumulators zeroed. */
 AMX_TARGET static void tiles_begin(void)
 {
-    _tile_loadconfig(&CONFIG);
+    gemm_amx_begin();
     _tile_loadd(4, buf_a, 64);
     _tile_loadd(5, buf_a, 64);
     _tile_loadd(6, buf_b, 64);
@@ -136,8 +129,6 @@ AMX_TARGET static void tiles_begin(void)
     _tile_zero(2);
     _tile_zero(3);
 }
-
-AMX_TARGET static void tiles_end(void) { _tile_release(); }
 
 static int cmp_double(const void *x, const void *y)
 {
@@ -161,14 +152,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_amx_feed: rounds must be 1..%d, got '%s'\n", MAX_ROUNDS, argv[1]);
         return 2;
     }
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) {
-        printf("bench_amx_feed: this CPU has no AMX-BF16; nothing to measure\n");
+    if (!gemm_amx_usable()) {
+        printf("bench_amx_feed: no AMX-BF16 here (or the OS does not grant the tiles); nothing to measure\n");
         return 0;
-    }
-    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) != 0) {
-        fprintf(stderr, "bench_amx_feed: the kernel refused the AMX tile state\n");
-        return 1;
     }
     buf_a = buffer();
     buf_b = buffer();
@@ -202,7 +188,7 @@ int main(int argc, char **argv)
             gflops[i][r] = flop / (now() - t0) / 1e9;
             ratio[i][r] = gflops[i][r] / gflops[0][r];
         }
-    tiles_end();
+    gemm_amx_end();
     double best0 = 0;
     for (int r = 0; r < rounds; r++) best0 = gflops[0][r] > best0 ? gflops[0][r] : best0;
     printf("%-44s %10s %10s %14s\n", "tiles from", "best GF/s", "/ best", "median paired");

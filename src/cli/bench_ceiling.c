@@ -72,20 +72,40 @@ __attribute__((target("avx512f"))) static double probe_fma_zmm(int64_t iters)
     return (double)_mm512_reduce_add_ps(s);
 }
 
-/*
- * AMX: 4 accumulator tiles (16 x 16 fp32) fed by 2 A and 2 B tiles loaded
- * once, 4 TDPBF16PS per trip: 4 * 16 * 16 * 32 products * 2 FLOP. The
- * tiles are the kernel's (gemm_amx_begin's configuration).
- */
-__attribute__((target("amx-tile,amx-bf16"))) static double probe_bf16_amx(int64_t iters)
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
+
+/* The AMX probes' start: the kernel's tile configuration, accumulators 0-3 zeroed. */
+AMX_TARGET static void amx_probe_begin(void)
 {
-    static const uint16_t ONE_1024TH[16 * 32] __attribute__((aligned(64))) = {[0 ... 511] = 0x3A80}; /* 2^-10 */
-    float sums[16 * 16] __attribute__((aligned(64)));
     gemm_amx_begin();
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
+}
+
+/* The AMX probes' end: the sum of accumulators 0 and 3 (so the work cannot be dropped), tiles released. */
+AMX_TARGET static double amx_probe_end(void)
+{
+    float sums[16 * 16] __attribute__((aligned(64)));
+    double t = 0.0;
+    _tile_stored(0, sums, 64);
+    for (int i = 0; i < 256; i++) t += (double)sums[i];
+    _tile_stored(3, sums, 64);
+    for (int i = 0; i < 256; i++) t += (double)sums[i];
+    gemm_amx_end();
+    return t;
+}
+
+/*
+ * AMX: 4 accumulator tiles (16 x 16 fp32) fed by 2 A and 2 B tiles loaded
+ * once, 4 TDPBF16PS per trip: 4 * 16 * 16 * 32 products * 2 FLOP. The
+ * tiles are the kernel's (gemm_amx_begin's configuration).
+ */
+AMX_TARGET static double probe_bf16_amx(int64_t iters)
+{
+    static const uint16_t ONE_1024TH[16 * 32] __attribute__((aligned(64))) = {[0 ... 511] = 0x3A80}; /* 2^-10 */
+    amx_probe_begin();
     _tile_loadd(4, ONE_1024TH, 64);
     _tile_loadd(5, ONE_1024TH, 64);
     _tile_loadd(6, ONE_1024TH, 64);
@@ -96,13 +116,7 @@ __attribute__((target("amx-tile,amx-bf16"))) static double probe_bf16_amx(int64_
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
     }
-    double t = 0.0;
-    _tile_stored(0, sums, 64);
-    for (int i = 0; i < 256; i++) t += (double)sums[i];
-    _tile_stored(3, sums, 64);
-    for (int i = 0; i < 256; i++) t += (double)sums[i];
-    gemm_amx_end();
-    return t;
+    return amx_probe_end();
 }
 
 /*
@@ -127,17 +141,12 @@ static void l2_operands_alloc(void)
  * its rows, 32 steps, then on to the next group of 32 rows; B walks down its
  * K-pair rows, 16 a trip; both wrap at their size. Needs l2_operands.
  */
-__attribute__((target("amx-tile,amx-bf16"))) static double probe_bf16_amx_l2(int64_t iters)
+AMX_TARGET static double probe_bf16_amx_l2(int64_t iters)
 {
     const char *a_base = (const char *)l2_operands, *b_base = a_base + L2_A_BYTES;
     const int64_t a_group = 32 * L2_A_ROW, b_step = 16 * L2_B_ROW;
     int64_t ka = 0, ga = 0, kb = 0;
-    float sums[16 * 16] __attribute__((aligned(64)));
-    gemm_amx_begin();
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    amx_probe_begin();
     for (int64_t n = 0; n < iters; n++) {
         const char *a = a_base + ga + ka, *b = b_base + kb;
         _tile_loadd(4, a, L2_A_ROW);
@@ -155,11 +164,7 @@ __attribute__((target("amx-tile,amx-bf16"))) static double probe_bf16_amx_l2(int
         }
         kb = kb + b_step < L2_B_BYTES ? kb + b_step : 0;
     }
-    double t = 0.0;
-    _tile_stored(0, sums, 64);
-    for (int i = 0; i < 256; i++) t += (double)sums[i];
-    gemm_amx_end();
-    return t;
+    return amx_probe_end();
 }
 
 /* 12 ymm accumulators (16 registers in all without AVX-512), 12 vfmadd231ps

@@ -742,13 +742,19 @@ static void paired_fractions(gemm_report *r, const double *a2amm_t)
     free(f);
 }
 
+/* The ceiling probe for this run: the FMA loop on ymm for the avx2 level, which uses no zmm. */
+static int measure_ceiling(const gemm_report *r, double seconds, bench_ceiling *out, a2amm_error *err)
+{
+    return bench_ceiling_measure(r->o.threads, seconds, r->isa == GEMM_ISA_AVX2, out, err);
+}
+
 /* A short probe of the ceiling in every round: a probe that a busy moment
  * slows would understate the ceiling; the best of many does not. */
 static int round_probe_run(void *ctx, a2amm_error *err)
 {
     gemm_report *r = ctx;
     bench_ceiling c;
-    int rc = bench_ceiling_measure(r->o.threads, ROUND_PROBE_S, r->isa == GEMM_ISA_AVX2, &c, err);
+    int rc = measure_ceiling(r, ROUND_PROBE_S, &c, err);
     if (rc) return rc;
     r->round_ceiling[r->ceil_rounds_n] = ceiling_of(&c, ceiling_row(r));
     r->ceil_rounds = r->ceil_rounds_n++ ? bench_ceiling_peak(&r->ceil_rounds, &c) : c;
@@ -863,9 +869,9 @@ int cmd_bench_gemm(int argc, char **argv)
     if (!rc && !o->json) gemm_print_header(&g.r);
     /* The ceiling before any library has threads of its own, and again at
      * the end: on a shared machine the less disturbed probe counts. */
-    if (!rc) rc = bench_ceiling_measure(o->threads, CEILING_PROBE_S, g.r.isa == GEMM_ISA_AVX2, &g.r.ceil_first, &err);
+    if (!rc) rc = measure_ceiling(&g.r, CEILING_PROBE_S, &g.r.ceil_first, &err);
     if (!rc) rc = gemm_time_contenders(&g, &err);
-    if (!rc) rc = bench_ceiling_measure(o->threads, CEILING_PROBE_S, g.r.isa == GEMM_ISA_AVX2, &g.r.ceil_last, &err);
+    if (!rc) rc = measure_ceiling(&g.r, CEILING_PROBE_S, &g.r.ceil_last, &err);
     if (!rc) {
         gemm_set_ceiling(&g.r);
         gemm_check(&g);

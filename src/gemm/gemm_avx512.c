@@ -71,6 +71,9 @@ enum {
 
 /* ---- Accumulate: pack A, run the tiles, fix up the exact blocks ---------- */
 
+/* Rows the kernel reads in whole units of: an AMX group or a vdpbf16ps tile. */
+static inline int64_t row_unit(int amx) { return amx ? GEMM_AMX_ROWS : MR; }
+
 /* Rows x KC of the slab, packed, with their fold states. */
 typedef struct a_block {
     uint32_t *rows;   /* [capacity][A_LD]: each row's K-pairs, 64-byte aligned */
@@ -553,7 +556,7 @@ static void run_blocks(const call_args *x, a_block *blks, int64_t packs, uint32_
                           pair_hi,    x->k0 / 32, n0,       n1, x->c, ldc};
     /* Row blocks of equal size (in whole units), not full ones and a short last one: every block streams */
     /* all of the panels' B, and a block of a few rows reuses it little (1.04-1.07x at 416 and 992 rows). */
-    const int64_t unit = amx ? GEMM_AMX_ROWS : MR, units = (rows + unit - 1) / unit;
+    const int64_t unit = row_unit(amx), units = (rows + unit - 1) / unit;
     const int64_t nblocks = (rows + capacity - 1) / capacity;
     for (int64_t block = 0, ic = 0, mcl = 0; ic < rows; block++, ic += mcl) {
         int64_t end = (block + 1) * units / nblocks * unit;
@@ -604,7 +607,7 @@ static void run(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0,
 {
     call_args x = {b, a, rows, k0, klen, n0, n1, c, ldc, overwrite, out, ldo};
     int amx = b->isa == GEMM_ISA_AMX;
-    int64_t unit = amx ? GEMM_AMX_ROWS : MR; /* the kernel reads whole units of rows */
+    int64_t unit = row_unit(amx);
     /* AMX packs all of K at once when it is ALL_K_CHUNKS chunks. */
     const int64_t chunks = (klen + KC - 1) / KC;
     int64_t packs = amx && chunks == ALL_K_CHUNKS ? ALL_K_CHUNKS : 1;
