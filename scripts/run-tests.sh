@@ -1,28 +1,59 @@
 #!/usr/bin/env bash
-# Runs every test of one build folder (C test binaries, then shell tests) and
-# ends with the line "N passed, N failed". Exit 0 only when all passed.
+# Runs every test of one build folder (C test binaries, then shell tests),
+# some of them again with CPU features hidden (A2AMM_CPU_HIDE), and ends with
+# the line "N passed, N failed, N skipped". A test that exits 77 was skipped:
+# its last "SKIP: <reason>" line says why, and it never counts as passed.
+# Exit 0 only when none failed and some passed.
 set -u
 build=${1:?usage: run-tests.sh BUILD_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
 export A2AMM="$root/$build/a2amm"
-passed=0; failed=0; failures=()
+passed=0; failed=0; skipped=0; failures=(); skips=()
+log=$(mktemp "${TMPDIR:-/tmp}/a2amm-run-tests.XXXXXX")
+trap 'rm -f "$log"' EXIT
+
+# run_one NAME CMD...: runs one test, its output shown as it comes.
 run_one() {
     local name=$1; shift
-    local start=$SECONDS
-    if "$@"; then
+    local start=$SECONDS rc
+    "$@" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" -eq 0 ]; then
         passed=$((passed + 1)); echo "PASS $name ($((SECONDS - start)) s)"
+    elif [ "$rc" -eq 77 ]; then
+        local why
+        why=$(grep '^SKIP: ' "$log" | tail -1 | sed 's/^SKIP: //')
+        skipped=$((skipped + 1)); skips+=("$name: ${why:-no reason given}")
+        echo "SKIP $name ($((SECONDS - start)) s): ${why:-no reason given}"
     else
-        failed=$((failed + 1)); failures+=("$name"); echo "FAIL $name ($((SECONDS - start)) s)"
+        failed=$((failed + 1)); failures+=("$name"); echo "FAIL $name (exit $rc, $((SECONDS - start)) s)"
     fi
 }
+
+# The features hidden in the second runs: the fallbacks a CPU without AMX and
+# AVX-512 gets (the avx2 level), exercised on whatever CPU this is.
+hide=amx,avx512
+
 for t in "$root/$build"/tests/test_*; do
     [ -x "$t" ] || continue
-    run_one "$build/$(basename "$t")" "$t"
+    name=$build/$(basename "$t")
+    if [ "$(basename "$t")" = test_gemm ]; then
+        # one test per kernel level: a level this CPU lacks is a skip, not a pass
+        for part in common avx2 avx512 amx; do run_one "$name $part" "$t" "$part"; done
+        run_one "$name common [A2AMM_CPU_HIDE=$hide]" env A2AMM_CPU_HIDE=$hide "$t" common
+    else
+        run_one "$name" "$t"
+    fi
 done
 for t in "$root"/tests/test_*.sh; do
     [ -f "$t" ] || continue
-    run_one "$build/$(basename "$t")" bash "$t"
+    name=$build/$(basename "$t")
+    run_one "$name" bash "$t"
+    case $(basename "$t") in
+    test_run.sh | test_bench.sh) run_one "$name [A2AMM_CPU_HIDE=$hide]" env A2AMM_CPU_HIDE=$hide bash "$t" ;;
+    esac
 done
 [ ${#failures[@]} -eq 0 ] || echo "failed: ${failures[*]}"
-echo "$passed passed, $failed failed"
+for s in "${skips[@]+"${skips[@]}"}"; do echo "skipped: $s"; done
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

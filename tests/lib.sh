@@ -4,8 +4,11 @@ set -u
 A2AMM=${A2AMM:?set A2AMM to the a2amm binary}
 T_PASS=0
 T_FAIL=0
-SCRATCH=$(mktemp -d /tmp/a2amm-test.XXXXXX)
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/a2amm-test.XXXXXX")
 trap 'rm -rf "$SCRATCH"' EXIT
+# what the commands under test make in $TMPDIR lands in this test's own folder
+export TMPDIR="$SCRATCH/tmp"
+mkdir -p "$TMPDIR"
 
 pass() { T_PASS=$((T_PASS + 1)); }
 fail() { T_FAIL=$((T_FAIL + 1)); echo "FAIL: $*" >&2; }
@@ -26,6 +29,16 @@ expect_output() {
     if grep -qF -- "$2" "$SCRATCH/out"; then pass; else fail "$1: output lacks '$2'"; sed 's/^/    /' "$SCRATCH/out" | tail -20 >&2; fi
 }
 check() { local what=$1; shift; if "$@"; then pass; else fail "$what"; fi; }
+
+# What this CPU runs, as the library sees it (A2AMM_CPU_HIDE applied):
+# cpu_runs LEVEL (ref|avx2|avx512|amx) and cpu_uses FEATURE (avx2, fma,
+# avx512f, avx512_bf16, amx_tile, ...) succeed where it does.
+cpu_runs() { "$A2AMM" cpu --runs "$1" >/dev/null; }
+cpu_uses() {
+    "$A2AMM" cpu --json | python3 -c "import json,sys; sys.exit(0 if json.load(sys.stdin)['features']['$1']['used'] else 1)"
+}
+# yes_no CMD...: "yes" where the command succeeds, else "no"
+yes_no() { if "$@"; then echo yes; else echo no; fi; }
 
 finish() {
     echo "$(basename "$0"): $T_PASS checks, $T_FAIL failed"

@@ -2,7 +2,17 @@
 # a2amm bench gemm from the command line: help, argument rules, the table's
 # rows and columns, the JSON object's keys, forced ISA levels, odd shapes and
 # the peers' agreement. Behaviour only: no check here looks at a time.
+# Hardware rows are checked against what the library says this CPU runs
+# (a2amm cpu, A2AMM_CPU_HIDE applied): a figure exactly where the level or
+# feature is there, the documented n/a (with its reason) exactly where not.
 . "$(dirname "$0")/lib.sh"
+
+amx=$(yes_no cpu_runs amx)
+avx512=$(yes_no cpu_runs avx512)
+avx2=$(yes_no cpu_runs avx2)
+bf16=$(yes_no bash -c "$(declare -f cpu_uses); A2AMM='$A2AMM'; cpu_uses avx512f && cpu_uses avx512_bf16")
+fma=$(yes_no bash -c "$(declare -f cpu_uses); A2AMM='$A2AMM'; cpu_uses avx2 && cpu_uses fma")
+echo "test_bench.sh: this CPU runs amx=$amx avx512=$avx512 avx2=$avx2; bf16 probe=$bf16, FMA probe=$fma (A2AMM_CPU_HIDE=${A2AMM_CPU_HIDE-})"
 
 # --- help teaches, with examples that work as printed
 expect_ok "a2amm --help" "$A2AMM" --help
@@ -39,29 +49,56 @@ over=$(( $(nproc) + 1 ))
 expect_ok "more threads than cores" "$A2AMM" bench gemm 8 64 32 --iters 1 --threads $over
 expect_output "more threads than cores is warned about" "WARNING: $over threads on $(nproc) cores"
 expect_ok "bench gemm table" "$A2AMM" bench gemm 96 200 64 --iters 2 --threads 2
-for row in "a2amm MXFP8, prepared B" "a2amm incl. B preparation" "oneDNN bf16, packed B" \
-           "OpenBLAS sgemm fp32" "fp32 FMA ceiling (vfmadd231ps" "bf16 ceiling" "AMX bf16 ceiling" \
-           "AMX fed from L2"; do
-    expect_output "table row: $row" "$row"
+cp "$SCRATCH/out" "$SCRATCH/table"
+# row_has "label" yes|no: the row is there, with a figure (yes) or n/a and its reason (no)
+row_has() {
+    local line
+    line=$(grep -F -- "  $1" "$SCRATCH/table" | head -1)
+    if [ -z "$line" ]; then fail "table row '$1' is missing"; return; fi
+    if [ "$2" = yes ]; then
+        if grep -q ' n/a ' <<<"$line"; then fail "table row '$1' has no figure: $line"; else pass; fi
+    elif grep -Eq ' n/a +n/a: (this CPU lacks|A2AMM_CPU_HIDE hides|the OS) ' <<<"$line"; then
+        pass
+    else
+        fail "table row '$1' is not n/a with a reason: $line"
+    fi
+}
+onednn_row="oneDNN bf16, packed B"
+[ "$avx512" = yes ] || grep -q "oneDNN fp32, packed B" "$SCRATCH/table" && onednn_row="oneDNN fp32, packed B"
+for row in "a2amm MXFP8, prepared B" "a2amm incl. B preparation" "$onednn_row" "OpenBLAS sgemm fp32"; do
+    row_has "$row" yes
 done
-for col in "median ms" "min ms" "max ms" "GFLOP/s" "a2amm/row" "<- a2amm's fraction"; do
+row_has "AMX bf16 ceiling" $amx
+row_has "AMX fed from L2" $amx
+row_has "bf16 ceiling" $bf16
+row_has "fp32 FMA ceiling" $fma
+check "oneDNN bf16 wherever a2amm's avx512 level runs" test "$avx512" = no -o "$onednn_row" = "oneDNN bf16, packed B"
+for col in "median ms" "min ms" "max ms" "GFLOP/s" "a2amm/row"; do
     expect_output "table column: $col" "$col"
 done
 expect_output "says which ISA ran" "a2amm: ISA "
 expect_output "says how many threads" "threads: 2 in each"
-expect_output "says oneDNN's implementation" "oneDNN: 2."
+check "says oneDNN's version, implementation and ISA" grep -Eq "oneDNN: [0-9]+\.[0-9]+\.[0-9]+, implementation [^ ]+, ISA [a-z0-9_]+" "$SCRATCH/out"
 expect_output "says which OpenBLAS core ran" "OpenBLAS: core "
 expect_output "says the caches were flushed" "to flush the caches"
 expect_output "says the contenders run in interleaved rounds" "2 rounds after 1 warm-up of each"
-expect_output "gives the best repetition's fraction" "at its best repetition"
-expect_output "gives the fraction paired by round" "paired by round (each call over its own round's probe): median 0."
-expect_output "says how the ceiling was taken" "the best of the probes"
+# a2amm's level has a ceiling to be held against: AMX for amx, bf16 for
+# avx512, the FMA probe for avx2 and ref (none where FMA is absent or hidden)
+ceiling=yes
+[ "$avx512" = no ] && ceiling=$fma
+if [ "$ceiling" = yes ]; then
+    expect_output "table column: a2amm's fraction" "<- a2amm's fraction"
+    expect_output "gives the best repetition's fraction" "at its best repetition"
+    expect_output "gives the fraction paired by round" "paired by round (each call over its own round's probe): median 0."
+    expect_output "says how the ceiling was taken" "the best of the probes"
+else
+    expect_output "says there is no ceiling here, and why" "ceiling to hold it against here (n/a: "
+    check "no fraction of a missing ceiling" bash -c "! grep -q -e 'a2amm.s fraction' -e nan '$SCRATCH/table'"
+fi
 expect_output "agreement line" "agreement on 256 sampled elements"
 expect_output "a2amm agrees with fp64" "a2amm fp32 vs fp64"
 check "no peer disagrees" bash -c "! grep -q DISAGREES '$SCRATCH/out'"
 check "no warning" bash -c "! grep -q WARNING '$SCRATCH/out'"
-check "every contender measured" bash -c "! grep -q ' n/a ' '$SCRATCH/out'"
-cp "$SCRATCH/out" "$SCRATCH/table"
 check "a2amm's own ratio is 1.00" bash -c "grep 'a2amm MXFP8, prepared B' '$SCRATCH/table' | grep -q ' 1.00\$'"
 
 # --- JSON: one object on stdout and nothing else, with every key
@@ -90,8 +127,12 @@ check "json has every contender with figures" json_ok "$SCRATCH/j.json" \
     'd["a2amm"]["ratio"] == 1' 'd["a2amm_prepare"]["median_s"] > 0' \
     'abs(d["gflop"] - 2 * 33 * 70 * 96 / 1e9) < 1e-6'
 check "json has the ceiling and the fraction" json_ok "$SCRATCH/j.json" \
+    '(d["ceiling"]["fma_gflops"] is not None) == ("'$fma'" == "yes")' \
+    '(d["ceiling"]["bf16_gflops"] is not None) == ("'$bf16'" == "yes")' \
+    '(d["ceiling"]["amx_gflops"] is not None) == ("'$amx'" == "yes")' \
     'd["ceiling"]["fma_gflops"] is None or d["ceiling"]["fma_gflops"] > 0' \
     'd["ceiling"]["threads"] == 3' 'd["fraction_of"] in ("amx", "bf16", "fma")' \
+    '(d["fraction_of_ceiling"] is not None) == ("'$ceiling'" == "yes")' \
     'd["fraction_of_ceiling"] is None or d["fraction_of_ceiling"] > 0' \
     'd["fraction_of_ceiling"] is None or d["best_fraction_of_ceiling"] >= d["fraction_of_ceiling"]' \
     '"bf16_gflops" in d["ceiling"] and "bf16_instruction" in d["ceiling"]' \
@@ -106,7 +147,11 @@ check "json has the ceiling and the fraction" json_ok "$SCRATCH/j.json" \
     'd["ceiling"]["fma_gflops"] is None or d["ceiling"]["fma_gflops"] == max(d["ceiling"]["fma_gflops_first"], d["ceiling"]["fma_gflops_last"], d["ceiling"]["fma_gflops_rounds"])'
 check "json names the ISA and the peers' setup" json_ok "$SCRATCH/j.json" \
     'd["isa"] in ("ref", "avx2", "avx512", "amx")' 'd["isa_forced"] is False' \
-    'd["onednn"]["version"].startswith("2.") and d["onednn"]["impl"] != ""' 'd["onednn"]["threads"] == 3' \
+    '__import__("re").fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", d["onednn"]["version"])' 'd["onednn"]["impl"] != ""' \
+    'd["onednn"]["threads"] == 3' 'd["onednn"]["dtype"] in ("bf16", "f32")' \
+    '(d["onednn"]["dtype"] == "f32") == (d["onednn"]["bf16_why_not"] is not None)' \
+    'd["onednn"]["dtype"] == "bf16" or "'$avx512'" == "no"' \
+    'd["isa"] == ("amx" if "'$amx'" == "yes" else "avx512" if "'$avx512'" == "yes" else "avx2" if "'$avx2'" == "yes" else "ref")' \
     'd["openblas"]["threads"] == 3' \
     'd["openblas"]["corename"] != ""' '"coretype_env" in d["openblas"] and "config" in d["openblas"]'
 check "json: the peers agree with a2amm" json_ok "$SCRATCH/j.json" \
@@ -121,13 +166,34 @@ env A2AMM_ISA=ref "$A2AMM" bench gemm 3 65 32 --iters 1 --threads 2 --json >"$SC
 check "forced ref runs and agrees" json_ok "$SCRATCH/ref.json" 'd["isa"] == "ref" and d["isa_forced"] is True' \
     'd["fraction_of"] == "fma"' 'd["onednn"]["agrees"] and d["openblas"]["agrees"]' \
     'd["check"]["samples"] == 3 * 65'
-if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+# every level: runs where the library says so (its fraction of its own
+# ceiling), refused naming the level and the reason where not
+for isa in avx2 avx512 amx; do
+    if cpu_runs $isa; then
+        env A2AMM_ISA=$isa "$A2AMM" bench gemm 5 70 64 --iters 1 --threads 1 --json >"$SCRATCH/$isa.json"
+        check "forced $isa runs and agrees" json_ok "$SCRATCH/$isa.json" 'd["isa"] == "'$isa'"' \
+            'd["onednn"]["agrees"] and d["openblas"]["agrees"]' '(d["fraction_of_ceiling"] or 1) > 0'
+    else
+        expect_fail "forced $isa is refused here, saying why" "cannot run the $isa kernels ($("$A2AMM" cpu --runs $isa | sed "s/^$isa: //"))" \
+            env A2AMM_ISA=$isa "$A2AMM" bench gemm 5 70 64 --iters 1 --threads 1
+    fi
+done
+if cpu_runs avx2; then
     # the avx2 level uses ymm only: its ceiling is the FMA loop on ymm, even where the CPU has zmm
-    env A2AMM_ISA=avx2 "$A2AMM" bench gemm 5 70 64 --iters 1 --threads 1 --json >"$SCRATCH/avx2.json"
     check "forced avx2: its fraction is of the ymm FMA ceiling" json_ok "$SCRATCH/avx2.json" \
-        'd["isa"] == "avx2" and d["fraction_of"] == "fma"' \
-        'd["ceiling"]["fma_instruction"] == "vfmadd231ps ymm"' 'd["onednn"]["agrees"] and d["openblas"]["agrees"]'
+        'd["fraction_of"] == "fma"' 'd["ceiling"]["fma_instruction"] == "vfmadd231ps ymm"'
 fi
+[ "$amx" = yes ] && check "amx: its fraction is of the AMX ceiling" json_ok "$SCRATCH/amx.json" 'd["fraction_of"] == "amx"'
+[ "$avx512" = yes ] && check "avx512: its fraction is of the bf16 ceiling" json_ok "$SCRATCH/avx512.json" 'd["fraction_of"] == "bf16"'
+
+# hidden features reach the peer too: oneDNN runs at no ISA above what a2amm may use
+case ",${A2AMM_CPU_HIDE-}," in
+*,avx512,* | *,avx512bf16,* | *,avx2,*)
+    check "oneDNN's ISA is capped below AVX-512" json_ok "$SCRATCH/j.json" \
+        '"avx512" not in d["onednn"]["isa"] and "avx512" not in d["onednn"]["impl"] and "amx" not in d["onednn"]["impl"]' ;;
+*,amx,*)
+    check "oneDNN's ISA is capped below AMX" json_ok "$SCRATCH/j.json" '"amx" not in d["onednn"]["isa"] and "amx" not in d["onednn"]["impl"]' ;;
+esac
 env OPENBLAS_CORETYPE=Haswell "$A2AMM" bench gemm 1 64 32 --iters 1 --threads 1 --no-flush --json >"$SCRATCH/h.json"
 check "coretype reported as set, one thread, no flush" json_ok "$SCRATCH/h.json" \
     'd["openblas"]["coretype_env"] == "Haswell"' 'd["threads"] == 1 and d["onednn"]["threads"] == 1 and d["openblas"]["threads"] == 1' \
@@ -153,6 +219,6 @@ assert o['path']=='put' and o['R']==3
 for k in ('run','unfused','local','baseline'): assert o[k]['median_s']>0"
 expect_fail "bench op: bad shape" "K / R must be a multiple of 32" "$A2AMM" bench op 40 100 24 2
 expect_fail "bench op: bad path" "--path must be direct or put" "$A2AMM" bench op 40 128 24 2 --path x
-check "bench op left no temporary folder" test -z "$(ls -d /tmp/a2amm-bench-op.* 2>/dev/null)"
+check "bench op left no temporary folder" test -z "$(ls -A "$TMPDIR")"
 
 finish

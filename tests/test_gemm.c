@@ -9,6 +9,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -819,33 +820,92 @@ static void test_prepare_on_pool(gemm_isa isa)
     }
 }
 
-int main(void)
+/*
+ * A level this CPU cannot run (or A2AMM_CPU_HIDE hides) is refused, naming
+ * the level and why: by gemm_b_prepare and by gemm_isa_select when
+ * A2AMM_ISA forces it; and the best level picked instead is one that runs.
+ */
+static void test_refusal(gemm_isa isa)
 {
+    problem p;
+    problem_init(&p, A2AMM_E4M3, A2AMM_E4M3, 4, 16, 64, 120, 130);
+    const char *why = gemm_isa_why_not(isa);
+    CHECK(why != NULL, "%s: not supported, yet no reason given", gemm_isa_name(isa));
+    char want[128];
+    snprintf(want, sizeof want, "cannot run the %s kernels", gemm_isa_name(isa));
+    a2amm_error err = {0, ""};
+    gemm_b *gb = NULL;
+    int rc = gemm_b_prepare(isa, p.b, p.sb, p.N, p.K, p.ldsb, p.tb, &gb, &err);
+    CHECK(rc == A2AMM_E_INVAL && gb == NULL, "%s: gemm_b_prepare gave %d, expected a refusal", gemm_isa_name(isa), rc);
+    CHECK(strstr(err.msg, want) && why && strstr(err.msg, why), "%s: refusal says '%s'", gemm_isa_name(isa), err.msg);
+    gemm_b_free(gb);
+    setenv("A2AMM_ISA", gemm_isa_name(isa), 1);
+    gemm_isa got = GEMM_ISA_COUNT;
+    rc = gemm_isa_select(&got, &err);
+    CHECK(rc == A2AMM_E_INVAL && strstr(err.msg, want), "A2AMM_ISA=%s: select gave %d (%s)", gemm_isa_name(isa), rc,
+          err.msg);
+    unsetenv("A2AMM_ISA");
+    rc = gemm_isa_select(&got, &err);
+    CHECK(rc == 0 && got < isa && gemm_isa_supported(got), "the best level instead of %s: %s (rc %d)",
+          gemm_isa_name(isa), gemm_isa_name(got), rc);
+    for (int higher = isa + 1; higher < GEMM_ISA_COUNT; higher++)
+        CHECK(!gemm_isa_supported((gemm_isa)higher), "%s cannot run, yet %s can", gemm_isa_name(isa),
+              gemm_isa_name((gemm_isa)higher));
+    problem_free(&p);
+}
+
+static void test_level(gemm_isa isa)
+{
+    test_all_codes(isa, 118, 136, "all codes");
+    test_all_codes(isa, 0, 254, "all codes, any scale");
+    test_random_scales(isa, 100, 150, "random scales");
+    test_random_scales(isa, 0, 254, "random scales, any");
+    test_edge_scales(isa);
+    test_low_scales(isa);
+    test_shapes(isa);
+    test_large_mixed(isa);
+    test_splits(isa);
+    test_threads(isa);
+    test_extreme_scales(isa);
+    test_scale_pairs(isa);
+    test_cancelling_large(isa);
+    test_nan_scales(isa);
+    test_zero_blocks(isa);
+    test_special_codes(isa);
+    test_prepare_on_pool(isa);
+}
+
+/*
+ * test_gemm [common|avx2|avx512|amx]: one part (the suite runs each as a
+ * test of its own), or all of them. A level this CPU cannot run is checked
+ * to be refused, then reported as skipped: "SKIP: <why>" and exit 77.
+ */
+int main(int argc, char **argv)
+{
+    const char *only = argc > 1 ? argv[1] : NULL;
+    int known = !only || !strcmp(only, "common");
+    for (int isa = GEMM_ISA_AVX2; isa < GEMM_ISA_COUNT; isa++) known |= only && !strcmp(only, gemm_isa_name(isa));
+    if (argc > 2 || !known) {
+        fprintf(stderr, "usage: test_gemm [common|avx2|avx512|amx]\n");
+        return 2;
+    }
     rng_state = 0x2545F4914F6CDD1Dull; /* this test's own sequence */
-    test_store_bf16();
-    test_split();
+    if (!only || !strcmp(only, "common")) {
+        test_store_bf16();
+        test_split();
+    }
+    int skipped = 0;
     for (int isa = GEMM_ISA_AVX2; isa < GEMM_ISA_COUNT; isa++) {
+        if (only && strcmp(only, gemm_isa_name((gemm_isa)isa))) continue;
         if (!gemm_isa_supported((gemm_isa)isa)) {
-            printf("test_gemm: %s not supported here, skipped\n", gemm_isa_name((gemm_isa)isa));
+            test_refusal((gemm_isa)isa);
+            printf("SKIP: the %s kernels against the reference: %s (its refusal checked)\n",
+                   gemm_isa_name((gemm_isa)isa), gemm_isa_why_not((gemm_isa)isa));
+            skipped++;
             continue;
         }
-        test_all_codes((gemm_isa)isa, 118, 136, "all codes");
-        test_all_codes((gemm_isa)isa, 0, 254, "all codes, any scale");
-        test_random_scales((gemm_isa)isa, 100, 150, "random scales");
-        test_random_scales((gemm_isa)isa, 0, 254, "random scales, any");
-        test_edge_scales((gemm_isa)isa);
-        test_low_scales((gemm_isa)isa);
-        test_shapes((gemm_isa)isa);
-        test_large_mixed((gemm_isa)isa);
-        test_splits((gemm_isa)isa);
-        test_threads((gemm_isa)isa);
-        test_extreme_scales((gemm_isa)isa);
-        test_scale_pairs((gemm_isa)isa);
-        test_cancelling_large((gemm_isa)isa);
-        test_nan_scales((gemm_isa)isa);
-        test_zero_blocks((gemm_isa)isa);
-        test_special_codes((gemm_isa)isa);
-        test_prepare_on_pool((gemm_isa)isa);
+        test_level((gemm_isa)isa);
     }
-    return check_summary("test_gemm");
+    int rc = check_summary("test_gemm");
+    return rc == 0 && skipped ? 77 : rc;
 }

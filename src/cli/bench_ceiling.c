@@ -9,10 +9,12 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "cli/args.h"
+#include "common/cpu.h"
 #include "common/error.h"
 #include "gemm/gemm.h"
 #include "gemm/gemm_amx.h"
@@ -281,20 +283,33 @@ static double measure(const probe *p, int threads, double seconds, volatile doub
     return best;
 }
 
+/* "this CPU lacks avx512_bf16" or "A2AMM_CPU_HIDE hides avx512_bf16". */
+static const char *missing_why(cpu_feature f)
+{
+    static char why[2][80];
+    static int turn;
+    char *w = why[turn++ & 1];
+    snprintf(w, sizeof why[0], "%s %s", cpu_detected(f) ? "A2AMM_CPU_HIDE hides" : "this CPU lacks",
+             cpu_feature_name(f));
+    return w;
+}
+
 int bench_ceiling_measure(int threads, double seconds, int fma_on_ymm, bench_ceiling *out, a2amm_error *err)
 {
     volatile double sink = 0.0;
     double t0 = cli_now();
-    __builtin_cpu_init();
-    int avx512 = __builtin_cpu_supports("avx512f");
-    int bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
+    int avx512 = cpu_has(CPU_AVX512F);
+    int bf16 = avx512 && cpu_has(CPU_AVX512BF16);
     int fma_zmm = avx512 && !fma_on_ymm;
-    int fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    int fma = cpu_has(CPU_AVX2) && cpu_has(CPU_FMA);
     int amx = gemm_isa_supported(GEMM_ISA_AMX);
-    const char *no_amx = "n/a: this CPU has no AMX-BF16 (or the OS does not grant it)";
+    static char no_amx[200], no_bf16[100], no_fma[100];
+    snprintf(no_amx, sizeof no_amx, "n/a: %s", amx ? "" : gemm_isa_why_not(GEMM_ISA_AMX));
+    snprintf(no_bf16, sizeof no_bf16, "n/a: %s", missing_why(avx512 ? CPU_AVX512BF16 : CPU_AVX512F));
+    snprintf(no_fma, sizeof no_fma, "n/a: %s", missing_why(cpu_has(CPU_AVX2) ? CPU_FMA : CPU_AVX2));
     *out = (bench_ceiling){.threads = threads, .amx_gflops = NAN, .amx_l2_gflops = NAN, .bf16_gflops = NAN,
                            .fma_gflops = NAN, .amx_what = no_amx, .amx_l2_what = no_amx,
-                           .bf16_what = "n/a: this CPU has no AVX512_BF16", .fma_what = "n/a: this CPU has no FMA"};
+                           .bf16_what = no_bf16, .fma_what = no_fma};
     if (threads < 1) return a2amm_fail(err, A2AMM_E_INVAL, "ceiling probe: threads must be at least 1");
     if (amx) {
         probe p = {probe_bf16_amx, 4.0 * 16 * 16 * 32 * 2};

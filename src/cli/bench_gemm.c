@@ -56,7 +56,9 @@ static void gemm_usage(FILE *f)
             "  a2amm incl. B preparation as if B were prepared on every call: the medians of\n"
             "                            the matmul and of B's preparation (timed apart), added\n"
             "  oneDNN bf16, packed B     oneDNN's matmul, weights reordered into its packed\n"
-            "                            layout once (untimed), bf16 output as a2amm's\n"
+            "                            layout once (untimed), bf16 output as a2amm's; where\n"
+            "                            oneDNN has no bf16 matmul for the CPU (no AVX-512),\n"
+            "                            \"oneDNN fp32, packed B\" instead, on the fp32 values\n"
             "  OpenBLAS sgemm fp32       cblas_sgemm on the dequantized fp32 values\n"
             "  AMX bf16 / bf16 / fp32    a built-in probe: AMX tdpbf16ps on 4 tiles, vdpbf16ps\n"
             "  FMA ceiling               and vfmadd231ps with 24 independent accumulators on\n"
@@ -89,8 +91,10 @@ static void gemm_usage(FILE *f)
             "  --json        print the figures as one JSON object, nothing else on stdout\n"
             "\n"
             "A2AMM_ISA=ref|avx2|avx512|amx forces a2amm's kernel level (default: the best this CPU\n"
-            "runs). OpenBLAS picks its kernel from OPENBLAS_CORETYPE when set; the table says\n"
-            "which ran.\n"
+            "runs). A2AMM_CPU_HIDE=amx,avx512bf16,avx512,avx2 hides CPU features as on a CPU\n"
+            "without them (a2amm cpu --help): a2amm, its ceiling rows (n/a, saying why) and\n"
+            "oneDNN (its ISA capped to match) all run as there. OpenBLAS picks its kernel from\n"
+            "OPENBLAS_CORETYPE when set (hiding does not reach it); the table says which ran.\n"
             "\n"
             "example:\n"
             "  a2amm bench gemm 256 256 256 --iters 3\n",
@@ -319,8 +323,9 @@ typedef struct gemm_report {
     double *round_ceiling;               /* [warmup + iters]: a2amm's level's ceiling by each round's probe */
     cli_summary paired;                  /* over the rounds: a2amm's GFLOP/s over its own round's probe */
     bench_ceiling ceil;                  /* their peak */
-    int onednn_threads;
-    char onednn_impl[128], onednn_threads_how[64];
+    int onednn_threads, onednn_f32;
+    char onednn_impl[128], onednn_threads_how[64], onednn_bf16_why[160];
+    const char *onednn_cap; /* the ISA cap A2AMM_CPU_HIDE set on oneDNN, or NULL */
     double a2amm_vs_fp64; /* a2amm's own max error vs an fp64 reference on the sample */
     int samples;
     int64_t bf16_inexact;
@@ -376,9 +381,10 @@ static double best_fraction(const gemm_report *r)
 
 static int agrees(const gemm_row *x) { return !x->ok || x->err <= x->limit; }
 
+static void print_lines_below(const gemm_report *r);
+
 static void print_table(const gemm_report *r)
 {
-    const gemm_opts *o = &r->o;
     printf("  %-40s %10s %10s %10s %10s %10s\n", "contender", "median ms", "min ms", "max ms", "GFLOP/s",
            "a2amm/row");
     for (int i = 0; i < ROW_COUNT; i++) {
@@ -395,6 +401,12 @@ static void print_table(const gemm_report *r)
     printf("  (a2amm/row: a2amm's GFLOP/s over the row's; above 1 a2amm is faster; on a ceiling, its fraction)\n\n");
     printf("  a2amm: ISA %s (%s; A2AMM_ISA=ref|avx2|avx512|amx forces one)\n", gemm_isa_name(r->isa),
            r->isa_forced ? "forced by A2AMM_ISA" : "the best this CPU runs");
+    if (!r->rows[ceiling_row(r)].ok) {
+        printf("         no %s ceiling to hold it against here (%s); B preparation %.3f ms (median)\n",
+               ceiling_name(ceiling_row(r)), r->rows[ceiling_row(r)].why, r->prep.median * 1e3);
+        print_lines_below(r);
+        return;
+    }
     printf("         %.2f of the %s ceiling; B preparation %.3f ms (median), once per weights\n",
            ratio(r, ceiling_row(r)), ceiling_name(ceiling_row(r)), r->prep.median * 1e3);
     double first = ceiling_of(&r->ceil_first, ceiling_row(r)), last = ceiling_of(&r->ceil_last, ceiling_row(r));
@@ -407,19 +419,30 @@ static void print_table(const gemm_report *r)
            best_fraction(r));
     printf("         paired by round (each call over its own round's probe): median %.2f, %.2f-%.2f\n",
            r->paired.median, r->paired.min, r->paired.max);
+    print_lines_below(r);
+}
+
+/* The table's lines on threads, the peers' setup and the agreement. */
+static void print_lines_below(const gemm_report *r)
+{
+    const gemm_opts *o = &r->o;
     printf("  threads: %d in each: a2amm's pool, the ceiling probe (a loop per thread), OpenBLAS\n"
            "           (openblas_set_num_threads: %d), oneDNN (OpenMP via %s: %d)\n",
            o->threads, bench_openblas_threads(), r->onednn_threads_how[0] ? r->onednn_threads_how : "-",
            r->onednn_threads);
-    printf("  oneDNN: %s, implementation %s; weights reordered into its packed layout once, untimed\n",
-           bench_onednn_version(), r->onednn_impl[0] ? r->onednn_impl : "-");
+    printf("  oneDNN: %s, implementation %s, ISA %s%s; weights reordered into its packed layout once, untimed\n",
+           bench_onednn_version(), r->onednn_impl[0] ? r->onednn_impl : "-", bench_onednn_isa(),
+           r->onednn_cap ? " (capped so by A2AMM_CPU_HIDE)" : "");
+    if (r->onednn_f32) printf("          fp32 in and out: %s\n", r->onednn_bf16_why);
     const char *env = bench_openblas_coretype_env();
     printf("  OpenBLAS: core %s (OPENBLAS_CORETYPE=%s); %s\n", bench_openblas_corename(), env ? env : "(unset)",
            bench_openblas_config());
     printf("  agreement on %d sampled elements, max |x - a2amm| / sum_k |a*b| (limit):\n   ", r->samples);
     for (int i = ROW_ONEDNN; i <= ROW_OPENBLAS; i++) {
         const gemm_row *x = &r->rows[i];
-        const char *name = i == ROW_ONEDNN ? "oneDNN bf16 vs a2amm bf16" : "OpenBLAS vs a2amm fp32";
+        const char *name = i == ROW_OPENBLAS ? "OpenBLAS vs a2amm fp32"
+                           : r->onednn_f32   ? "oneDNN fp32 vs a2amm fp32"
+                                             : "oneDNN bf16 vs a2amm bf16";
         if (x->ok) printf(" %s %.1e (%.0e) %s,", name, x->err, x->limit, agrees(x) ? "ok" : "DISAGREES");
         else printf(" %s n/a,", name);
     }
@@ -473,6 +496,10 @@ static void print_json(const gemm_report *r)
     json_row(r, ROW_ONEDNN);
     bench_json_key_str("version", bench_onednn_version());
     bench_json_key_str("impl", r->onednn_impl);
+    bench_json_key_str("dtype", r->onednn_f32 ? "f32" : "bf16");
+    bench_json_key_str("bf16_why_not", r->onednn_f32 ? r->onednn_bf16_why : NULL);
+    bench_json_key_str("isa", bench_onednn_isa());
+    bench_json_key_str("isa_cap", r->onednn_cap);
     printf(",\"threads\":%d", r->onednn_threads);
     bench_json_key_str("threads_how", r->onednn_threads_how);
     printf("},");
@@ -623,7 +650,9 @@ static int gemm_setup(gemm_bench *g, a2amm_error *err)
     const char *forced = getenv("A2AMM_ISA");
     r->isa_forced = forced && *forced;
     int rc = gemm_isa_select(&r->isa, err);
-    if (!rc) rc = pool_create(o->threads, &g->pool, err);
+    if (rc) return rc;
+    r->onednn_cap = bench_onednn_cap_isa(); /* before oneDNN runs anything */
+    rc = pool_create(o->threads, &g->pool, err);
     if (rc) return rc;
     g->fl = (bench_flusher){g->pool, NULL, r->flush_bytes};
     if (g->fl.bytes && !(g->fl.buf = calloc(g->fl.bytes, 1)))
@@ -706,7 +735,7 @@ static int gemm_setup_onednn(gemm_bench *g, a2amm_error *err)
     const gemm_opts *o = &r->o;
     uint16_t *abf = to_bf16(g->in.af, (size_t)(o->M * o->K), &r->bf16_inexact);
     uint16_t *bbf = to_bf16(g->in.bf, (size_t)(o->N * o->K), &r->bf16_inexact);
-    int rc = abf && bbf ? bench_onednn_create(abf, bbf, o->M, o->N, o->K, o->threads, &g->dn, err)
+    int rc = abf && bbf ? bench_onednn_create(abf, bbf, g->in.af, g->in.bf, o->M, o->N, o->K, o->threads, &g->dn, err)
                         : a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the bf16 inputs");
     free(abf);
     free(bbf);
@@ -714,6 +743,14 @@ static int gemm_setup_onednn(gemm_bench *g, a2amm_error *err)
         snprintf(r->onednn_impl, sizeof r->onednn_impl, "%s", bench_onednn_impl(g->dn));
         snprintf(r->onednn_threads_how, sizeof r->onednn_threads_how, "%s", bench_onednn_threads_how(g->dn));
         r->onednn_threads = bench_onednn_threads(g->dn);
+        r->onednn_f32 = bench_onednn_is_f32(g->dn);
+        if (r->onednn_f32) {
+            /* the fp32 fallback: its own label, and the fp32 check's limit */
+            snprintf(r->rows[ROW_ONEDNN].label, sizeof r->rows[ROW_ONEDNN].label, "oneDNN fp32, packed B");
+            snprintf(r->onednn_bf16_why, sizeof r->onednn_bf16_why, "%s", bench_onednn_bf16_why_not(g->dn));
+            r->rows[ROW_ONEDNN].limit = CHECK_LIMIT;
+            if (r->bf16_inexact) r->bf16_inexact = 0; /* oneDNN ran on the fp32 values, not on bf16 copies */
+        }
     }
     return rc;
 }
@@ -816,8 +853,10 @@ static void gemm_check(gemm_bench *g)
     gemm_report *r = &g->r;
     r->a2amm_vs_fp64 = check_against(&g->in, &r->o, g->c, NULL, NULL, NULL, &r->samples);
     if (r->rows[ROW_ONEDNN].ok) {
-        const uint16_t *cd = bench_onednn_result(g->dn);
-        r->rows[ROW_ONEDNN].err = cd ? check_against(&g->in, &r->o, NULL, g->out, NULL, cd, &r->samples) : INFINITY;
+        const void *cd = bench_onednn_result(g->dn);
+        r->rows[ROW_ONEDNN].err = !cd            ? INFINITY
+                                  : r->onednn_f32 ? check_against(&g->in, &r->o, g->c, NULL, cd, NULL, &r->samples)
+                                                  : check_against(&g->in, &r->o, NULL, g->out, NULL, cd, &r->samples);
     }
     if (r->rows[ROW_OPENBLAS].ok)
         r->rows[ROW_OPENBLAS].err =

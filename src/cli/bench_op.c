@@ -3,6 +3,8 @@
  * matmuls on data already in place, and the baseline a user writes today
  * (whole AllToAll + fp32 dequantize + OpenBLAS sgemm), all in one run.
  */
+#include <errno.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +44,13 @@ static void bench_op_usage(FILE *f)
             "  a2amm bench op 2048 8192 3584 4      (the seed's perf shape)\n");
 }
 
+/* nftw's visitor for removing the scratch folder, deepest first. */
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
 int cmd_bench_op(int argc, char **argv)
 {
     op_options o;
@@ -76,9 +85,16 @@ int cmd_bench_op(int argc, char **argv)
     a2amm_sizes z;
     if (cli_parse_shape("bench op", pos, &s, &z)) return 2;
 
-    char tmp[] = "/tmp/a2amm-bench-op.XXXXXX";
+    /* a scratch folder under $TMPDIR (else /tmp), removed at the end */
+    const char *tmpdir = getenv("TMPDIR");
+    char tmp[4096];
+    int n = snprintf(tmp, sizeof tmp, "%s/a2amm-bench-op.XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+    if (n < 0 || (size_t)n >= sizeof tmp) {
+        fprintf(stderr, "a2amm bench op: TMPDIR is too long (%zu characters)\n", strlen(tmpdir));
+        return 1;
+    }
     if (!dir && !(dir = mkdtemp(tmp))) {
-        perror("a2amm bench op: cannot make a temporary folder");
+        fprintf(stderr, "a2amm bench op: cannot make a temporary folder %s: %s\n", tmp, strerror(errno));
         return 1;
     }
     a2amm_error err = {0, ""};
@@ -112,10 +128,7 @@ int cmd_bench_op(int argc, char **argv)
         cli_print_error("bench op", &err);
     }
     op_result_free(&res);
-    if (dir == tmp) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-        if (system(cmd) != 0) fprintf(stderr, "a2amm bench op: could not remove %s\n", tmp);
-    }
+    if (dir == tmp && nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        fprintf(stderr, "a2amm bench op: could not remove %s: %s\n", tmp, strerror(errno));
     return rc ? 1 : 0;
 }

@@ -13,20 +13,36 @@
 
 #include "a2amm.h"
 
-/* ---- oneDNN: C[M,N] (fp32) = A[M,K] (bf16) x B (bf16, packed once) ------ */
+/* ---- oneDNN: C[M,N] = A[M,K] x B (packed once), bf16, else fp32 -------- */
 typedef struct bench_onednn bench_onednn;
 
 /*
- * a is A [M, K] bf16 row-major, bt is B transposed [N, K] bf16 (row n holds
- * column n of B). Sets oneDNN's OpenMP thread count to `threads` first.
- * Copies what it needs: a and bt may be freed afterwards.
+ * Caps the ISA oneDNN may use at what A2AMM_CPU_HIDE leaves a2amm (hidden
+ * AMX: avx512_core_bf16; hidden AVX512_BF16: avx512_core_vnni; hidden
+ * AVX-512: avx2; hidden AVX2: sse41), so that the peer runs as on a CPU
+ * without them; not when the user set ONEDNN_MAX_CPU_ISA. Call before
+ * anything else of oneDNN's. Returns the cap's name, or NULL for none.
  */
-int bench_onednn_create(const uint16_t *a, const uint16_t *bt, int64_t M, int64_t N, int64_t K, int threads,
-                        bench_onednn **out, a2amm_error *err);
+const char *bench_onednn_cap_isa(void);
+/* The ISA oneDNN runs at ("avx2", "avx512_core_bf16", ...). */
+const char *bench_onednn_isa(void);
+
+/*
+ * a is A [M, K] bf16 row-major, bt is B transposed [N, K] bf16 (row n holds
+ * column n of B); af and btf are the same values in fp32. The matmul is
+ * bf16 in and out where oneDNN has one for this CPU, else fp32 in and out
+ * (bench_onednn_is_f32). Sets oneDNN's OpenMP thread count to `threads`
+ * first. Copies what it needs: the inputs may be freed afterwards.
+ */
+int bench_onednn_create(const uint16_t *a, const uint16_t *bt, const float *af, const float *btf, int64_t M,
+                        int64_t N, int64_t K, int threads, bench_onednn **out, a2amm_error *err);
 /* One matmul, waited for. */
 int bench_onednn_run(bench_onednn *o, a2amm_error *err);
-/* The last run's C [M, N] fp32. */
-const uint16_t *bench_onednn_result(const bench_onednn *o); /* C [M, N] bf16 */
+/* The last run's C [M, N]: bf16 (uint16_t), or float where bench_onednn_is_f32. */
+const void *bench_onednn_result(const bench_onednn *o);
+int bench_onednn_is_f32(const bench_onednn *o);
+/* Why the bf16 matmul does not run (the fp32 one does instead), or NULL. */
+const char *bench_onednn_bf16_why_not(const bench_onednn *o);
 /* oneDNN's name for the implementation it chose ("brg:avx512_core_bf16"). */
 const char *bench_onednn_impl(const bench_onednn *o);
 /* The OpenMP threads oneDNN runs on (as OpenMP reports them), and how that

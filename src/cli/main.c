@@ -18,6 +18,11 @@ static void main_usage(FILE *f)
             "  M K N R [mode]   the seed's form of run\n"
             "  verify M N R     check every rank's npu_out.bin against its golden (the seed's test)\n"
             "  bench gemm|op    benchmarks: the matmul vs the CPU's ceiling, oneDNN, OpenBLAS; the fused op\n"
+            "  cpu              what a2amm finds on this CPU: features, kernel levels, the one it uses\n"
+            "\n"
+            "environment:\n"
+            "  A2AMM_ISA=ref|avx2|avx512|amx   force a kernel level (default: the best this CPU runs)\n"
+            "  A2AMM_CPU_HIDE=amx,avx512,...   hide CPU features, as on a CPU without them (a2amm cpu --help)\n"
             "\n"
             "example (the seed's flow):\n"
             "  a2amm gen 700 256 96 2 --dir /tmp/a2amm-demo\n"
@@ -35,6 +40,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "verify")) return cmd_verify(argc - 1, argv + 1);
     if (!strcmp(argv[1], "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "cpu")) return cmd_cpu(argc - 1, argv + 1);
     /* the seed's own form: a2amm M K N R [precision|perf] */
     if (argv[1][0] >= '0' && argv[1][0] <= '9') return cmd_run(argc, argv);
     fprintf(stderr, "a2amm: unknown command '%s' (try a2amm --help)\n", argv[1]);

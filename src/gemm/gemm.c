@@ -1,10 +1,12 @@
 /* The gemm dispatcher: picks the ISA level once, routes calls to its kernel. */
 #include "gemm/gemm_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "common/cpu.h"
 #include "common/error.h"
 #include "gemm/gemm_amx.h"
 #include "mx/mx.h"
@@ -27,31 +29,59 @@ static const gemm_kernel_ops *kernel_ops(gemm_isa isa)
     return NULL;
 }
 
+/* The features each level needs, as cpu.h names them. */
+static const cpu_feature NEEDS_AVX2[] = {CPU_AVX2, CPU_FMA};
+static const cpu_feature NEEDS_AVX512[] = {CPU_AVX512F, CPU_AVX512BW, CPU_AVX512BF16, CPU_AVX512VBMI};
+static const cpu_feature NEEDS_AMX[] = {CPU_AMX_TILE, CPU_AMX_BF16};
+
+/* The first feature of the list the library may not use, or -1. */
+static int missing_of(const cpu_feature *needs, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!cpu_has(needs[i])) return (int)needs[i];
+    return -1;
+}
+
+#define MISSING(list) missing_of(list, (int)(sizeof list / sizeof list[0]))
+
+const char *gemm_isa_why_not(gemm_isa isa)
+{
+    static __thread char why[160];
+    int f = -1;
+    switch (isa) {
+    case GEMM_ISA_REF: return NULL;
+    case GEMM_ISA_AVX2: f = MISSING(NEEDS_AVX2); break;
+    case GEMM_ISA_AVX512: f = MISSING(NEEDS_AVX512); break;
+    case GEMM_ISA_AMX:
+        f = MISSING(NEEDS_AVX512);
+        if (f < 0) f = MISSING(NEEDS_AMX);
+        if (f < 0 && !gemm_amx_usable()) return "the OS does not grant the AMX tile state (arch_prctl refused)";
+        break;
+    default: return "no such level";
+    }
+    if (f < 0) return NULL;
+    snprintf(why, sizeof why, "%s %s", cpu_detected((cpu_feature)f) ? "A2AMM_CPU_HIDE hides" : "this CPU lacks",
+             cpu_feature_name((cpu_feature)f));
+    return why;
+}
+
 int gemm_isa_supported(gemm_isa isa)
 {
-    if (!kernel_ops(isa)) return 0;
-    __builtin_cpu_init();
-    switch (isa) {
-    case GEMM_ISA_REF: return 1;
-    case GEMM_ISA_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case GEMM_ISA_AVX512:
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
-    case GEMM_ISA_AMX: return gemm_isa_supported(GEMM_ISA_AVX512) && gemm_amx_usable();
-    }
-    return 0;
+    return kernel_ops(isa) && gemm_isa_why_not(isa) == NULL;
 }
 
 int gemm_isa_select(gemm_isa *out, a2amm_error *err)
 {
+    int rc = cpu_hide_check(err);
+    if (rc) return rc;
     const char *forced = getenv("A2AMM_ISA");
     if (forced && *forced) {
         for (int i = 0; i < GEMM_ISA_COUNT; i++)
             if (strcasecmp(forced, ISA_NAMES[i]) == 0) {
                 if (!gemm_isa_supported((gemm_isa)i))
                     return a2amm_fail(err, A2AMM_E_INVAL,
-                                      "A2AMM_ISA=%s: this CPU or build cannot run the %s kernels", forced,
-                                      ISA_NAMES[i]);
+                                      "A2AMM_ISA=%s: this CPU or build cannot run the %s kernels (%s)",
+                                      forced, ISA_NAMES[i], gemm_isa_why_not((gemm_isa)i));
                 *out = (gemm_isa)i;
                 return A2AMM_OK;
             }
@@ -82,8 +112,8 @@ int gemm_b_prepare_on(pool *workers, gemm_isa isa, const uint8_t *bq, const uint
                           "stride >= K/32 (got N=%lld K=%lld stride=%lld)",
                           (long long)N, (long long)K, (long long)ldsb);
     if (!gemm_isa_supported(isa))
-        return a2amm_fail(err, A2AMM_E_INVAL, "gemm: this CPU or build cannot run the %s kernels",
-                          gemm_isa_name(isa));
+        return a2amm_fail(err, A2AMM_E_INVAL, "gemm: this CPU or build cannot run the %s kernels (%s)",
+                          gemm_isa_name(isa), gemm_isa_why_not(isa));
     gemm_b *b = calloc(1, sizeof *b);
     if (!b) return a2amm_fail(err, A2AMM_E_NOMEM, "gemm: out of memory");
     *b = (gemm_b){isa, N, K, type, NULL};

@@ -33,12 +33,18 @@ typedef enum gemm_isa {
 
 /* "ref", "avx2", "avx512", "amx". */
 const char *gemm_isa_name(gemm_isa isa);
-/* Whether this CPU (and OS) can run the level. */
+/* Whether this CPU (and OS) can run the level, with the features that
+ * A2AMM_CPU_HIDE hides taken as absent (common/cpu.h). */
 int gemm_isa_supported(gemm_isa isa);
+/* Why the level cannot run here ("this CPU lacks avx512_bf16", "A2AMM_CPU_HIDE
+ * hides amx_tile"), or NULL when it can. The string is the calling thread's
+ * until its next call. */
+const char *gemm_isa_why_not(gemm_isa isa);
 /*
  * The level to use: the best this CPU supports, or the one the environment
  * variable A2AMM_ISA (ref|avx2|avx512|amx) forces. A forced level this CPU
- * cannot run is an error naming it.
+ * cannot run is an error naming it and why, and so is an A2AMM_CPU_HIDE
+ * that names no known feature.
  */
 int gemm_isa_select(gemm_isa *out, a2amm_error *err);
 

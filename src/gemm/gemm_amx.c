@@ -10,6 +10,8 @@
  */
 #include "gemm/gemm_amx.h"
 
+#include "common/cpu.h"
+
 #include <immintrin.h>
 #include <pthread.h>
 #include <sys/syscall.h>
@@ -32,8 +34,7 @@ static void request_tiles(void)
 
 int gemm_amx_usable(void)
 {
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return 0;
+    if (!cpu_has(CPU_AMX_TILE) || !cpu_has(CPU_AMX_BF16)) return 0;
     pthread_once(&grant_once, request_tiles);
     return granted;
 }

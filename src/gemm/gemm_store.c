@@ -6,6 +6,7 @@
  */
 #include <immintrin.h>
 
+#include "common/cpu.h"
 #include "gemm/gemm.h"
 #include "gemm/gemm_bf16_round.h"
 #include "mx/mx.h"
@@ -26,8 +27,7 @@ __attribute__((target("avx512f,avx512bw"))) static void store_avx512(const float
 void gemm_store_bf16(const float *c, int64_t ldc, int64_t rows, int64_t n0, int64_t n1, uint16_t *out,
                      int64_t ldo)
 {
-    __builtin_cpu_init();
-    int wide = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    int wide = cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW);
     for (int64_t i = 0; i < rows; i++) {
         if (wide) store_avx512(c + i * ldc, n0, n1, out + i * ldo);
         else store_scalar(c + i * ldc, n0, n1, out + i * ldo);
