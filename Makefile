@@ -5,9 +5,13 @@
 CC       ?= cc
 BUILD    ?= build
 OPT      ?= -O2 -g
-CPPFLAGS += -Iinclude -Isrc -D_GNU_SOURCE -I/usr/include/x86_64-linux-gnu/openblas-pthread
+# OpenBLAS's flags from pkg-config where it knows them (its headers sit in a
+# distribution's own folder), else the plain -lopenblas.
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS   := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
+CPPFLAGS += -Iinclude -Isrc -D_GNU_SOURCE $(BLAS_CFLAGS)
 CFLAGS   += -std=c11 -Wall -Wextra -Werror -pthread $(OPT)
-LDLIBS   += -lopenblas -lm -pthread
+LDLIBS   += $(BLAS_LIBS) -lm -pthread
 # The benchmark's peers (oneDNN) are linked by the command only, never by the library.
 CLI_LDLIBS := -ldnnl
 SAN      := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all

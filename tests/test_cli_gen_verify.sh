@@ -69,10 +69,18 @@ expect_fail "wrong shape given to verify" "expected" "$A2AMM" verify 70 96 2 --d
 check "same seed, same bytes" diff -r "$SCRATCH/s1" "$SCRATCH/s2"
 check "another seed, other bytes" bash -c "! cmp -s '$SCRATCH/s1/input/0/input_a.bin' '$SCRATCH/s3/input/0/input_a.bin'"
 
-# --- every distribution runs and its golden verifies against itself
+# --- every distribution: gen writes inputs and a golden that the operator's
+#     own result verifies against (run, then verify)
 for dist in seed normal uniform extreme special; do
-    expect_ok "gen --dist $dist" "$A2AMM" gen 33 64 17 2 --dist $dist --scale-mode rceil --dir "$SCRATCH/d-$dist"
+    dd="$SCRATCH/d-$dist"
+    expect_ok "gen --dist $dist" "$A2AMM" gen 33 64 17 2 --dist $dist --scale-mode rceil --dir "$dd"
+    expect_ok "run on --dist $dist" "$A2AMM" run 33 64 17 2 --dir "$dd"
+    expect_ok "--dist $dist: the result verifies against its golden" "$A2AMM" verify 33 17 2 --dir "$dd"
+    expect_output "--dist $dist: verify says ALL PASS" "[ALL PASS]"
 done
+# and a golden changed in its first element no longer verifies: verify really compares
+printf '\x00\x44' | dd of="$SCRATCH/d-normal/output/0/cpu_output.bin" bs=1 seek=0 conv=notrunc status=none
+expect_fail "a changed golden fails verify" "[FAIL] Rank 0" "$A2AMM" verify 33 17 2 --dir "$SCRATCH/d-normal"
 check "special dist has NaN in its golden" python3 -c "
 import struct,sys
 b=open('$SCRATCH/d-special/output/0/cpu_output.bin','rb').read()
@@ -80,8 +88,7 @@ v=struct.unpack('<%dH'%(len(b)//2), b)
 sys.exit(0 if any((x & 0x7f80)==0x7f80 and (x & 0x7f) for x in v) else 1)"
 
 # --- the help's own example works as printed
-ex=$("$A2AMM" gen --help | sed -n 's/^  a2amm gen /gen /p' | head -1)
+ex=$("$A2AMM" gen --help | sed -n 's/^  a2amm gen /gen /p' | head -1 | sed "s|/tmp/a2amm-demo|$SCRATCH/demo|g")
 expect_ok "gen help example: $ex" "$A2AMM" $ex
-rm -rf /tmp/a2amm-demo
 
 finish

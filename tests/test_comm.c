@@ -295,7 +295,7 @@ static int rank_timeouts(comm_ctx *ctx, void *unused)
     int status = comm_signal_wait_until(ctx, never, COMM_CMP_GE, 5, comm_deadline_after(0.2),
                                         &seen, &e);
     double waited = seconds_since(start);
-    RANK_REQUIRE(ctx, status == A2AMM_E_TIMEOUT && waited >= 0.19 && waited < 1.0 && seen == 0,
+    RANK_REQUIRE(ctx, status == A2AMM_E_TIMEOUT && waited >= 0.19 && waited < 5.0 && seen == 0,
                  "status %d after %.3f s, seen %llu: %s", status, waited,
                  (unsigned long long)seen, e.msg);
     RANK_REQUIRE(ctx, strstr(e.msg, "rank 0:") && strstr(e.msg, "signal at heap offset 0x0 >= 5") &&
@@ -304,7 +304,7 @@ static int rank_timeouts(comm_ctx *ctx, void *unused)
     start = comm_now_ns();
     status = comm_barrier(ctx, comm_deadline_after(0.2), &e);
     waited = seconds_since(start);
-    RANK_REQUIRE(ctx, status == A2AMM_E_TIMEOUT && waited < 1.0, "status %d: %s", status, e.msg);
+    RANK_REQUIRE(ctx, status == A2AMM_E_TIMEOUT && waited < 5.0, "status %d: %s", status, e.msg);
     RANK_REQUIRE(ctx, strstr(e.msg, "rank 0: barrier 1") && strstr(e.msg, "1 of 2 ranks") &&
                  strstr(e.msg, "rank 1 (keeping out of the barrier; blocked on signal"),
                  "%s", e.msg);
@@ -317,10 +317,18 @@ static void test_timeouts(void)
     int64_t start = comm_now_ns();
     int status = run_world(2, rank_timeouts, NULL, NULL, NULL, &err);
     CHECK(status == A2AMM_OK, "timeouts: %s", err.msg);
-    CHECK(seconds_since(start) < 2.0, "the timeout test took %.2f s", seconds_since(start));
+    CHECK(seconds_since(start) < 8.0, "the timeout test took %.2f s", seconds_since(start));
 }
 
 /* ---- failures ----------------------------------------------------------- */
+/*
+ * Bounds on wall-clock time, generous for a loaded 2-core machine: a failure
+ * reaches every rank within FAILURE_SEEN_S, far below the deadline of the
+ * waits it ends (WAITER_DEADLINE_S) and the 20 s a stubborn rank loops, so
+ * a run within it was ended by the failure, not by a wait running out.
+ */
+#define FAILURE_SEEN_S 8.0
+#define WAITER_DEADLINE_S 30
 enum failure {
     FAIL_BY_COMM_FAIL, FAIL_BY_RETURN, FAIL_BY_EXIT, FAIL_BY_KILL, FAIL_BY_HANG, FAIL_BY_TIMEOUT
 };
@@ -364,11 +372,12 @@ static int rank_failure(comm_ctx *ctx, void *arg)
     }
     a2amm_error e;
     comm_set_doing(ctx, "waiting for the failure");
-    int status = comm_signal_wait_until(ctx, never, COMM_CMP_NE, 0, comm_deadline_after(10), NULL, &e);
+    int status =
+        comm_signal_wait_until(ctx, never, COMM_CMP_NE, 0, comm_deadline_after(WAITER_DEADLINE_S), NULL, &e);
     double since_failure = (double)(comm_now_ns() - *fail_time) / 1e9;
     char rank_name[16];
     snprintf(rank_name, sizeof rank_name, "rank %d", t->failing_rank);
-    if (status != A2AMM_E_PEER || since_failure > 2.0 || !strstr(e.msg, rank_name) ||
+    if (status != A2AMM_E_PEER || since_failure > FAILURE_SEEN_S || !strstr(e.msg, rank_name) ||
         !strstr(e.msg, "stopped waiting until signal")) {
         fprintf(stderr, "rank %d: status %d %.3f s after the failure: %s\n", me, status,
                 since_failure, e.msg);
@@ -415,7 +424,7 @@ static void test_failures(void)
     CHECK(o[2].status == A2AMM_E_IO && o[2].exit_code == -A2AMM_E_IO, "comm_fail: rank 2 exit %d",
           o[2].exit_code);
     check_waiters_left(o, 2, -1, "comm_fail");
-    CHECK(took < 1.5, "comm_fail: the run took %.2f s", took);
+    CHECK(took < FAILURE_SEEN_S, "comm_fail: the run took %.2f s", took);
 
     status = run_failure(FAIL_BY_RETURN, -1, 0, o, &err, &took);
     CHECK(status == A2AMM_E_FORMAT && strstr(err.msg, "rank 2: returned -6 (bad file content) "
@@ -446,7 +455,7 @@ static void test_failures(void)
           "kill: rank 2 signal %d", o[2].term_signal);
     CHECK(o[3].term_signal == SIGKILL && o[3].killed_by_launcher, "kill: rank 3 was not killed");
     check_waiters_left(o, 2, 3, "kill");
-    CHECK(took < 2.5, "kill: the run took %.2f s", took);
+    CHECK(took < FAILURE_SEEN_S, "kill: the run took %.2f s", took);
 
     /* Every rank waits or loops forever: the safety limit ends the run. */
     status = run_failure(FAIL_BY_HANG, -1, 0.3, o, &err, &took);
@@ -457,7 +466,7 @@ static void test_failures(void)
           "hang: rank 2 was not killed, or rank 0 was");
     for (int r = 0; r < 4; r++)
         CHECK(!o[r].failed_first, "hang: rank %d is named as the first failure", r);
-    CHECK(took < 2.0, "hang: the run took %.2f s", took);
+    CHECK(took < FAILURE_SEEN_S, "hang: the run took %.2f s", took);
 }
 
 /* ---- the world's own checks --------------------------------------------- */
@@ -473,6 +482,8 @@ static void test_world_arguments(void)
     comm_world_destroy(world);
 }
 
+/* a2amm's entries in /dev/shm (it maps memfds, so there should be none):
+ * what else is there belongs to others and may come and go. */
 static int count_dev_shm(void)
 {
     DIR *dir = opendir("/dev/shm");
@@ -480,7 +491,7 @@ static int count_dev_shm(void)
     if (!dir)
         return 0;
     for (struct dirent *d; (d = readdir(dir));)
-        n += strcmp(d->d_name, ".") != 0 && strcmp(d->d_name, "..") != 0;
+        n += strncmp(d->d_name, "a2amm", 5) == 0;
     closedir(dir);
     return n;
 }
@@ -494,7 +505,7 @@ int main(void)
     test_signal_add_and_barriers();
     test_timeouts();
     test_failures();
-    CHECK(count_dev_shm() == shm_before, "/dev/shm had %d entries, now %d", shm_before,
+    CHECK(count_dev_shm() == shm_before, "/dev/shm had %d a2amm entries, now %d", shm_before,
           count_dev_shm());
     return check_summary("test_comm");
 }

@@ -4,7 +4,9 @@
 # and what happens when a rank dies, stalls or has a bad input.
 . "$(dirname "$0")/lib.sh"
 
-shm_before=$(ls /dev/shm | sort)
+# the ranks share memfd mappings, never /dev/shm; any a2amm entry there is a leak
+shm_ours() { ls /dev/shm | grep '^a2amm' | sort; }
+shm_before=$(shm_ours)
 
 # run_verify "what" dir M K N R [run options]: run then verify must pass.
 run_verify() {
@@ -73,10 +75,16 @@ expect_ok "tall tiles verify" "$A2AMM" verify 800 70 2 --dir "$tall"
 
 # --- every kernel level this CPU runs: correct end to end, and for each
 #     level the same bits whatever the pipeline settings
+#     (a level the library says this CPU lacks is refused, saying why)
 for isa in ref avx2 avx512 amx; do
+    if ! cpu_runs $isa; then
+        why=$("$A2AMM" cpu --runs $isa | sed "s/^$isa: //")
+        expect_fail "A2AMM_ISA=$isa is refused here" "cannot run the $isa kernels ($why)" \
+            env A2AMM_ISA=$isa "$A2AMM" run 150 192 70 3 --dir "$d"
+        continue
+    fi
     if ! A2AMM_ISA=$isa "$A2AMM" run 150 192 70 3 --dir "$d" >"$SCRATCH/out" 2>&1; then
-        grep -q "cannot run the $isa kernels" "$SCRATCH/out" && continue
-        fail "A2AMM_ISA=$isa run failed"; continue
+        fail "A2AMM_ISA=$isa run failed where the library says it runs"; continue
     fi
     expect_output "A2AMM_ISA=$isa is the kernel used" "kernel $isa"
     expect_ok "A2AMM_ISA=$isa verifies" "$A2AMM" verify 150 70 3 --dir "$d"
@@ -90,7 +98,21 @@ expect_fail "an unknown A2AMM_ISA is refused" "A2AMM_ISA=sse9" env A2AMM_ISA=sse
 # --- perf mode: the table and the JSON object
 expect_ok "perf mode" "$A2AMM" run 150 192 70 3 perf --dir "$d" --iters 3
 expect_output "perf reports exposed communication" "exposed communication"
-expect_output "perf reports the median" "median"
+check "perf: a row per variant, min <= median <= max, time = fused median" python3 - "$SCRATCH/out" <<'EOF'
+import re, sys
+text = open(sys.argv[1]).read()
+assert "3 repetitions" in text, "not 3 repetitions"
+assert re.search(r"^ +min ms +median ms +max ms", text, re.M), "no header"
+med = {}
+for name in ("fused", "unfused", "matmul in place"):
+    m = re.search(r"^  %s +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+)x$" % name, text, re.M)
+    assert m, "no row " + name
+    lo, mid, hi = (float(m.group(i)) for i in (1, 2, 3))
+    assert 0 < lo <= mid <= hi, (name, lo, mid, hi)
+    med[name] = mid
+t = re.search(r"^  time ([0-9.]+) ms, ([0-9.]+) GFLOP/s \(median fused\)$", text, re.M)
+assert t and abs(float(t.group(1)) - med["fused"]) <= 0.0015, "time line is not the fused median"
+EOF
 expect_output "perf reports the time with B prepared on every call" "with B prepared on every call"
 expect_ok "perf --json" "$A2AMM" run 150 192 70 3 perf --dir "$d" --iters 2 --path put --json
 check "perf --json is one JSON object with the figures" python3 -c "
@@ -118,12 +140,16 @@ expect_fail "missing file on rank 3" "rank 3: $d/input/3/input_scaleB.bin is mis
 
 # --- a rank that dies: everyone stops, named, non-zero, nothing left behind
 d="$SCRATCH/fail"; "$A2AMM" gen 256 256 64 4 --dir "$d" >/dev/null
+# (bounds in seconds are generous for a loaded 2-core machine, and far below
+# the --timeout 60 deadline: a run that ends within them was stopped by the
+# failure reaching every rank, not by a wait running out)
 for fault in kill exit error; do
     start=$SECONDS
-    A2AMM_FAULT_RANK=2 A2AMM_FAULT=$fault "$A2AMM" run 256 256 64 4 --dir "$d" --tile-m 32 --path put >"$SCRATCH/out" 2>&1
+    A2AMM_FAULT_RANK=2 A2AMM_FAULT=$fault "$A2AMM" run 256 256 64 4 --dir "$d" --tile-m 32 --path put --timeout 60 >"$SCRATCH/out" 2>&1
     rc=$?
     check "$fault: non-zero exit" test $rc -ne 0
-    check "$fault: all stop within 3 s" test $((SECONDS - start)) -le 3
+    check "$fault: all stop well before the deadline" test $((SECONDS - start)) -le 20
+    check "$fault: no wait ran out" bash -c "! grep -q 'timed out' '$SCRATCH/out'"
     expect_output "$fault: names rank 2" "rank 2"
     expect_output "$fault: FAILURE" "Status: FAILURE"
 done
@@ -131,7 +157,7 @@ A2AMM_FAULT_RANK=2 A2AMM_FAULT=kill "$A2AMM" run 256 256 64 4 --dir "$d" --tile-
 expect_output "kill -9 is named as signal 9" "killed by signal 9"
 
 # an outside kill -9 of one rank process in the middle of a long perf run
-"$A2AMM" run 256 256 64 4 perf --iters 100000 --dir "$d" --tile-m 32 >"$SCRATCH/long" 2>&1 &
+"$A2AMM" run 256 256 64 4 perf --iters 100000 --dir "$d" --tile-m 32 --timeout 60 >"$SCRATCH/long" 2>&1 &
 launcher=$!
 victim=""
 for _ in $(seq 100); do
@@ -145,7 +171,8 @@ start=$SECONDS
 kill -9 $victim
 wait $launcher; rc=$?
 check "outside kill: launcher exits non-zero" test $rc -ne 0
-check "outside kill: within 3 s" test $((SECONDS - start)) -le 3
+check "outside kill: well before the deadline" test $((SECONDS - start)) -le 20
+check "outside kill: no wait ran out" bash -c "! grep -q 'timed out' '$SCRATCH/long'"
 check "outside kill: message names the rank and signal 9" grep -q "was killed by signal 9" "$SCRATCH/long"
 check "outside kill: no rank process left" test -z "$(pgrep -P $launcher)"
 for k in $kids; do check "rank pid $k is gone" bash -c "! kill -0 $k 2>/dev/null"; done
@@ -172,17 +199,16 @@ start=$SECONDS
 A2AMM_FAULT_RANK=1 A2AMM_FAULT=stall "$A2AMM" run 256 256 64 4 --dir "$d" --tile-m 32 --path put --timeout 1 >"$SCRATCH/out" 2>&1
 rc=$?
 check "stall: non-zero exit" test $rc -ne 0
-check "stall: ends within 5 s" test $((SECONDS - start)) -le 5
+check "stall: ends (not a hang)" test $((SECONDS - start)) -le 30
 expect_output "stall: a timeout message naming tile, slot and signal" "timed out after 1 s waiting for"
 check "stall: names the slot and the signal value" grep -Eq "slot [0-9]+.*signal >= [0-9]+, last seen [0-9]+" "$SCRATCH/out"
 
 # --- run --help's example works as printed (gen, run, verify in order)
-"$A2AMM" run --help | sed -n 's/^  a2amm //p' > "$SCRATCH/examples"
+"$A2AMM" run --help | sed -n 's/^  a2amm //p' | sed "s|/tmp/a2amm-demo|$SCRATCH/demo|g" > "$SCRATCH/examples"
 check "run --help has three example lines" test "$(wc -l < "$SCRATCH/examples")" -eq 3
 while read -r line; do
     expect_ok "run help example: a2amm $line" "$A2AMM" $line
 done < "$SCRATCH/examples"
-rm -rf /tmp/a2amm-demo
 
-check "no /dev/shm entry left" test "$(ls /dev/shm | sort)" = "$shm_before"
+check "no a2amm entry left in /dev/shm" test "$(shm_ours)" = "$shm_before"
 finish
