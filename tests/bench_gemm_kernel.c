@@ -25,6 +25,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "common/cpu.h"
 #include "gemm/gemm.h"
 
 static double now(void)
@@ -136,8 +137,7 @@ int main(int argc, char **argv)
     for (int64_t i = 0; i < M * K / 32; i++) sa[i] = (uint8_t)(120 + i % 8);
     for (int64_t i = 0; i < N * K / 32; i++) sb[i] = (uint8_t)(124 + i % 6);
 
-    __builtin_cpu_init();
-    int have_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    int have_avx2 = cpu_has(CPU_AVX2) && cpu_has(CPU_FMA);
     int have_bf16 = gemm_isa_supported(GEMM_ISA_AVX512);
     printf("peak probe (1 core, GFLOP/s): vdpbf16ps %.1f, zmm FMA %.1f, ymm FMA %.1f\n",
            have_bf16 ? probe_bf16(20000000L) : 0, have_bf16 ? probe_fma512(20000000L) : 0,

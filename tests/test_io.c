@@ -169,7 +169,9 @@ static void test_gen_determinism(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/a2amm-test-io.XXXXXX");
+    const char *tmp = getenv("TMPDIR"); /* this run's own folder under it (a long one: under /tmp) */
+    if (!tmp || !*tmp || strlen(tmp) > sizeof tmpdir - 64) tmp = "/tmp";
+    snprintf(tmpdir, sizeof tmpdir, "%s/a2amm-test-io.XXXXXX", tmp);
     if (!mkdtemp(tmpdir)) return 1;
     test_shape_rules();
     test_read_exact();

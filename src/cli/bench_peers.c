@@ -214,6 +214,8 @@ const char *bench_onednn_isa(void)
     case dnnl_cpu_isa_avx512_core: return "avx512_core";
     case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
     case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
     default: break;
     }
     static char other[32];
