@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/parse.h"
 #include "mx/mx.h"
 
 int cli_option(int argc, char **argv, int *i, const char *name, const char **value)
@@ -32,12 +33,10 @@ int cli_option(int argc, char **argv, int *i, const char *name, const char **val
 int cli_parse_i64(const char *cmd, const char *what, const char *s, int64_t min, int64_t max,
                   int64_t *out)
 {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end != '\0' || v < min || v > max) {
-        fprintf(stderr, "a2amm %s: %s must be a whole number from %" PRId64 " to %" PRId64 ", got '%s'\n",
-                cmd, what, min, max, s);
+    int64_t v = 0;
+    if (parse_i64(s, &v) != PARSE_OK || v < min || v > max) {
+        fprintf(stderr, "a2amm %s: %s must be a whole number from %" PRId64 " to %" PRId64
+                " in decimal digits, got '%s'\n", cmd, what, min, max, s);
         return -1;
     }
     *out = v;
@@ -46,25 +45,21 @@ int cli_parse_i64(const char *cmd, const char *what, const char *s, int64_t min,
 
 int cli_parse_u64(const char *cmd, const char *what, const char *s, uint64_t *out)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end != '\0' || s[0] == '-') {
-        fprintf(stderr, "a2amm %s: %s must be a non-negative whole number, got '%s'\n", cmd, what, s);
+    if (parse_u64(s, out) != PARSE_OK) {
+        fprintf(stderr, "a2amm %s: %s must be a whole number from 0 to %" PRIu64 " in decimal digits, got '%s'\n",
+                cmd, what, UINT64_MAX, s);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
 int cli_parse_double(const char *cmd, const char *what, const char *s, double min, double max,
                      double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end != '\0' || !(v >= min && v <= max)) {
-        fprintf(stderr, "a2amm %s: %s must be a number from %g to %g, got '%s'\n", cmd, what, min, max, s);
+    double v = 0;
+    if (parse_double(s, &v) != PARSE_OK || !(v >= min && v <= max)) {
+        fprintf(stderr, "a2amm %s: %s must be a number from %g to %g in decimal digits (like 2.5 or 1e-3), got '%s'\n",
+                cmd, what, min, max, s);
         return -1;
     }
     *out = v;

@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/data_dir.h"
 #include "common/error.h"
 #include "gen/gen.h"
 #include "io/io.h"
@@ -111,6 +112,7 @@ int cmd_gen(int argc, char **argv)
     }
     a2amm_sizes z;
     if (cli_parse_shape("gen", pos, &s, &z)) return 2;
+    if (cli_dir_check("gen", dir)) return 2;
 
     a2amm_error err = {0, ""};
     io_meta meta = {.shape = s, .seed = opt.seed};
@@ -118,7 +120,10 @@ int cmd_gen(int argc, char **argv)
     snprintf(meta.scale_mode, sizeof meta.scale_mode, "%s", mx_scale_mode_name(opt.scale_mode));
     /* The meta file is written last: a folder without it is not a complete set. */
     char meta_file[IO_PATH_MAX];
-    snprintf(meta_file, sizeof meta_file, "%s/input/a2amm-meta.txt", dir);
+    if (io_meta_path(meta_file, sizeof meta_file, dir, &err)) {
+        cli_print_error("gen", &err);
+        return 2;
+    }
     unlink(meta_file);
 
     printf("a2amm gen: M=%lld K=%lld N=%lld R=%lld, A %s, B %s, dist %s, scale mode %s, seed %" PRIu64 "\n",

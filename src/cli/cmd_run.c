@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/data_dir.h"
 #include "io/io.h"
 #include "op/op.h"
 #include "cli/op_args.h"
@@ -52,22 +53,6 @@ static void run_usage(FILE *f)
             "  a2amm verify 700 96 2 --dir /tmp/a2amm-demo\n");
 }
 
-/* Element types: flags first, else what gen recorded, else e4m3. */
-static int resolve_types(const char *dir, const char *at, const char *bt, a2amm_shape *s)
-{
-    io_meta meta;
-    a2amm_error err = {0, ""};
-    int have_meta = io_meta_read(dir, &meta, &err) == A2AMM_OK;
-    s->a_type = have_meta ? meta.shape.a_type : A2AMM_E4M3;
-    s->b_type = have_meta ? meta.shape.b_type : A2AMM_E4M3;
-    if (at && cli_parse_type("run", "--a-type", at, &s->a_type)) return -1;
-    if (bt && cli_parse_type("run", "--b-type", bt, &s->b_type)) return -1;
-    if (have_meta && (meta.shape.M != s->M || meta.shape.K != s->K || meta.shape.N != s->N || meta.shape.R != s->R))
-        fprintf(stderr, "a2amm run: warning: %s was generated for M=%lld K=%lld N=%lld R=%lld, not for this shape\n",
-                dir, (long long)meta.shape.M, (long long)meta.shape.K, (long long)meta.shape.N, (long long)meta.shape.R);
-    return 0;
-}
-
 int cmd_run(int argc, char **argv)
 {
     op_options o;
@@ -108,7 +93,9 @@ int cmd_run(int argc, char **argv)
     }
     a2amm_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
     if (cli_parse_shape("run", pos, &s, NULL)) return 2;
-    if (resolve_types(dir, at, bt, &s)) return 2;
+    if (cli_dir_check("run", dir)) return 2;
+    int held = cli_meta_hold("run", dir, &s, at, bt, 1);
+    if (held) return held;
 
     if (!json)
         printf("a2amm run: M=%lld K=%lld N=%lld R=%lld, A %s, B %s, %s mode, %s, path %s, tile %lld rows, depth %d\n",

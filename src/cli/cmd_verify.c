@@ -5,6 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/data_dir.h"
 #include "common/error.h"
 #include "io/io.h"
 #include "mx/mx.h"
@@ -108,6 +109,10 @@ int cmd_verify(int argc, char **argv)
         cli_parse_i64("verify", "N", pos[1], 1, INT64_C(1) << 40, &N) ||
         cli_parse_i64("verify", "R", pos[2], 1, 1 << 20, &R))
         return 2;
+    if (cli_dir_check("verify", dir)) return 2;
+    a2amm_shape held_shape = {M, 0, N, R, A2AMM_E4M3, A2AMM_E4M3};
+    int held = cli_meta_hold("verify", dir, &held_shape, NULL, NULL, 0);
+    if (held) return held;
     if (M > (INT64_C(1) << 40) / N) {
         fprintf(stderr, "a2amm verify: M*N = %lld*%lld is too large\n", (long long)M, (long long)N);
         return 2;

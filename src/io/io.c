@@ -2,6 +2,7 @@
 #include "io/io.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,40 +11,92 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/parse.h"
+#include "gen/gen.h"
+#include "mx/mx.h"
 
 #define META_NAME "a2amm-meta.txt"
+
+/* A path under dir that does not fit: named by its start and its length,
+ * so that the message itself is never cut off. */
+static int path_too_long(a2amm_error *err, const char *dir, int n, size_t len)
+{
+    return a2amm_fail(err, A2AMM_E_INVAL, "a path under the folder '%.60s%s' (%zu characters) would be %d characters, "
+                      "more than the %zu allowed: use a shorter folder", dir, strlen(dir) > 60 ? "..." : "",
+                      strlen(dir), n, len - 1);
+}
 
 int io_rank_path(char *buf, size_t len, const char *dir, const char *sub, int rank,
                  const char *name, a2amm_error *err)
 {
     int n = snprintf(buf, len, "%s/%s/%d/%s", dir, sub, rank, name);
-    if (n < 0 || (size_t)n >= len)
-        return a2amm_fail(err, A2AMM_E_INVAL, "path %s/%s/%d/%s is too long", dir, sub, rank, name);
+    if (n < 0 || (size_t)n >= len) return path_too_long(err, dir, n, len);
     return A2AMM_OK;
+}
+
+/* What a file that is not a regular one is, for messages. */
+static const char *kind_of(mode_t mode)
+{
+    return S_ISDIR(mode)    ? "a directory"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+                            : "not a regular file";
+}
+
+int io_open_regular(const char *path, struct stat *st, a2amm_error *err)
+{
+    /* O_NONBLOCK: a FIFO in a file's place must not block the open */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ENOENT)
+            return a2amm_fail(err, A2AMM_E_IO, "%s is missing", path);
+        return a2amm_fail(err, A2AMM_E_IO, "%s: cannot open: %s", path, strerror(e));
+    }
+    if (fstat(fd, st) != 0) {
+        int e = errno;
+        close(fd);
+        return a2amm_fail(err, A2AMM_E_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return a2amm_fail(err, A2AMM_E_IO, "%s is %s, not a file", path, kind_of(st->st_mode));
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    return fd;
 }
 
 int io_read_exact(const char *path, void *buf, size_t bytes, a2amm_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return a2amm_fail(err, A2AMM_E_IO, "%s: cannot open: %s (expected a file of %zu bytes)",
-                          path, strerror(errno), bytes);
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return a2amm_fail(err, A2AMM_E_IO, "%s: not a regular file (expected %zu bytes)", path, bytes);
+    int fd = io_open_regular(path, &st, err);
+    if (fd < 0) {
+        size_t n = strlen(err->msg);
+        snprintf(err->msg + n, sizeof err->msg - n, " (expected a file of %zu bytes)", bytes);
+        return fd;
     }
     if ((uint64_t)st.st_size != (uint64_t)bytes) {
-        fclose(f);
+        close(fd);
         return a2amm_fail(err, A2AMM_E_SIZE, "%s: expected %zu bytes, found %lld bytes (%s)", path,
                           bytes, (long long)st.st_size,
                           (uint64_t)st.st_size < (uint64_t)bytes ? "file is short" : "file is long");
     }
-    size_t got = bytes ? fread(buf, 1, bytes, f) : 0;
-    int rd_err = ferror(f);
-    fclose(f);
-    if (got != bytes || rd_err)
-        return a2amm_fail(err, A2AMM_E_IO, "%s: read %zu of %zu bytes", path, got, bytes);
+    size_t got = 0;
+    while (got < bytes) {
+        ssize_t n = read(fd, (char *)buf + got, bytes - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            int e = n < 0 ? errno : 0;
+            close(fd);
+            return a2amm_fail(err, A2AMM_E_IO, "%s: read %zu of %zu bytes%s%s", path, got, bytes,
+                              e ? ": " : " (the file shrank)", e ? strerror(e) : "");
+        }
+        got += (size_t)n;
+    }
+    close(fd);
     return A2AMM_OK;
 }
 
@@ -177,18 +230,17 @@ int io_save_rank_inputs(const char *dir, int rank, const a2amm_sizes *sz,
     return A2AMM_OK;
 }
 
-static int meta_path(char *buf, size_t len, const char *dir, a2amm_error *err)
+int io_meta_path(char *buf, size_t len, const char *dir, a2amm_error *err)
 {
     int n = snprintf(buf, len, "%s/input/%s", dir, META_NAME);
-    if (n < 0 || (size_t)n >= len)
-        return a2amm_fail(err, A2AMM_E_INVAL, "path %s/input/%s is too long", dir, META_NAME);
+    if (n < 0 || (size_t)n >= len) return path_too_long(err, dir, n, len);
     return A2AMM_OK;
 }
 
 int io_meta_write(const char *dir, const io_meta *m, a2amm_error *err)
 {
     char path[IO_PATH_MAX], text[1024];
-    int rc = meta_path(path, sizeof path, dir, err);
+    int rc = io_meta_path(path, sizeof path, dir, err);
     if (rc) return rc;
     int n = snprintf(text, sizeof text,
                      "a2amm-meta 1\nM %lld\nK %lld\nN %lld\nR %lld\na_type %s\nb_type %s\n"
@@ -199,43 +251,100 @@ int io_meta_write(const char *dir, const io_meta *m, a2amm_error *err)
     return io_write_atomic(path, text, (size_t)n, err);
 }
 
+/* The meta file's keys, in the order gen writes them; every one is required. */
+enum { MK_M, MK_K, MK_N, MK_R, MK_A_TYPE, MK_B_TYPE, MK_DIST, MK_SCALE_MODE, MK_SEED, MK_COUNT };
+static const char *const META_KEYS[MK_COUNT] = {"M", "K", "N", "R", "a_type", "b_type", "dist", "scale_mode", "seed"};
+#define META_MAX_BYTES 4096 /* gen writes about 120 */
+
+/* One "key value" line (without its newline) into m; 0, or the rule it breaks. */
+static const char *meta_line(const char *line, size_t len, io_meta *m, unsigned *seen)
+{
+    const char *sp = memchr(line, ' ', len);
+    if (!sp) return "expected 'key value' (one space between)";
+    size_t klen = (size_t)(sp - line), vlen = len - klen - 1;
+    const char *val = sp + 1;
+    if (vlen == 0 || memchr(val, ' ', vlen)) return "expected 'key value' (one space between)";
+    int k = 0;
+    while (k < MK_COUNT && !(strlen(META_KEYS[k]) == klen && !memcmp(line, META_KEYS[k], klen))) k++;
+    if (k == MK_COUNT) return "unknown key (expected M, K, N, R, a_type, b_type, dist, scale_mode or seed)";
+    if (*seen & (1u << k)) return "the key appears twice";
+    *seen |= 1u << k;
+    char v[32];
+    if (vlen >= sizeof v) return "the value is too long";
+    memcpy(v, val, vlen);
+    v[vlen] = '\0';
+    uint64_t u = 0;
+    switch (k) {
+    case MK_M: case MK_K: case MK_N: case MK_R:
+        if (parse_u64(v, &u) != PARSE_OK || u < 1 || u > (UINT64_C(1) << 62))
+            return "the value must be a whole number from 1 to 2^62 in decimal digits";
+        *(k == MK_M ? &m->shape.M : k == MK_K ? &m->shape.K : k == MK_N ? &m->shape.N : &m->shape.R) = (int64_t)u;
+        return NULL;
+    case MK_A_TYPE: case MK_B_TYPE:
+        if (strcmp(v, "e4m3") && strcmp(v, "e5m2")) return "the type must be e4m3 or e5m2";
+        a2amm_fp8_type_parse(v, k == MK_A_TYPE ? &m->shape.a_type : &m->shape.b_type);
+        return NULL;
+    case MK_DIST: {
+        gen_dist d;
+        if (gen_dist_parse(v, &d)) return "dist must be normal, seed, uniform, extreme or special";
+        snprintf(m->dist, sizeof m->dist, "%s", gen_dist_name(d));
+        return NULL;
+    }
+    case MK_SCALE_MODE: {
+        mx_scale_mode sm;
+        if (mx_scale_mode_parse(v, &sm)) return "scale_mode must be floor or rceil";
+        snprintf(m->scale_mode, sizeof m->scale_mode, "%s", mx_scale_mode_name(sm));
+        return NULL;
+    }
+    default:
+        if (parse_u64(v, &m->seed) != PARSE_OK) return "seed must be a whole number in decimal digits";
+        return NULL;
+    }
+}
+
 int io_meta_read(const char *dir, io_meta *m, a2amm_error *err)
 {
     char path[IO_PATH_MAX];
-    int rc = meta_path(path, sizeof path, dir, err);
+    int rc = io_meta_path(path, sizeof path, dir, err);
     if (rc) return rc;
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return a2amm_fail(err, A2AMM_E_IO, "%s: cannot open: %s", path, strerror(errno));
-    memset(m, 0, sizeof *m);
-    char line[256], key[64], val[24];
-    int lineno = 0, seen = 0;
-    rc = A2AMM_OK;
-    while (rc == A2AMM_OK && fgets(line, sizeof line, f)) {
-        lineno++;
-        if (lineno == 1) {
-            if (strncmp(line, "a2amm-meta 1", 12) != 0)
-                rc = a2amm_fail(err, A2AMM_E_FORMAT, "%s: first line is not 'a2amm-meta 1'", path);
-            continue;
-        }
-        if (sscanf(line, "%63s %23s", key, val) != 2) continue;
-        long long v = atoll(val);
-        if (!strcmp(key, "M")) m->shape.M = v, seen |= 1;
-        else if (!strcmp(key, "K")) m->shape.K = v, seen |= 2;
-        else if (!strcmp(key, "N")) m->shape.N = v, seen |= 4;
-        else if (!strcmp(key, "R")) m->shape.R = v, seen |= 8;
-        else if (!strcmp(key, "a_type") || !strcmp(key, "b_type")) {
-            a2amm_fp8_type *t = key[0] == 'a' ? &m->shape.a_type : &m->shape.b_type;
-            if (a2amm_fp8_type_parse(val, t) != A2AMM_OK)
-                rc = a2amm_fail(err, A2AMM_E_FORMAT, "%s:%d: %s is '%s', expected e4m3 or e5m2",
-                                path, lineno, key, val);
-            seen |= key[0] == 'a' ? 16 : 32;
-        } else if (!strcmp(key, "dist")) snprintf(m->dist, sizeof m->dist, "%s", val);
-        else if (!strcmp(key, "scale_mode")) snprintf(m->scale_mode, sizeof m->scale_mode, "%s", val);
-        else if (!strcmp(key, "seed")) m->seed = strtoull(val, NULL, 10);
+    struct stat st;
+    int fd = io_open_regular(path, &st, err);
+    if (fd < 0) return fd;
+    if (st.st_size > META_MAX_BYTES) {
+        close(fd);
+        return a2amm_fail(err, A2AMM_E_FORMAT, "%s: %lld bytes, more than a meta file has (at most %d)", path,
+                          (long long)st.st_size, META_MAX_BYTES);
     }
-    fclose(f);
-    if (rc == A2AMM_OK && seen != 63)
-        rc = a2amm_fail(err, A2AMM_E_FORMAT, "%s: incomplete (needs M, K, N, R, a_type and b_type)", path);
-    return rc;
+    char text[META_MAX_BYTES + 1];
+    ssize_t n = read(fd, text, META_MAX_BYTES + 1);
+    int e = errno;
+    close(fd);
+    if (n < 0) return a2amm_fail(err, A2AMM_E_IO, "%s: cannot read: %s", path, strerror(e));
+    if (n > META_MAX_BYTES)
+        return a2amm_fail(err, A2AMM_E_FORMAT, "%s: more than %d bytes, more than a meta file has", path, META_MAX_BYTES);
+    memset(m, 0, sizeof *m);
+    unsigned seen = 0;
+    size_t at = 0, len = (size_t)n;
+    for (int lineno = 1; at < len; lineno++) {
+        const char *line = text + at;
+        const char *nl = memchr(line, '\n', len - at);
+        size_t ll = nl ? (size_t)(nl - line) : len - at;
+        at += ll + (nl ? 1 : 0);
+        const char *why = NULL;
+        if (memchr(line, '\0', ll)) why = "a NUL byte (this is not a text file)";
+        else if (lineno == 1) why = ll == 12 && !memcmp(line, "a2amm-meta 1", 12) ? NULL : "expected 'a2amm-meta 1'";
+        else why = meta_line(line, ll, m, &seen);
+        if (why) {
+            int shown = ll > 60 ? 60 : (int)ll;
+            return a2amm_fail(err, A2AMM_E_FORMAT, "%s:%d: %s; the line is '%.*s%s'", path, lineno, why, shown,
+                              memchr(line, '\0', ll) ? "" : line, ll > 60 ? "..." : "");
+        }
+    }
+    if (len == 0)
+        return a2amm_fail(err, A2AMM_E_FORMAT, "%s: empty (expected 'a2amm-meta 1' and the keys gen writes)", path);
+    for (int k = 0; k < MK_COUNT; k++)
+        if (!(seen & (1u << k)))
+            return a2amm_fail(err, A2AMM_E_FORMAT, "%s: incomplete: no '%s' line (gen writes M, K, N, R, a_type, "
+                              "b_type, dist, scale_mode and seed)", path, META_KEYS[k]);
+    return A2AMM_OK;
 }

@@ -39,6 +39,16 @@ typedef struct io_meta {
 int io_rank_path(char *buf, size_t len, const char *dir, const char *sub, int rank,
                  const char *name, a2amm_error *err);
 
+/*
+ * Opens a file for reading without blocking (a FIFO in its place cannot
+ * hang the caller) and only if it is a regular file; returns the
+ * descriptor (blocking again) and fills *st, or a negative status with a
+ * message: "PATH is missing", "PATH is a directory, not a file", "PATH:
+ * cannot open: <reason>".
+ */
+struct stat;
+int io_open_regular(const char *path, struct stat *st, a2amm_error *err);
+
 /* Reads exactly `bytes` bytes; a missing file or one of another size is an
  * error naming the file, the expected and the actual size. */
 int io_read_exact(const char *path, void *buf, size_t bytes, a2amm_error *err);
@@ -60,8 +70,15 @@ int io_load_rank_inputs(const char *dir, int rank, const a2amm_sizes *sz,
 int io_save_rank_inputs(const char *dir, int rank, const a2amm_sizes *sz,
                         const io_rank_inputs *in, a2amm_error *err);
 
-/* DIR/input/a2amm-meta.txt. io_meta_read returns A2AMM_E_IO (message says
- * so) when the file does not exist, A2AMM_E_FORMAT when it is malformed. */
+/*
+ * DIR/input/a2amm-meta.txt. io_meta_read parses it strictly: the first line
+ * 'a2amm-meta 1', then one 'key value' line for each of M, K, N, R,
+ * a_type, b_type, dist, scale_mode and seed (decimal digits, known names),
+ * nothing else. It returns A2AMM_E_IO when the file cannot be opened (the
+ * message says "is missing" when it does not exist), A2AMM_E_FORMAT naming
+ * the line and the rule when it is malformed.
+ */
+int io_meta_path(char *buf, size_t len, const char *dir, a2amm_error *err);
 int io_meta_write(const char *dir, const io_meta *meta, a2amm_error *err);
 int io_meta_read(const char *dir, io_meta *meta, a2amm_error *err);
 

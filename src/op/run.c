@@ -187,8 +187,13 @@ static int check_inputs(const char *dir, const a2amm_shape *s, const a2amm_sizes
             struct stat st;
             int rc = io_rank_path(path, sizeof path, dir, "input", r, names[i], err);
             if (rc) return rc;
-            if (stat(path, &st) != 0)
-                return a2amm_fail(err, A2AMM_E_IO, "rank %d: %s is missing (expected %zu bytes)", r, path, bytes[i]);
+            int fd = io_open_regular(path, &st, err);
+            if (fd < 0) {
+                char why[sizeof err->msg];
+                snprintf(why, sizeof why, "%s", err->msg);
+                return a2amm_fail(err, fd, "rank %d: %s (expected a file of %zu bytes)", r, why, bytes[i]);
+            }
+            close(fd);
             if ((uint64_t)st.st_size != (uint64_t)bytes[i])
                 return a2amm_fail(err, A2AMM_E_SIZE, "rank %d: %s: expected %zu bytes, found %lld bytes (file is %s)",
                                   r, path, bytes[i], (long long)st.st_size,

@@ -1,0 +1,26 @@
+/*
+ * The data folder that gen, run and verify share (--dir): refusing an empty
+ * path, and holding the command line to what gen recorded in its meta file.
+ */
+#ifndef A2AMM_CLI_DATA_DIR_H
+#define A2AMM_CLI_DATA_DIR_H
+
+#include "a2amm.h"
+
+/* A usable --dir: not empty. Prints why not; 0 or -1. */
+int cli_dir_check(const char *cmd, const char *dir);
+
+/*
+ * Holds the command line's shape (and, for run, its --a-type/--b-type: NULL
+ * when not given) to DIR/input/a2amm-meta.txt and fills s's types:
+ * - a meta file that cannot be read or breaks a rule is refused (naming the
+ *   file, the line and the rule);
+ * - a shape or a type that contradicts it is refused;
+ * - without a meta file, run needs both types named (need_types); verify,
+ *   which needs none, goes on.
+ * s->K == 0 means the command has no K (verify). Prints why; 0, or the
+ * process exit code (1 for a bad file, 2 for a contradiction).
+ */
+int cli_meta_hold(const char *cmd, const char *dir, a2amm_shape *s, const char *at, const char *bt, int need_types);
+
+#endif
