@@ -17,6 +17,21 @@
 
 #define META_NAME "a2amm-meta.txt"
 
+/* A path as messages show it: whole when short, else its start and end
+ * (messages hold 1024 bytes; a path may have 4095). Thread-local buffers,
+ * four in turn, so that one message can show two paths. */
+static const char *shown(const char *path)
+{
+    static __thread char buf[4][200];
+    static __thread unsigned turn;
+    size_t n = strlen(path);
+    if (n < 160) return path;
+    char *b = buf[turn++ % 4];
+    snprintf(b, sizeof buf[0], "%.60s...%s (a path of %zu characters)", path, path + n - 80, n);
+    return b;
+}
+
+
 /* A path under dir that does not fit: named by its start and its length,
  * so that the message itself is never cut off. */
 static int path_too_long(a2amm_error *err, const char *dir, int n, size_t len)
@@ -52,17 +67,17 @@ int io_open_regular(const char *path, struct stat *st, a2amm_error *err)
     if (fd < 0) {
         int e = errno;
         if (e == ENOENT)
-            return a2amm_fail(err, A2AMM_E_IO, "%s is missing", path);
-        return a2amm_fail(err, A2AMM_E_IO, "%s: cannot open: %s", path, strerror(e));
+            return a2amm_fail(err, A2AMM_E_IO, "%s is missing", shown(path));
+        return a2amm_fail(err, A2AMM_E_IO, "%s: cannot open: %s", shown(path), strerror(e));
     }
     if (fstat(fd, st) != 0) {
         int e = errno;
         close(fd);
-        return a2amm_fail(err, A2AMM_E_IO, "%s: cannot stat: %s", path, strerror(e));
+        return a2amm_fail(err, A2AMM_E_IO, "%s: cannot stat: %s", shown(path), strerror(e));
     }
     if (!S_ISREG(st->st_mode)) {
         close(fd);
-        return a2amm_fail(err, A2AMM_E_IO, "%s is %s, not a file", path, kind_of(st->st_mode));
+        return a2amm_fail(err, A2AMM_E_IO, "%s is %s, not a file", shown(path), kind_of(st->st_mode));
     }
     int flags = fcntl(fd, F_GETFL);
     if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
@@ -80,7 +95,7 @@ int io_read_exact(const char *path, void *buf, size_t bytes, a2amm_error *err)
     }
     if ((uint64_t)st.st_size != (uint64_t)bytes) {
         close(fd);
-        return a2amm_fail(err, A2AMM_E_SIZE, "%s: expected %zu bytes, found %lld bytes (%s)", path,
+        return a2amm_fail(err, A2AMM_E_SIZE, "%s: expected %zu bytes, found %lld bytes (%s)", shown(path),
                           bytes, (long long)st.st_size,
                           (uint64_t)st.st_size < (uint64_t)bytes ? "file is short" : "file is long");
     }
@@ -91,7 +106,7 @@ int io_read_exact(const char *path, void *buf, size_t bytes, a2amm_error *err)
         if (n <= 0) {
             int e = n < 0 ? errno : 0;
             close(fd);
-            return a2amm_fail(err, A2AMM_E_IO, "%s: read %zu of %zu bytes%s%s", path, got, bytes,
+            return a2amm_fail(err, A2AMM_E_IO, "%s: read %zu of %zu bytes%s%s", shown(path), got, bytes,
                               e ? ": " : " (the file shrank)", e ? strerror(e) : "");
         }
         got += (size_t)n;
@@ -105,19 +120,19 @@ int io_mkdirs(const char *path, a2amm_error *err)
     char tmp[IO_PATH_MAX];
     size_t n = strlen(path);
     if (n == 0 || n >= sizeof tmp)
-        return a2amm_fail(err, A2AMM_E_INVAL, "bad folder path '%s'", path);
+        return a2amm_fail(err, A2AMM_E_INVAL, "bad folder path '%s'", shown(path));
     memcpy(tmp, path, n + 1);
     for (size_t i = 1; i <= n; i++) {
         if (tmp[i] != '/' && tmp[i] != '\0') continue;
         char saved = tmp[i];
         tmp[i] = '\0';
         if (mkdir(tmp, 0777) != 0 && errno != EEXIST)
-            return a2amm_fail(err, A2AMM_E_IO, "%s: cannot create folder: %s", tmp, strerror(errno));
+            return a2amm_fail(err, A2AMM_E_IO, "%s: cannot create folder: %s", shown(tmp), strerror(errno));
         tmp[i] = saved;
     }
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        return a2amm_fail(err, A2AMM_E_IO, "%s: not a folder", path);
+        return a2amm_fail(err, A2AMM_E_IO, "%s: not a folder", shown(path));
     return A2AMM_OK;
 }
 
@@ -127,7 +142,7 @@ static int mkdirs_parent(const char *path, a2amm_error *err)
     char parent[IO_PATH_MAX];
     size_t n = strlen(path);
     if (n >= sizeof parent)
-        return a2amm_fail(err, A2AMM_E_INVAL, "path '%s' is too long", path);
+        return a2amm_fail(err, A2AMM_E_INVAL, "path '%s' is too long", shown(path));
     memcpy(parent, path, n + 1);
     char *slash = strrchr(parent, '/');
     if (!slash || slash == parent) return A2AMM_OK;
@@ -142,23 +157,23 @@ int io_write_atomic(const char *path, const void *buf, size_t bytes, a2amm_error
     char tmp[IO_PATH_MAX];
     int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     if (n < 0 || (size_t)n >= sizeof tmp)
-        return a2amm_fail(err, A2AMM_E_INVAL, "path '%s' is too long", path);
+        return a2amm_fail(err, A2AMM_E_INVAL, "path '%s' is too long", shown(path));
     FILE *f = fopen(tmp, "wb");
     if (!f)
-        return a2amm_fail(err, A2AMM_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        return a2amm_fail(err, A2AMM_E_IO, "%s: cannot create: %s", shown(tmp), strerror(errno));
     size_t put = bytes ? fwrite(buf, 1, bytes, f) : 0;
     int bad = put != bytes || ferror(f);
     int saved_errno = errno;
     if (fclose(f) != 0) { bad = 1; saved_errno = errno; }
     if (bad) {
         unlink(tmp);
-        return a2amm_fail(err, A2AMM_E_IO, "%s: write failed after %zu of %zu bytes: %s", path, put,
+        return a2amm_fail(err, A2AMM_E_IO, "%s: write failed after %zu of %zu bytes: %s", shown(path), put,
                           bytes, strerror(saved_errno));
     }
     if (rename(tmp, path) != 0) {
         saved_errno = errno;
         unlink(tmp);
-        return a2amm_fail(err, A2AMM_E_IO, "%s: cannot rename from %s: %s", path, tmp,
+        return a2amm_fail(err, A2AMM_E_IO, "%s: cannot rename from %s: %s", shown(path), shown(tmp),
                           strerror(saved_errno));
     }
     return A2AMM_OK;
@@ -312,16 +327,16 @@ int io_meta_read(const char *dir, io_meta *m, a2amm_error *err)
     if (fd < 0) return fd;
     if (st.st_size > META_MAX_BYTES) {
         close(fd);
-        return a2amm_fail(err, A2AMM_E_FORMAT, "%s: %lld bytes, more than a meta file has (at most %d)", path,
+        return a2amm_fail(err, A2AMM_E_FORMAT, "%s: %lld bytes, more than a meta file has (at most %d)", shown(path),
                           (long long)st.st_size, META_MAX_BYTES);
     }
     char text[META_MAX_BYTES + 1];
     ssize_t n = read(fd, text, META_MAX_BYTES + 1);
     int e = errno;
     close(fd);
-    if (n < 0) return a2amm_fail(err, A2AMM_E_IO, "%s: cannot read: %s", path, strerror(e));
+    if (n < 0) return a2amm_fail(err, A2AMM_E_IO, "%s: cannot read: %s", shown(path), strerror(e));
     if (n > META_MAX_BYTES)
-        return a2amm_fail(err, A2AMM_E_FORMAT, "%s: more than %d bytes, more than a meta file has", path, META_MAX_BYTES);
+        return a2amm_fail(err, A2AMM_E_FORMAT, "%s: more than %d bytes, more than a meta file has", shown(path), META_MAX_BYTES);
     memset(m, 0, sizeof *m);
     unsigned seen = 0;
     size_t at = 0, len = (size_t)n;
@@ -335,16 +350,16 @@ int io_meta_read(const char *dir, io_meta *m, a2amm_error *err)
         else if (lineno == 1) why = ll == 12 && !memcmp(line, "a2amm-meta 1", 12) ? NULL : "expected 'a2amm-meta 1'";
         else why = meta_line(line, ll, m, &seen);
         if (why) {
-            int shown = ll > 60 ? 60 : (int)ll;
-            return a2amm_fail(err, A2AMM_E_FORMAT, "%s:%d: %s; the line is '%.*s%s'", path, lineno, why, shown,
+            int cut = ll > 60 ? 60 : (int)ll;
+            return a2amm_fail(err, A2AMM_E_FORMAT, "%s:%d: %s; the line is '%.*s%s'", shown(path), lineno, why, cut,
                               memchr(line, '\0', ll) ? "" : line, ll > 60 ? "..." : "");
         }
     }
     if (len == 0)
-        return a2amm_fail(err, A2AMM_E_FORMAT, "%s: empty (expected 'a2amm-meta 1' and the keys gen writes)", path);
+        return a2amm_fail(err, A2AMM_E_FORMAT, "%s: empty (expected 'a2amm-meta 1' and the keys gen writes)", shown(path));
     for (int k = 0; k < MK_COUNT; k++)
         if (!(seen & (1u << k)))
             return a2amm_fail(err, A2AMM_E_FORMAT, "%s: incomplete: no '%s' line (gen writes M, K, N, R, a_type, "
-                              "b_type, dist, scale_mode and seed)", path, META_KEYS[k]);
+                              "b_type, dist, scale_mode and seed)", shown(path), META_KEYS[k]);
     return A2AMM_OK;
 }
