@@ -32,7 +32,8 @@ enum {
     A2AMM_E_TIMEOUT = -7,  /* a wait outlived its deadline */
     A2AMM_E_PEER = -8,     /* another rank failed */
     A2AMM_E_SYS = -9,      /* an operating-system call failed */
-    A2AMM_E_MISMATCH = -10 /* verification found results outside tolerance */
+    A2AMM_E_MISMATCH = -10, /* verification found results outside tolerance */
+    A2AMM_E_INTERRUPTED = -11 /* stopped on request (a signal) */
 };
 
 /* A short, static description of a status code ("file size mismatch"). */

@@ -391,7 +391,7 @@ static int run_failure(enum failure how, int stubborn_rank, double timeout_s,
                        comm_rank_outcome *outcomes, a2amm_error *err, double *seconds)
 {
     struct failure_test t = {how, 2, stubborn_rank};
-    comm_launch_options opt = {timeout_s, 0.5};
+    comm_launch_options opt = {timeout_s, 0.5, 0, NULL};
     int64_t start = comm_now_ns();
     int status = run_world(4, rank_failure, &t, &opt, outcomes, err);
     *seconds = seconds_since(start);

@@ -12,6 +12,8 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/data_dir.h"
+#include "common/error.h"
 #include "cli/op_args.h"
 #include "cli/perf_report.h"
 #include "gen/gen.h"
@@ -97,12 +99,14 @@ int cmd_bench_op(int argc, char **argv)
         fprintf(stderr, "a2amm bench op: cannot make a temporary folder %s: %s\n", tmp, strerror(errno));
         return 1;
     }
+    o.stop = cli_catch_stop_signals(); /* Ctrl-C: stop the ranks, remove the scratch folder, exit 130 */
     a2amm_error err = {0, ""};
     gen_options g = {GEN_DIST_NORMAL, 1, MX_SCALE_FLOOR};
     io_rank_inputs *in = calloc((size_t)s.R, sizeof *in);
     int rc = in ? gen_write_inputs(dir, &s, &z, &g, in, &err) : A2AMM_E_NOMEM;
     for (int r = 0; in && r < s.R; r++) io_rank_inputs_free(&in[r]);
     free(in);
+    if (!rc && *o.stop) rc = a2amm_fail(&err, A2AMM_E_INTERRUPTED, "interrupted while writing the inputs");
     op_result res = {0};
     if (!rc) {
         if (!json) {
@@ -130,5 +134,6 @@ int cmd_bench_op(int argc, char **argv)
     op_result_free(&res);
     if (dir == tmp && nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
         fprintf(stderr, "a2amm bench op: could not remove %s: %s\n", tmp, strerror(errno));
+    if (rc == A2AMM_E_INTERRUPTED && cli_exit_code_for_stop()) return cli_exit_code_for_stop();
     return rc ? 1 : 0;
 }

@@ -124,6 +124,7 @@ int cmd_gen(int argc, char **argv)
         cli_print_error("gen", &err);
         return 2;
     }
+    if (cli_dir_lock("gen", dir, 1) < 0) return 1;
     unlink(meta_file);
 
     printf("a2amm gen: M=%lld K=%lld N=%lld R=%lld, A %s, B %s, dist %s, scale mode %s, seed %" PRIu64 "\n",

@@ -53,6 +53,23 @@ static void run_usage(FILE *f)
             "  a2amm verify 700 96 2 --dir /tmp/a2amm-demo\n");
 }
 
+/* How one rank ended, in a line: never started, ok, what failed first, or stopped for another's failure. */
+static void print_rank(int r, const op_rank_report *k)
+{
+    if (!k->started) printf("  [Rank %d] never started (the launcher stopped before forking it)\n", r);
+    else if (k->status == 0) printf("  [Rank %d] ok\n", r);
+    else if (k->term_signal && k->killed_by_launcher)
+        printf("  [Rank %d] killed by the launcher (it did not stop after the failure) while: %s\n", r, k->doing);
+    else if (k->term_signal)
+        printf("  [Rank %d] FAILED: killed by signal %d (%s) while: %s\n", r, k->term_signal, strsignal(k->term_signal),
+               k->doing);
+    else if (k->failed_first && k->status == A2AMM_E_PEER)
+        printf("  [Rank %d] FAILED: exited with code %d before finishing, while: %s\n", r, k->exit_code, k->doing);
+    else if (k->failed_first) printf("  [Rank %d] FAILED (%s) while: %s\n", r, a2amm_strerror(k->status), k->doing);
+    else if (k->status == A2AMM_E_PEER) printf("  [Rank %d] stopped: another rank failed (it was: %s)\n", r, k->doing);
+    else printf("  [Rank %d] FAILED (%s) while: %s\n", r, a2amm_strerror(k->status), k->doing);
+}
+
 int cmd_run(int argc, char **argv)
 {
     op_options o;
@@ -96,6 +113,8 @@ int cmd_run(int argc, char **argv)
     if (cli_dir_check("run", dir)) return 2;
     int held = cli_meta_hold("run", dir, &s, at, bt, 1);
     if (held) return held;
+    if (cli_dir_lock("run", dir, 0) < 0) return 1;
+    o.stop = cli_catch_stop_signals();
 
     if (!json)
         printf("a2amm run: M=%lld K=%lld N=%lld R=%lld, A %s, B %s, %s mode, %s, path %s, tile %lld rows, depth %d\n",
@@ -112,13 +131,7 @@ int cmd_run(int argc, char **argv)
         if (res.ranks) {
             printf("  %lld tiles, %d compute thread%s per rank, kernel %s\n", (long long)res.ntiles, res.threads,
                    res.threads == 1 ? "" : "s", gemm_isa_name(res.isa));
-            for (int r = 0; r < s.R; r++) {
-                const op_rank_report *k = &res.ranks[r];
-                if (k->status == 0) printf("  [Rank %d] ok\n", r);
-                else if (k->term_signal)
-                    printf("  [Rank %d] FAILED: killed by signal %d while: %s\n", r, k->term_signal, k->doing);
-                else printf("  [Rank %d] FAILED (%s) while: %s\n", r, a2amm_strerror(k->status), k->doing);
-            }
+            for (int r = 0; r < s.R; r++) print_rank(r, &res.ranks[r]);
         }
     }
     if (rc) {
@@ -132,5 +145,6 @@ int cmd_run(int argc, char **argv)
         if (!json) printf("All workers finished. Status: SUCCESS\n");
     }
     op_result_free(&res);
+    if (rc == A2AMM_E_INTERRUPTED && cli_exit_code_for_stop()) return cli_exit_code_for_stop();
     return rc ? 1 : 0;
 }

@@ -4,7 +4,11 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <signal.h>
 
 #include "cli/args.h"
 #include "io/io.h"
@@ -80,3 +84,49 @@ int cli_meta_hold(const char *cmd, const char *dir, a2amm_shape *s, const char *
     if (!rc) rc = hold_type(cmd, path, "--b-type", bt, m->b_type, &s->b_type);
     return rc;
 }
+
+int cli_dir_lock(const char *cmd, const char *dir, int create)
+{
+    a2amm_error err = {0, ""};
+    if (create && io_mkdirs(dir, &err)) {
+        cli_print_error(cmd, &err);
+        return -1;
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        fprintf(stderr, "a2amm %s: %s: cannot open the folder: %s\n", cmd, dir, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            fprintf(stderr, "a2amm %s: %s is in use by another a2amm gen or run (it holds the folder's lock): "
+                    "wait for it to end, or use another folder\n", cmd, dir);
+        else
+            fprintf(stderr, "a2amm %s: %s: cannot lock the folder: %s\n", cmd, dir, strerror(e));
+        return -1;
+    }
+    int removed = io_remove_stale(dir);
+    if (removed)
+        fprintf(stderr, "a2amm %s: removed %d temporary file%s an interrupted run left in %s\n", cmd, removed,
+                removed == 1 ? "" : "s", dir);
+    return fd;
+}
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+const volatile sig_atomic_t *cli_catch_stop_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    return &stop_signal;
+}
+
+int cli_exit_code_for_stop(void) { return stop_signal ? 128 + stop_signal : 0; }

@@ -5,6 +5,8 @@
 #ifndef A2AMM_CLI_DATA_DIR_H
 #define A2AMM_CLI_DATA_DIR_H
 
+#include <signal.h>
+
 #include "a2amm.h"
 
 /* A usable --dir: not empty. Prints why not; 0 or -1. */
@@ -22,5 +24,23 @@ int cli_dir_check(const char *cmd, const char *dir);
  * process exit code (1 for a bad file, 2 for a contradiction).
  */
 int cli_meta_hold(const char *cmd, const char *dir, a2amm_shape *s, const char *at, const char *bt, int need_types);
+
+/*
+ * Takes the folder's lock (flock on DIR itself, created when create is set)
+ * for a command that writes in it (gen, run): a second one on the same
+ * folder is refused, naming it, instead of mixing two sets of files. Then
+ * removes what interrupted writers left (io_remove_stale), saying so.
+ * Returns the descriptor that holds the lock (closed at exit), or -1 after
+ * printing why.
+ */
+int cli_dir_lock(const char *cmd, const char *dir, int create);
+
+/*
+ * SIGINT and SIGTERM set *cli_stop_signal() to the signal's number (instead
+ * of ending the process), for op_options.stop; cli_exit_code_for_stop gives
+ * 128 + that number (130, 143) once the command has cleaned up.
+ */
+const volatile sig_atomic_t *cli_catch_stop_signals(void);
+int cli_exit_code_for_stop(void);
 
 #endif

@@ -11,6 +11,7 @@ int comm_barrier(comm_ctx *ctx, int64_t deadline_ns, a2amm_error *err)
 {
     struct comm_world_header *hdr = ctx->hdr;
     comm_quiet(ctx);
+    comm_progress(ctx);
     uint64_t number = ++ctx->barriers_done;
     uint64_t target = number * (uint64_t)ctx->nranks;
     atomic_store(&hdr->rank[ctx->rank].barriers_entered, number);

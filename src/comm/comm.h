@@ -29,6 +29,7 @@
 #include "a2amm.h"
 
 #include <stddef.h>
+#include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -64,6 +65,9 @@ int comm_nranks(const comm_ctx *ctx);
  * launcher's report when this rank dies. Cheap enough to call per tile.
  */
 void comm_set_doing(comm_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A sign of life for the launcher's stall watch (comm_set_doing and every
+ * wait give one too): call it in long work that sets nothing else. */
+void comm_progress(comm_ctx *ctx);
 /*
  * Marks the world failed because of this rank, with `code` and a printf-style
  * reason, and wakes every waiting rank (their waits return A2AMM_E_PEER).
@@ -143,6 +147,13 @@ typedef struct comm_launch_options {
     double timeout_s; /* the whole run's safety limit; <= 0 means 600 s */
     double grace_s;   /* after a failure, how long the others get to leave
                          before they are killed; <= 0 means 1.5 s */
+    double stall_s;   /* a rank process that shows no sign of life (comm_progress,
+                         comm_set_doing, entering a wait, returning) for this
+                         long has stalled (stopped, stuck): the world fails
+                         naming it; <= 0: no such watch */
+    const volatile sig_atomic_t *stop; /* NULL, or a flag (set by the caller's
+                         signal handler) that fails the world when non-zero:
+                         A2AMM_E_INTERRUPTED, the ranks stopped as for any failure */
 } comm_launch_options;
 
 /* How one rank ended. */

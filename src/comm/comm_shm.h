@@ -26,6 +26,7 @@ struct comm_rank_slot {
     _Atomic int32_t pid;
     _Atomic int32_t phase;                  /* COMM_PHASE_* */
     _Atomic uint64_t barriers_entered;
+    _Atomic int64_t progress_ns;            /* comm_now_ns() of its last sign of life */
     _Alignas(64) char doing[COMM_DOING_CHARS];   /* set by comm_set_doing */
     char waiting[COMM_DOING_CHARS];              /* set by a sleeping wait */
 };

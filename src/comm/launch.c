@@ -46,11 +46,15 @@ static _Noreturn void run_rank(comm_world *world, int rank, comm_rank_fn rank_fn
 {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher)
         _exit(EXIT_ORPHANED);
+    /* the launcher's handlers are its own: a rank dies of SIGINT/SIGTERM, which the launcher reports */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     struct comm_rank_slot *slot = &world->hdr->rank[rank];
     atomic_store(&slot->pid, (int32_t)getpid());
     atomic_store(&slot->phase, COMM_PHASE_RUNNING);
     comm_ctx ctx;
     comm_ctx_init(&ctx, world, rank);
+    comm_progress(&ctx);
     int status = rank_fn(&ctx, arg);
     if (status != A2AMM_OK && !comm_world_failed(world->hdr, NULL, NULL, NULL, 0)) {
         if (ctx.last_error.code == status) {
@@ -62,6 +66,7 @@ static _Noreturn void run_rank(comm_world *world, int rank, comm_rank_fn rank_fn
                       doing);
         }
     }
+    comm_progress(&ctx);
     atomic_store(&slot->phase, COMM_PHASE_RETURNED);
     fflush(NULL);
     _exit(exit_code_of(status));
@@ -124,10 +129,29 @@ static void fail_for_timeout(struct comm_world_header *hdr, const struct rank_wa
     comm_mark_failed(hdr, -1, A2AMM_E_TIMEOUT, reason);
 }
 
+/* A running rank silent for longer than stall_s: fail the world naming it. */
+static void watch_stalls(struct comm_world_header *hdr, const struct rank_watch *w, int nranks, double stall_s,
+                         int64_t now)
+{
+    for (int r = 0; r < nranks; r++) {
+        if (!w[r].running)
+            continue;
+        int64_t last = atomic_load_explicit(&hdr->rank[r].progress_ns, memory_order_relaxed);
+        if (last == 0 || (double)(now - last) * 1e-9 <= stall_s)
+            continue; /* 0: not started yet; the safety limit covers that */
+        char doing[2 * COMM_DOING_CHARS + 32], reason[COMM_FAIL_CHARS];
+        comm_describe_rank(hdr, r, doing, sizeof doing);
+        snprintf(reason, sizeof reason, "rank %d (pid %d) showed no sign of life for %.1f s (stopped or stuck) "
+                 "while %s", r, (int)w[r].outcome.pid, (double)(now - last) * 1e-9, doing);
+        comm_mark_failed(hdr, r, A2AMM_E_TIMEOUT, reason);
+        return;
+    }
+}
+
 /* Polls the children until all have ended, killing them once a failure's
  * grace period (or the safety limit's) has passed. */
 static void supervise(struct comm_world_header *hdr, struct rank_watch *w, int nranks,
-                      double timeout_s, double grace_s)
+                      double timeout_s, double grace_s, double stall_s, const volatile sig_atomic_t *stop)
 {
     int64_t safety_end = comm_deadline_after(timeout_s), grace_end = INT64_MAX;
     int running = 0;
@@ -147,6 +171,14 @@ static void supervise(struct comm_world_header *hdr, struct rank_watch *w, int n
         int64_t now = comm_now_ns();
         if (grace_end == INT64_MAX && now >= safety_end)
             fail_for_timeout(hdr, w, nranks, timeout_s);
+        if (grace_end == INT64_MAX && stall_s > 0)
+            watch_stalls(hdr, w, nranks, stall_s, now);
+        if (grace_end == INT64_MAX && stop && *stop) {
+            char reason[64];
+            snprintf(reason, sizeof reason, "interrupted by signal %d (%s)", (int)*stop, strsignal((int)*stop));
+            comm_mark_failed(hdr, -1, A2AMM_E_INTERRUPTED, reason);
+            grace_s = grace_s < 0.2 ? grace_s : 0.2; /* the user is waiting: stop the ranks now */
+        }
         if (grace_end == INT64_MAX && comm_world_failed(hdr, NULL, NULL, NULL, 0))
             grace_end = comm_deadline_after(grace_s);
         if (running > 0 && now >= grace_end) {
@@ -174,6 +206,7 @@ int comm_launch(comm_world *world, comm_rank_fn rank_fn, void *arg,
     world->launched = 1;
     double timeout_s = options && options->timeout_s > 0 ? options->timeout_s : 600.0;
     double grace_s = options && options->grace_s > 0 ? options->grace_s : 1.5;
+    double stall_s = options && options->stall_s > 0 ? options->stall_s : 0;
     struct rank_watch *w = calloc((size_t)nranks, sizeof *w);
     if (!w)
         return a2amm_fail(err, A2AMM_E_NOMEM, "comm: out of memory for %d rank records", nranks);
@@ -184,7 +217,14 @@ int comm_launch(comm_world *world, comm_rank_fn rank_fn, void *arg,
         pid_t pid = fork();
         if (pid == 0)
             run_rank(world, r, rank_fn, arg, launcher);
-        if (pid < 0) {
+        if (pid < 0 || (options && options->stop && *options->stop)) {
+            if (pid == 0)
+                break; /* not reached: the child runs its rank */
+            if (pid > 0) {
+                w[r].outcome.pid = pid;
+                w[r].running = 1;
+                break; /* a stop request: the supervisor marks the world and stops them */
+            }
             char reason[128];
             snprintf(reason, sizeof reason, "the launcher could not fork rank %d: %s", r,
                      strerror(errno));
@@ -194,7 +234,7 @@ int comm_launch(comm_world *world, comm_rank_fn rank_fn, void *arg,
         w[r].outcome.pid = pid;
         w[r].running = 1;
     }
-    supervise(hdr, w, nranks, timeout_s, grace_s);
+    supervise(hdr, w, nranks, timeout_s, grace_s, stall_s, options ? options->stop : NULL);
 
     int status = A2AMM_OK, fail_rank, fail_code;
     char reason[COMM_FAIL_CHARS];

@@ -204,6 +204,7 @@ int comm_signal_wait_until(comm_ctx *ctx, uint64_t *sig_sym, comm_cmp cmp, uint6
     _Atomic uint64_t *sig = peer_signal(ctx, sig_sym, ctx->rank, "signal wait", err);
     if (!sig)
         return ctx->last_error.code;
+    comm_progress(ctx);
     uint64_t v = atomic_load_explicit(sig, memory_order_acquire);
     if (cmp_holds(v, cmp, value)) { /* the common case: no text to build */
         if (seen)

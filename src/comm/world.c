@@ -135,6 +135,12 @@ void comm_set_doing(comm_ctx *ctx, const char *fmt, ...)
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     memcpy(ctx->hdr->rank[ctx->rank].doing, text, strlen(text) + 1);
+    comm_progress(ctx);
+}
+
+void comm_progress(comm_ctx *ctx)
+{
+    atomic_store_explicit(&ctx->hdr->rank[ctx->rank].progress_ns, comm_now_ns(), memory_order_relaxed);
 }
 
 void comm_describe_rank(const struct comm_world_header *hdr, int rank, char *buf, size_t size)

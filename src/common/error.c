@@ -18,6 +18,7 @@ const char *a2amm_strerror(int status)
     case A2AMM_E_PEER: return "another rank failed";
     case A2AMM_E_SYS: return "system call failed";
     case A2AMM_E_MISMATCH: return "results outside tolerance";
+    case A2AMM_E_INTERRUPTED: return "interrupted";
     default: return "unknown status";
     }
 }

@@ -1,6 +1,7 @@
 /* The seed's file layout: exact-size reads, atomic writes, the meta file. */
 #include "io/io.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -150,33 +151,144 @@ static int mkdirs_parent(const char *path, a2amm_error *err)
     return io_mkdirs(parent, err);
 }
 
-int io_write_atomic(const char *path, const void *buf, size_t bytes, a2amm_error *err)
+/* path.tmp.<tag>; A2AMM_E_INVAL when it does not fit. */
+static int staged_name(char *buf, size_t len, const char *path, const char *tag, a2amm_error *err)
+{
+    int n = snprintf(buf, len, "%s.tmp.%s", path, tag);
+    if (n < 0 || (size_t)n >= len)
+        return a2amm_fail(err, A2AMM_E_INVAL, "path '%s' is too long for its temporary name", shown(path));
+    return A2AMM_OK;
+}
+
+/* Writes all of buf to fd; 0 or errno. */
+static int write_all(int fd, const void *buf, size_t bytes, size_t *put)
+{
+    *put = 0;
+    while (*put < bytes) {
+        ssize_t n = write(fd, (const char *)buf + *put, bytes - *put);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return n < 0 ? errno : ENOSPC;
+        *put += (size_t)n;
+    }
+    return 0;
+}
+
+int io_write_staged(const char *path, const char *tag, const void *buf, size_t bytes, a2amm_error *err)
 {
     int rc = mkdirs_parent(path, err);
     if (rc) return rc;
-    char tmp[IO_PATH_MAX];
-    int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    if (n < 0 || (size_t)n >= sizeof tmp)
-        return a2amm_fail(err, A2AMM_E_INVAL, "path '%s' is too long", shown(path));
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return a2amm_fail(err, A2AMM_E_IO, "%s: cannot create: %s", shown(tmp), strerror(errno));
-    size_t put = bytes ? fwrite(buf, 1, bytes, f) : 0;
-    int bad = put != bytes || ferror(f);
-    int saved_errno = errno;
-    if (fclose(f) != 0) { bad = 1; saved_errno = errno; }
-    if (bad) {
-        unlink(tmp);
-        return a2amm_fail(err, A2AMM_E_IO, "%s: write failed after %zu of %zu bytes: %s", shown(path), put,
-                          bytes, strerror(saved_errno));
+    char tmp[IO_PATH_MAX], parent[IO_PATH_MAX];
+    rc = staged_name(tmp, sizeof tmp, path, tag, err);
+    if (rc) return rc;
+    snprintf(parent, sizeof parent, "%s", path);
+    char *slash = strrchr(parent, '/');
+    if (slash == parent) slash[1] = '\0';
+    else if (slash) *slash = '\0';
+    else snprintf(parent, sizeof parent, ".");
+    /*
+     * An unnamed file (O_TMPFILE) gets its name only once it is complete:
+     * a crash at any moment before leaves nothing behind. Where the file
+     * system has no O_TMPFILE, the temporary name is written directly.
+     */
+    int named = 0;
+    int fd = open(parent, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        named = 1;
     }
-    if (rename(tmp, path) != 0) {
-        saved_errno = errno;
-        unlink(tmp);
-        return a2amm_fail(err, A2AMM_E_IO, "%s: cannot rename from %s: %s", shown(path), shown(tmp),
-                          strerror(saved_errno));
+    if (fd < 0)
+        return a2amm_fail(err, A2AMM_E_IO, "%s: cannot create: %s", shown(named ? tmp : path), strerror(errno));
+    size_t put = 0;
+    int e = write_all(fd, buf, bytes, &put);
+    if (!e && !named) {
+        char proc[64];
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+        unlink(tmp); /* a stale one of the same tag */
+        if (linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0) e = errno;
+    }
+    if (close(fd) != 0 && !e) e = errno;
+    if (e) {
+        if (named) unlink(tmp);
+        return a2amm_fail(err, A2AMM_E_IO, "%s: write failed after %zu of %zu bytes: %s", shown(path), put, bytes,
+                          strerror(e));
     }
     return A2AMM_OK;
+}
+
+int io_commit_staged(const char *path, const char *tag, a2amm_error *err)
+{
+    char tmp[IO_PATH_MAX];
+    int rc = staged_name(tmp, sizeof tmp, path, tag, err);
+    if (rc) return rc;
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return a2amm_fail(err, A2AMM_E_IO, "%s: cannot rename from %s: %s", shown(path), shown(tmp), strerror(e));
+    }
+    return A2AMM_OK;
+}
+
+void io_discard_staged(const char *path, const char *tag)
+{
+    char tmp[IO_PATH_MAX];
+    if (staged_name(tmp, sizeof tmp, path, tag, NULL) == A2AMM_OK) unlink(tmp);
+}
+
+int io_write_atomic(const char *path, const void *buf, size_t bytes, a2amm_error *err)
+{
+    char tag[32];
+    snprintf(tag, sizeof tag, "%ld", (long)getpid());
+    int rc = io_write_staged(path, tag, buf, bytes, err);
+    return rc ? rc : io_commit_staged(path, tag, err);
+}
+
+/* Whether name is "<one of the layout's files>.tmp.<anything>". */
+static int is_stale_name(const char *name)
+{
+    static const char *const OURS[] = {"input_a.bin", "input_scaleA.bin", "input_b.bin", "input_scaleB.bin",
+                                       "cpu_output.bin", "npu_out.bin", META_NAME};
+    for (size_t i = 0; i < sizeof OURS / sizeof OURS[0]; i++) {
+        size_t n = strlen(OURS[i]);
+        if (!strncmp(name, OURS[i], n) && !strncmp(name + n, ".tmp.", 5)) return 1;
+    }
+    return 0;
+}
+
+/* Removes stale temporary files in one folder; adds to *removed. */
+static void clean_folder(const char *folder, int *removed)
+{
+    DIR *d = opendir(folder);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        char path[IO_PATH_MAX];
+        if (!is_stale_name(e->d_name)) continue;
+        int n = snprintf(path, sizeof path, "%s/%s", folder, e->d_name);
+        if (n > 0 && (size_t)n < sizeof path && unlink(path) == 0) ++*removed;
+    }
+    closedir(d);
+}
+
+int io_remove_stale(const char *dir)
+{
+    int removed = 0;
+    static const char *const SUBS[] = {"input", "output"};
+    for (int s = 0; s < 2; s++) {
+        char sub[IO_PATH_MAX];
+        int n = snprintf(sub, sizeof sub, "%s/%s", dir, SUBS[s]);
+        if (n < 0 || (size_t)n >= sizeof sub) continue;
+        clean_folder(sub, &removed); /* the meta file's */
+        DIR *d = opendir(sub);
+        if (!d) continue;
+        for (struct dirent *e; (e = readdir(d));) {
+            if (e->d_name[0] < '0' || e->d_name[0] > '9' || strspn(e->d_name, "0123456789") != strlen(e->d_name))
+                continue;
+            char rank_dir[IO_PATH_MAX];
+            n = snprintf(rank_dir, sizeof rank_dir, "%s/%s", sub, e->d_name);
+            if (n > 0 && (size_t)n < sizeof rank_dir) clean_folder(rank_dir, &removed);
+        }
+        closedir(d);
+    }
+    return removed;
 }
 
 int io_rank_inputs_alloc(const a2amm_sizes *sz, io_rank_inputs *in, a2amm_error *err)

@@ -53,9 +53,29 @@ int io_open_regular(const char *path, struct stat *st, a2amm_error *err);
  * error naming the file, the expected and the actual size. */
 int io_read_exact(const char *path, void *buf, size_t bytes, a2amm_error *err);
 
-/* Writes a whole file atomically (temporary name, then rename), creating
- * the parent folders. */
+/*
+ * Writes a whole file atomically, creating the parent folders: the content
+ * goes to an unnamed file (O_TMPFILE) that is named PATH.tmp.<pid> only
+ * once complete, then renamed to PATH. A crash leaves nothing half-written,
+ * at worst a complete PATH.tmp.<pid> (io_remove_stale removes those).
+ */
 int io_write_atomic(const char *path, const void *buf, size_t bytes, a2amm_error *err);
+
+/*
+ * The same in two steps, so that several files can be put in place as a
+ * set: io_write_staged leaves the complete content at PATH.tmp.<tag>;
+ * io_commit_staged renames it to PATH, io_discard_staged removes it.
+ */
+int io_write_staged(const char *path, const char *tag, const void *buf, size_t bytes, a2amm_error *err);
+int io_commit_staged(const char *path, const char *tag, a2amm_error *err);
+void io_discard_staged(const char *path, const char *tag);
+
+/*
+ * Removes what interrupted writers left in DIR: every "<layout file>.tmp.*"
+ * in DIR/input, DIR/output and their rank folders. Call it holding the
+ * folder's lock (no writer of ours is then running). Returns how many.
+ */
+int io_remove_stale(const char *dir);
 
 /* mkdir -p. */
 int io_mkdirs(const char *path, a2amm_error *err);

@@ -16,6 +16,7 @@
 #ifndef A2AMM_OP_H
 #define A2AMM_OP_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #include "a2amm.h"
@@ -40,6 +41,9 @@ typedef struct op_options {
     int warmup;       /* perf warm-up runs (default 1) */
     int baseline;     /* perf: also time what a user writes today: the whole
                          exchange, dequantize to fp32, OpenBLAS sgemm */
+    const volatile sig_atomic_t *stop; /* when set, non-zero stops the run (the
+                         caller's SIGINT/SIGTERM handler): the ranks are stopped,
+                         nothing is written, op_run returns A2AMM_E_INTERRUPTED */
 } op_options;
 
 /* The defaults above. */
@@ -58,8 +62,12 @@ typedef struct op_perf {
 } op_perf;
 
 typedef struct op_rank_report {
-    int status;        /* A2AMM_OK or the rank's error */
+    int status;        /* A2AMM_OK or the rank's error (A2AMM_E_PEER: it stopped for another's failure, or died) */
+    int started;       /* 0: never forked (the launcher stopped first) */
+    int exit_code;     /* its exit code, -1 when killed by a signal */
     int term_signal;   /* the signal that killed it, or 0 */
+    int failed_first;  /* its failure is the one that ended the run */
+    int killed_by_launcher; /* it outlived the others' failure and was killed */
     char doing[160];   /* what it was doing last */
 } op_rank_report;
 
@@ -73,7 +81,9 @@ typedef struct op_result {
 
 /*
  * Runs the operator over the seed layout in `dir`: reads DIR/input/<r>/...,
- * and in precision mode writes DIR/output/<r>/npu_out.bin for every rank.
+ * and in precision mode writes DIR/output/<r>/npu_out.bin for every rank, as
+ * a set: all of them when the run succeeds (staged, then renamed), none
+ * changed when it fails.
  * On failure the message names the rank and what it was doing. The result
  * (free it with op_result_free) is filled as far as the run got.
  */

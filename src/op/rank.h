@@ -12,7 +12,8 @@
 
 /* Fault injection for the failure tests (A2AMM_FAULT_RANK=r and
  * A2AMM_FAULT=kill|exit|stall|error): rank r misbehaves at tile 1. */
-typedef enum op_fault { OP_FAULT_NONE, OP_FAULT_KILL, OP_FAULT_EXIT, OP_FAULT_STALL, OP_FAULT_ERROR } op_fault;
+/* Faults the failure tests inject (A2AMM_FAULT=kill|exit|stall|error at tile 1, stall-end after the last barrier). */
+typedef enum op_fault { OP_FAULT_NONE, OP_FAULT_KILL, OP_FAULT_EXIT, OP_FAULT_STALL, OP_FAULT_ERROR, OP_FAULT_STALL_END } op_fault;
 
 typedef struct op_rank {
     const a2amm_shape *s;

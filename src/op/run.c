@@ -34,6 +34,7 @@ typedef struct run_args {
     int64_t ntiles, tm;
     gemm_isa isa;
     int need_ring, need_xbuf;
+    char tag[32];  /* outputs are staged as npu_out.bin.tmp.<tag>, committed as a set */
     double *times; /* shared: [OP_VARIANTS][iters][R] then prepare [R] */
 } run_args;
 
@@ -45,6 +46,7 @@ static op_fault fault_from_env(int rank)
     if (!strcmp(f, "exit")) return OP_FAULT_EXIT;
     if (!strcmp(f, "stall")) return OP_FAULT_STALL;
     if (!strcmp(f, "error")) return OP_FAULT_ERROR;
+    if (!strcmp(f, "stall-end")) return OP_FAULT_STALL_END;
     return OP_FAULT_NONE;
 }
 
@@ -139,6 +141,15 @@ static int rank_perf(op_rank *rk, const run_args *ra, a2amm_error *err)
     return rc;
 }
 
+/* Fails the world with this rank's error, its message prefixed "rank N: " once. */
+static int rank_fail(comm_ctx *ctx, int rc, int me, const char *msg)
+{
+    char prefix[32];
+    int n = snprintf(prefix, sizeof prefix, "rank %d: ", me);
+    if (!strncmp(msg, prefix, (size_t)n)) return comm_fail(ctx, rc, "%s", msg);
+    return comm_fail(ctx, rc, "%s%s", prefix, msg);
+}
+
 static int rank_main(comm_ctx *ctx, void *arg)
 {
     const run_args *ra = arg;
@@ -152,7 +163,7 @@ static int rank_main(comm_ctx *ctx, void *arg)
     double prep = 0;
     if (!rc) rc = rank_load(&rk, ra, &prep, &err);
     ra->times[(size_t)OP_VARIANTS * (size_t)ra->opt.iters * (size_t)rk.R + (size_t)rk.me] = prep;
-    if (rc) rc = comm_fail(ctx, rc, "rank %d: %s", rk.me, err.msg);
+    if (rc) rc = rank_fail(ctx, rc, rk.me, err.msg);
     comm_set_doing(ctx, "waiting at the start barrier");
     if (!rc) rc = comm_barrier(ctx, comm_deadline_after(ra->opt.timeout_s), &err);
     if (!rc && ra->opt.mode == OP_MODE_PERF) {
@@ -161,15 +172,19 @@ static int rank_main(comm_ctx *ctx, void *arg)
         rc = ra->opt.unfused ? op_exec_unfused(&rk, &err) : op_exec_fused(&rk, 0, &err);
         char path[IO_PATH_MAX];
         if (!rc) {
-            comm_set_doing(ctx, "writing npu_out.bin");
+            comm_set_doing(ctx, "writing npu_out.bin (staged)");
             rc = io_rank_path(path, sizeof path, ra->dir, "output", rk.me, "npu_out.bin", &err);
-            if (!rc) rc = io_write_atomic(path, rk.out, ra->z->out_bytes, &err);
-            if (rc) rc = comm_fail(ctx, rc, "rank %d: %s", rk.me, err.msg);
+            if (!rc) rc = io_write_staged(path, ra->tag, rk.out, ra->z->out_bytes, &err);
+            if (rc) rc = rank_fail(ctx, rc, rk.me, err.msg);
         }
         comm_set_doing(ctx, "waiting at the end barrier");
         if (!rc) rc = comm_barrier(ctx, comm_deadline_after(ra->opt.timeout_s), &err);
     }
-    if (rc && rc != A2AMM_E_PEER) comm_fail(ctx, rc, "rank %d: %s", rk.me, err.msg);
+    if (!rc && rk.fault == OP_FAULT_STALL_END) {
+        comm_set_doing(ctx, "stalling after the last barrier (injected)");
+        for (;;) pause();
+    }
+    if (rc && rc != A2AMM_E_PEER) rank_fail(ctx, rc, rk.me, err.msg);
     comm_set_doing(ctx, rc ? "stopped after an error" : "done");
     op_rank_free(&rk);
     return rc;
@@ -215,6 +230,23 @@ static int check_options(const a2amm_shape *s, const op_options *o, a2amm_error 
     return A2AMM_OK;
 }
 
+/*
+ * The outputs as a set: every rank's staged npu_out.bin renamed into place
+ * when the whole run succeeded, all of them removed otherwise, so that a
+ * failed run changes no output.
+ */
+static int settle_outputs(const run_args *ra, int success, a2amm_error *err)
+{
+    int rc = A2AMM_OK;
+    for (int r = 0; r < ra->s->R; r++) {
+        char path[IO_PATH_MAX];
+        if (io_rank_path(path, sizeof path, ra->dir, "output", r, "npu_out.bin", NULL)) continue;
+        if (success && !rc) rc = io_commit_staged(path, ra->tag, err);
+        else io_discard_staged(path, ra->tag);
+    }
+    return rc;
+}
+
 /* The per-repetition maximum over ranks of one variant. */
 static void max_over_ranks(const double *times, int iters, int R, int v, double *out)
 {
@@ -225,11 +257,32 @@ static void max_over_ranks(const double *times, int iters, int R, int v, double 
     }
 }
 
+/*
+ * A rank silent for longer than this has stalled: longer than any wait's
+ * --timeout deadline (which fails first, with the better message), and
+ * every tile, phase and wait gives a sign of life.
+ */
+static double stall_limit_s(double timeout_s) { return timeout_s * 1.5 + 1.0; }
+
+/*
+ * The whole run's limit, from --timeout and the shape: a rank waits at most
+ * --timeout at each of its waits (one per tile and source, a few barriers),
+ * repetition by repetition; a run that outlives them all is stuck in a way
+ * no single wait sees (a livelock).
+ */
+static double run_limit_s(const a2amm_shape *s, const run_args *ra)
+{
+    double reps = ra->opt.mode == OP_MODE_PERF ? (double)(ra->opt.warmup + ra->opt.iters) * OP_VARIANTS : 1.0;
+    double waits = reps * ((double)ra->ntiles * (double)s->R + 4.0) + 8.0;
+    return ra->opt.timeout_s * waits;
+}
+
 int op_run(const char *dir, const a2amm_shape *s, const op_options *opt_in, op_result *res, a2amm_error *err)
 {
     memset(res, 0, sizeof *res);
     a2amm_sizes z;
     run_args ra = {.dir = dir, .s = s, .z = &z, .opt = *opt_in};
+    snprintf(ra.tag, sizeof ra.tag, "%ld", (long)getpid());
     int rc = a2amm_shape_check(s, &z, err);
     if (!rc) rc = check_options(s, &ra.opt, err);
     if (!rc) rc = gemm_isa_select(&ra.isa, err);
@@ -260,15 +313,21 @@ int op_run(const char *dir, const a2amm_shape *s, const op_options *opt_in, op_r
     comm_world *world = NULL;
     rc = comm_world_create(R, op_rank_heap_bytes(s, &z, &ra.opt, ra.need_ring, ra.need_xbuf), &world, err);
     if (!rc) {
-        /* No limit on the whole run (a long perf run is legitimate): every
-         * wait between ranks has its --timeout deadline, and a rank stuck
-         * anywhere else makes the others' waits fail, which ends the run. */
-        comm_launch_options lo = {.timeout_s = 7 * 86400.0, .grace_s = 1.5};
+        comm_launch_options lo = {.timeout_s = run_limit_s(s, &ra), .grace_s = 1.5,
+                                  .stall_s = stall_limit_s(ra.opt.timeout_s), .stop = ra.opt.stop};
         rc = comm_launch(world, rank_main, &ra, &lo, outcomes, err);
+    }
+    if (ra.opt.mode == OP_MODE_PRECISION) {
+        int settled = settle_outputs(&ra, rc == A2AMM_OK, err);
+        if (!rc) rc = settled;
     }
     for (int r = 0; r < R; r++) {
         res->ranks[r].status = outcomes[r].status;
         res->ranks[r].term_signal = outcomes[r].term_signal;
+        res->ranks[r].started = outcomes[r].pid > 0;
+        res->ranks[r].exit_code = outcomes[r].exit_code;
+        res->ranks[r].failed_first = outcomes[r].failed_first;
+        res->ranks[r].killed_by_launcher = outcomes[r].killed_by_launcher;
         snprintf(res->ranks[r].doing, sizeof res->ranks[r].doing, "%s", outcomes[r].doing);
     }
     if (!rc && ra.opt.mode == OP_MODE_PERF) {
