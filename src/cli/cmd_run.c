@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/args.h"
+#include "cli/bench_timing.h"
 #include "cli/commands.h"
 #include "cli/data_dir.h"
 #include "io/io.h"
@@ -36,11 +37,19 @@ static void run_usage(FILE *f)
             "  --unfused          the whole AllToAll, a barrier, then the matmul\n"
             "  --iters N          perf repetitions (default 10)\n"
             "  --warmup N         perf warm-up runs (default 1)\n"
-            "  --timeout SECONDS  deadline of every wait between ranks (default 60)\n"
-            "  --a-type/--b-type e4m3|e5m2  element types (default: what gen recorded)\n"
-            "  --json             perf mode: print the figures as one JSON object\n"
+            "  --timeout SECONDS  deadline of every wait between ranks (default 60); a rank\n"
+            "                     silent for 1.5 x this + 1 s (stopped, stuck) fails the run\n"
+            "  --a-type/--b-type e4m3|e5m2  element types: what gen recorded in\n"
+            "                     DIR/input/a2amm-meta.txt (a type or shape that contradicts\n"
+            "                     it is refused); without that file both must be named\n"
+            "  --json             print one JSON object: perf mode its figures, precision mode\n"
+            "                     the run (shape, each rank's status, time, the outputs written)\n"
             "  --baseline         perf mode: also time the whole AllToAll + dequantize to fp32 +\n"
             "                     OpenBLAS sgemm (what a user writes today)\n"
+            "\n"
+            "Outputs are written as a set: every rank's npu_out.bin when the run succeeds,\n"
+            "none changed when it fails or is interrupted (Ctrl-C: exit 130, SIGTERM: 143).\n"
+            "One gen or run at a time per folder (a second is refused).\n"
             "\n"
             "A2AMM_ISA=ref|avx2|avx512|amx forces a kernel level (default: the best this CPU\n"
             "runs). A2AMM_CPU_HIDE=amx,avx512bf16,avx512,avx2 hides CPU features, as on a CPU\n"
@@ -68,6 +77,49 @@ static void print_rank(int r, const op_rank_report *k)
     else if (k->failed_first) printf("  [Rank %d] FAILED (%s) while: %s\n", r, a2amm_strerror(k->status), k->doing);
     else if (k->status == A2AMM_E_PEER) printf("  [Rank %d] stopped: another rank failed (it was: %s)\n", r, k->doing);
     else printf("  [Rank %d] FAILED (%s) while: %s\n", r, a2amm_strerror(k->status), k->doing);
+}
+
+/* One word for how a rank ended, for the JSON. */
+static const char *rank_word(const op_rank_report *k)
+{
+    if (!k->started) return "never started";
+    if (k->status == 0) return "ok";
+    if (k->killed_by_launcher) return "killed by the launcher";
+    if (k->failed_first) return "failed";
+    return k->status == A2AMM_E_PEER && !k->term_signal ? "stopped: another rank failed" : "failed";
+}
+
+/* --json in precision mode: the run as one object (shape, each rank, time, the outputs). */
+static void print_precision_json(const char *dir, const a2amm_shape *s, const op_options *o, const op_result *res,
+                                 int rc, const a2amm_error *err, double wall)
+{
+    printf("{\"command\":\"run\",\"mode\":\"precision\",\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%lld",
+           (long long)s->M, (long long)s->K, (long long)s->N, (long long)s->R);
+    bench_json_key_str("a_type", a2amm_fp8_type_name(s->a_type));
+    bench_json_key_str("b_type", a2amm_fp8_type_name(s->b_type));
+    bench_json_key_str("path", op_path_name(o->path));
+    printf(",\"fused\":%s,\"tile_m\":%lld,\"depth\":%d", o->unfused ? "false" : "true", (long long)o->tile_m,
+           o->depth);
+    bench_json_key_str("status", rc ? "FAILURE" : "SUCCESS");
+    bench_json_key_str("error", rc ? err->msg : NULL);
+    bench_json_key_str("kernel", res->ranks ? gemm_isa_name(res->isa) : NULL);
+    bench_json_key_num("wall_s", "%.6f", wall);
+    printf(",\"ranks\":[");
+    for (int r = 0; res->ranks && r < s->R; r++) {
+        const op_rank_report *k = &res->ranks[r];
+        printf("%s{\"rank\":%d", r ? "," : "", r);
+        bench_json_key_str("status", rank_word(k));
+        bench_json_key_str("doing", k->status ? k->doing : NULL);
+        printf(",\"signal\":%d}", k->term_signal);
+    }
+    printf("],\"outputs\":[");
+    for (int r = 0; !rc && r < s->R; r++) {
+        char path[IO_PATH_MAX];
+        if (io_rank_path(path, sizeof path, dir, "output", r, "npu_out.bin", NULL)) continue;
+        printf("%s", r ? "," : "");
+        bench_json_str(path);
+    }
+    printf("]}\n");
 }
 
 int cmd_run(int argc, char **argv)
@@ -127,6 +179,13 @@ int cmd_run(int argc, char **argv)
     double t0 = cli_now();
     int rc = op_run(dir, &s, &o, &res, &err);
     double wall = cli_now() - t0;
+    if (json && o.mode == OP_MODE_PRECISION) {
+        print_precision_json(dir, &s, &o, &res, rc, &err, wall);
+        if (rc) cli_print_error("run", &err);
+        op_result_free(&res);
+        if (rc == A2AMM_E_INTERRUPTED && cli_exit_code_for_stop()) return cli_exit_code_for_stop();
+        return rc ? 1 : 0;
+    }
     if (!json || rc) {
         if (res.ranks) {
             printf("  %lld tiles, %d compute thread%s per rank, kernel %s\n", (long long)res.ntiles, res.threads,

@@ -185,7 +185,8 @@ static int rank_main(comm_ctx *ctx, void *arg)
         for (;;) pause();
     }
     if (rc && rc != A2AMM_E_PEER) rank_fail(ctx, rc, rk.me, err.msg);
-    comm_set_doing(ctx, rc ? "stopped after an error" : "done");
+    if (rc) comm_progress(ctx); /* "doing" keeps what it was doing when it stopped */
+    else comm_set_doing(ctx, "done");
     op_rank_free(&rk);
     return rc;
 }
