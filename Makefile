@@ -23,7 +23,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check check-opt check-san run clean bench
+.PHONY: all deps check check-opt check-san check-fuzz fuzz run clean bench
 all: $(BUILD)/a2amm $(TEST_BIN)
 
 deps:
@@ -44,10 +44,12 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/liba2amm.a tests/check.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests $< $(BUILD)/liba2amm.a -o $@ $(LDLIBS)
 
-# The suite twice: an optimized build, then AddressSanitizer + UBSan.
+# The suite twice: an optimized build, then AddressSanitizer + UBSan; then
+# a short bounded run of every fuzz target (libFuzzer, clang).
 check: deps
 	$(MAKE) check-opt
 	$(MAKE) check-san
+	$(MAKE) check-fuzz
 
 check-opt:
 	$(MAKE) BUILD=build all
@@ -58,11 +60,34 @@ check-san:
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 		scripts/run-tests.sh build-san
 
+# Fuzz targets (tests/fuzz/fuzz_*.c): the library and the CLI's parsers
+# built by clang with libFuzzer, ASan and UBSan into build-fuzz/.
+FUZZ_CC    ?= clang
+FUZZ_BUILD := build-fuzz
+FUZZ_SAN   := -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_SRC   := $(LIB_SRC) src/cli/args.c src/cli/op_args.c
+FUZZ_OBJ   := $(FUZZ_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
+FUZZ_BIN   := $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(wildcard tests/fuzz/fuzz_*.c))
+
+$(FUZZ_BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) -std=c11 -Wall -Wextra -Werror -pthread $(FUZZ_SAN) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/%: tests/fuzz/%.c $(FUZZ_OBJ)
+	$(FUZZ_CC) $(CPPFLAGS) -std=c11 -Wall -Wextra -Werror -pthread $(FUZZ_SAN) -fsanitize=fuzzer $^ -o $@ $(LDLIBS)
+
+.SECONDARY: $(FUZZ_OBJ)
+fuzz: $(FUZZ_BIN)
+
+# Each target for FUZZ_SECONDS (default 15) from its corpus in tests/fuzz/corpus.
+check-fuzz: fuzz
+	scripts/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
 run: deps
 	$(MAKE) BUILD=build $(BUILD)/a2amm
 	scripts/run-main.sh build
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(FUZZ_BUILD)/obj -name '*.d' 2>/dev/null)

@@ -3,7 +3,7 @@
 # compiler, make, pkg-config, OpenBLAS (the reference operator, a benchmark
 # peer), oneDNN (a benchmark peer), python3 with numpy (shell tests read
 # binary outputs with it) and torch (the seed's own verify_result.py runs
-# with it in the tests).
+# with it in the tests), clang with libFuzzer (the fuzz targets).
 # Safe to run again: it does nothing when everything is present.
 set -euo pipefail
 # have PACKAGE: the Debian package is installed
@@ -16,6 +16,11 @@ have libopenblas-dev || need+=(libopenblas-dev)
 have libdnnl-dev || need+=(libdnnl-dev) # oneDNN: the strongest peer `a2amm bench gemm` measures against
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 have python3-numpy || need+=(python3-numpy)
+command -v clang >/dev/null 2>&1 || need+=(clang) # the fuzz targets (libFuzzer)
+# libFuzzer's runtime, for the clang that is (or will be) installed
+clang_major=$(clang --version 2>/dev/null | sed -n 's/.*clang version \([0-9][0-9]*\).*/\1/p' | head -1)
+clang_major=${clang_major:-14}
+have "libclang-rt-$clang_major-dev" || need+=("libclang-rt-$clang_major-dev")
 # optional: torch, for the seed's script (the test falls back to a numpy stand-in, and says so)
 optional=()
 have python3-torch || optional+=(python3-torch)

@@ -167,6 +167,40 @@ static void test_gen_determinism(void)
     io_rank_inputs_free(&x);
 }
 
+/* Staged writes: complete content under PATH.tmp.<tag> only, PATH only at
+ * commit; discard removes it; io_remove_stale removes every such leftover. */
+static void test_staged(void)
+{
+    char path[512], tmp[600];
+    a2amm_error err;
+    snprintf(path, sizeof path, "%s/st/output/0/npu_out.bin", tmpdir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.run7", path);
+    uint8_t data[100];
+    for (int i = 0; i < 100; i++) data[i] = (uint8_t)i;
+    CHECK(io_write_staged(path, "run7", data, sizeof data, &err) == 0, "staged: %s", err.msg);
+    CHECK(access(tmp, F_OK) == 0 && access(path, F_OK) != 0, "staged: only the temporary name exists");
+    CHECK(io_commit_staged(path, "run7", &err) == 0, "commit: %s", err.msg);
+    uint8_t back[100];
+    CHECK(io_read_exact(path, back, sizeof back, &err) == 0 && !memcmp(back, data, sizeof data), "committed content");
+    CHECK(access(tmp, F_OK) != 0, "no temporary after commit");
+    CHECK(io_write_staged(path, "run8", data, 10, &err) == 0, "staged again: %s", err.msg);
+    io_discard_staged(path, "run8");
+    CHECK(io_read_exact(path, back, sizeof back, &err) == 0 && !memcmp(back, data, sizeof data),
+          "a discarded write changed nothing");
+    char stale[600], other[600], meta_stale[600];
+    snprintf(stale, sizeof stale, "%s/st/output/0/npu_out.bin.tmp.123", tmpdir);
+    snprintf(other, sizeof other, "%s/st/output/0/notes.txt.tmp.1", tmpdir);
+    snprintf(meta_stale, sizeof meta_stale, "%s/st/input/a2amm-meta.txt.tmp.9", tmpdir);
+    CHECK(io_write_atomic(stale, data, 1, &err) == 0 && io_write_atomic(other, data, 1, &err) == 0 &&
+          io_write_atomic(meta_stale, data, 1, &err) == 0, "making leftovers: %s", err.msg);
+    char st[512];
+    snprintf(st, sizeof st, "%s/st", tmpdir);
+    CHECK(io_remove_stale(st) == 2, "io_remove_stale removes the layout's leftovers only");
+    CHECK(access(stale, F_OK) != 0 && access(meta_stale, F_OK) != 0 && access(other, F_OK) == 0,
+          "what remains is what is not ours");
+    CHECK(access(path, F_OK) == 0, "the real file stays");
+}
+
 int main(void)
 {
     const char *tmp = getenv("TMPDIR"); /* this run's own folder under it (a long one: under /tmp) */
@@ -178,6 +212,7 @@ int main(void)
     test_write_atomic();
     test_meta();
     test_gen_determinism();
+    test_staged();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -16,6 +16,14 @@ const char *cpu_feature_name(cpu_feature f)
     return (unsigned)f < CPU_FEATURE_COUNT ? FEATURE_NAMES[f] : "?";
 }
 
+/* A bit of CPUID leaf 7, subleaf 0, EDX (the OS's consent is asked apart, by arch_prctl). */
+static int leaf7_edx_bit(int bit)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return (d >> bit) & 1u;
+}
+
 int cpu_detected(cpu_feature f)
 {
     __builtin_cpu_init();
@@ -26,8 +34,8 @@ int cpu_detected(cpu_feature f)
     case CPU_AVX512BW: return __builtin_cpu_supports("avx512bw");
     case CPU_AVX512VBMI: return __builtin_cpu_supports("avx512vbmi");
     case CPU_AVX512BF16: return __builtin_cpu_supports("avx512bf16");
-    case CPU_AMX_TILE: return __builtin_cpu_supports("amx-tile");
-    case CPU_AMX_BF16: return __builtin_cpu_supports("amx-bf16");
+    case CPU_AMX_TILE: return leaf7_edx_bit(24); /* CPUID.(7,0):EDX; not every compiler's builtin knows AMX */
+    case CPU_AMX_BF16: return leaf7_edx_bit(22);
     case CPU_FEATURE_COUNT: break;
     }
     return 0;
@@ -101,12 +109,12 @@ static char model[49];
 static void model_read(void)
 {
     unsigned regs[12] = {0};
-    if (__get_cpuid_max(0x80000000u, NULL) < 0x80000004u) {
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) < 0x80000004u) {
         strcpy(model, "unknown");
         return;
     }
-    for (unsigned i = 0; i < 3; i++)
-        __get_cpuid(0x80000002u + i, &regs[4 * i], &regs[4 * i + 1], &regs[4 * i + 2], &regs[4 * i + 3]);
+    for (int i = 0; i < 3; i++)
+        __get_cpuid(0x80000002u + (unsigned)i, &regs[4 * i], &regs[4 * i + 1], &regs[4 * i + 2], &regs[4 * i + 3]);
     memcpy(model, regs, 48);
     model[48] = '\0';
     char *s = model;

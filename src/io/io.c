@@ -369,13 +369,19 @@ int io_meta_write(const char *dir, const io_meta *m, a2amm_error *err)
     char path[IO_PATH_MAX], text[1024];
     int rc = io_meta_path(path, sizeof path, dir, err);
     if (rc) return rc;
-    int n = snprintf(text, sizeof text,
+    size_t n = io_meta_format(m, text, sizeof text);
+    return io_write_atomic(path, text, n, err);
+}
+
+size_t io_meta_format(const io_meta *m, char *text, size_t size)
+{
+    int n = snprintf(text, size,
                      "a2amm-meta 1\nM %lld\nK %lld\nN %lld\nR %lld\na_type %s\nb_type %s\n"
                      "dist %s\nscale_mode %s\nseed %" PRIu64 "\n",
                      (long long)m->shape.M, (long long)m->shape.K, (long long)m->shape.N,
                      (long long)m->shape.R, a2amm_fp8_type_name(m->shape.a_type),
                      a2amm_fp8_type_name(m->shape.b_type), m->dist, m->scale_mode, m->seed);
-    return io_write_atomic(path, text, (size_t)n, err);
+    return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
 }
 
 /* The meta file's keys, in the order gen writes them; every one is required. */
@@ -449,9 +455,14 @@ int io_meta_read(const char *dir, io_meta *m, a2amm_error *err)
     if (n < 0) return a2amm_fail(err, A2AMM_E_IO, "%s: cannot read: %s", shown(path), strerror(e));
     if (n > META_MAX_BYTES)
         return a2amm_fail(err, A2AMM_E_FORMAT, "%s: more than %d bytes, more than a meta file has", shown(path), META_MAX_BYTES);
+    return io_meta_parse(text, (size_t)n, path, m, err);
+}
+
+int io_meta_parse(const char *text, size_t len, const char *path, io_meta *m, a2amm_error *err)
+{
     memset(m, 0, sizeof *m);
     unsigned seen = 0;
-    size_t at = 0, len = (size_t)n;
+    size_t at = 0;
     for (int lineno = 1; at < len; lineno++) {
         const char *line = text + at;
         const char *nl = memchr(line, '\n', len - at);

@@ -101,5 +101,9 @@ int io_save_rank_inputs(const char *dir, int rank, const a2amm_sizes *sz,
 int io_meta_path(char *buf, size_t len, const char *dir, a2amm_error *err);
 int io_meta_write(const char *dir, const io_meta *meta, a2amm_error *err);
 int io_meta_read(const char *dir, io_meta *meta, a2amm_error *err);
+/* The same rules on text in memory (len bytes; `path` names it in messages). */
+int io_meta_parse(const char *text, size_t len, const char *path, io_meta *meta, a2amm_error *err);
+/* The meta file's text for meta into text (size bytes); its length. */
+size_t io_meta_format(const io_meta *meta, char *text, size_t size);
 
 #endif
