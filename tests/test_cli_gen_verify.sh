@@ -59,8 +59,8 @@ head -c 1000 "$d/output/0/cpu_output.bin" > "$d/output/0/npu_out.bin"
 expect_fail "short output" "expected 134400 bytes, found 1000 bytes" "$A2AMM" verify 700 96 2 --dir "$d"
 expect_output "short output names the file" "output/0/npu_out.bin"
 rm "$d/output/0/npu_out.bin"
-expect_fail "missing output" "output/0/npu_out.bin: cannot open" "$A2AMM" verify 700 96 2 --dir "$d"
-expect_fail "wrong shape given to verify" "expected" "$A2AMM" verify 70 96 2 --dir "$d"
+expect_fail "missing output" "output/0/npu_out.bin is missing" "$A2AMM" verify 700 96 2 --dir "$d"
+expect_fail "wrong shape given to verify" "says the data was made for M=700 K=256 N=96 R=2: refused" "$A2AMM" verify 70 96 2 --dir "$d"
 
 # --- determinism: same seed, same bytes; another seed, other bytes
 "$A2AMM" gen 64 128 40 2 --seed 9 --dir "$SCRATCH/s1" >/dev/null
