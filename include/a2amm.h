@@ -86,6 +86,115 @@ typedef struct a2amm_sizes {
  */
 int a2amm_shape_check(const a2amm_shape *shape, a2amm_sizes *sizes, a2amm_error *err);
 
+/* ---- Communicators ------------------------------------------------------ */
+/*
+ * A communicator: R ranks, each in its own process, that can make ops
+ * together. Collective calls (marked so below) must be made by every rank of
+ * the communicator, in the same order.
+ *
+ * a2amm_launch is the embedded launcher: it forks `nranks` processes over
+ * a2amm's shared-memory transport (nothing to install or start, nothing left
+ * in /dev/shm) and calls fn(comm, arg) in each with that rank's
+ * communicator; it returns once every rank has ended: A2AMM_OK when every fn
+ * returned A2AMM_OK, else the first failure's status with its message (the
+ * rank, and what it was doing). A rank that fails, returns an error or dies
+ * fails the communicator: every other rank's collective call returns
+ * A2AMM_E_PEER within seconds, and a rank that still does not end is killed
+ * after a grace period. Call it from a thread that outlives the call (the
+ * ranks die with it).
+ */
+typedef struct a2amm_comm a2amm_comm;
+typedef int (*a2amm_rank_fn)(a2amm_comm *comm, void *arg);
+
+typedef struct a2amm_launch_options {
+    size_t heap_bytes; /* symmetric memory per rank for the ops made on it
+                          (0: 1 GiB; reserved, not touched, until used; an op
+                          needs a2amm_op_heap_bytes) */
+    double timeout_s;  /* the longest the whole launch may take (0: no limit) */
+} a2amm_launch_options;
+
+int a2amm_launch(int nranks, a2amm_rank_fn fn, void *arg, const a2amm_launch_options *options, a2amm_error *err);
+/* This rank's number (0..size-1) and the number of ranks. */
+int a2amm_comm_rank(const a2amm_comm *comm);
+int a2amm_comm_size(const a2amm_comm *comm);
+/* Collective: every rank waits for the others (at most timeout_s seconds). */
+int a2amm_comm_barrier(a2amm_comm *comm, double timeout_s, a2amm_error *err);
+/* Fails the communicator on purpose with a message: every other rank's
+ * collective call returns A2AMM_E_PEER. Returns code (a negative status). */
+int a2amm_comm_fail(a2amm_comm *comm, int code, const char *message);
+
+/* ---- The operator -------------------------------------------------------- */
+/*
+ * out_r = (AllToAll of every rank's A) x B_r, fused: rank r holds A_r with
+ * R blocks of m rows (block j goes to rank j) of K/R fp8 values each, with
+ * E8M0 scales per 32 values; B_r [K, N] is stored transposed [N, K] with
+ * scales per 32 values of K. Rank r receives block r of every rank's A_j and
+ * multiplies [m, K] (the blocks side by side along K, rank j's as K range
+ * j*K/R..) by B_r, writing bf16 [m, N]. The contract: docs/op-contract.md.
+ *
+ * An op is made once per communicator with the largest m it will see; each
+ * call may use any m from 1 to it, with no rebuild.
+ */
+typedef struct a2amm_op a2amm_op;
+
+typedef enum a2amm_path {
+    A2AMM_PATH_DIRECT = 0, /* read rows straight from the owner's memory */
+    A2AMM_PATH_PUT = 1     /* the owner puts rows into a ring of slots and signals */
+} a2amm_path;
+
+typedef struct a2amm_op_config {
+    int64_t max_m;          /* the largest m of any call (rows per destination) */
+    int64_t k, n;           /* K (divisible by R, K/R a multiple of 32) and N */
+    a2amm_fp8_type a_type, b_type;
+    int64_t tile_m;         /* rows per pipeline tile (0: 512) */
+    int depth;              /* ring slots per source on the put path (0: 4) */
+    int threads;            /* compute threads of this rank (0: cores / R, at least 1) */
+    a2amm_path path;
+    double timeout_s;       /* deadline of every wait between ranks (0: 60) */
+} a2amm_op_config;
+
+/* Symmetric memory one rank needs for an op of this config on R ranks. */
+size_t a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks);
+
+/*
+ * Collective. Makes the op: checks the config (the same on every rank: a
+ * difference is an error on every rank), takes its symmetric memory, starts
+ * its threads. The kernel level is the best this CPU runs (A2AMM_ISA and
+ * A2AMM_CPU_HIDE apply).
+ */
+int a2amm_op_create(a2amm_comm *comm, const a2amm_op_config *config, a2amm_op **op, a2amm_error *err);
+
+/*
+ * Local. Sets this rank's weights: b [n, k] fp8 (B transposed), sb its
+ * scales [n, ldsb] (ldsb >= k/32). Prepared once (packed for the kernel);
+ * replace them by calling again (between calls of a2amm_op_run). The
+ * arrays may be freed afterwards.
+ */
+int a2amm_op_set_weights(a2amm_op *op, const uint8_t *b, const uint8_t *sb, int64_t ldsb, a2amm_error *err);
+
+/*
+ * Local. Where to write the input for zero-copy calls: the rows of A_r for
+ * destination j start at a + j * block_rows * lda (lda = K/R bytes a row),
+ * their scales at sa + j * block_rows * ldsa (ldsa = 2*ceil(K/R/64)); a call
+ * with m uses the first m rows of each block. Write them only between
+ * calls: a call reads them until it returns on every rank.
+ */
+int a2amm_op_input(a2amm_op *op, uint8_t **a, uint8_t **sa, int64_t *lda, int64_t *ldsa, int64_t *block_rows);
+
+/*
+ * Collective. One fused AllToAll + matmul for 1 <= m <= max_m (the same m
+ * on every rank: a difference fails every rank). a and sa are this rank's
+ * A_r [R*m, K/R] and scales [R*m, ldsa], copied in; or both NULL for the
+ * input already written at a2amm_op_input. out receives bf16 [m, n]. Needs
+ * weights set. Returns A2AMM_E_PEER when another rank failed, and every
+ * wait ends at the config's timeout_s.
+ */
+int a2amm_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, uint16_t *out, a2amm_error *err);
+
+/* Local. Frees the op; its handle is no longer valid (a call on it is
+ * refused as not a live op). NULL is fine. */
+void a2amm_op_destroy(a2amm_op *op);
+
 #ifdef __cplusplus
 }
 #endif

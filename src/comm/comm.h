@@ -84,9 +84,17 @@ int comm_check_peers(comm_ctx *ctx, a2amm_error *err);
  * Allocates `bytes` (zero-filled) in this rank's symmetric heap, aligned to
  * `align` (a power of two up to 4096; 0 means 64). Every rank must make the
  * same allocations in the same order; the same call then gives every rank
- * the same offset. A2AMM_E_NOMEM when the heap is full. Never freed.
+ * the same offset. A2AMM_E_NOMEM when the heap is full. Freed only by
+ * comm_heap_release, last in first out.
  */
 int comm_alloc(comm_ctx *ctx, size_t bytes, size_t align, void **out, a2amm_error *err);
+/*
+ * The heap's top, and giving back everything allocated since a mark (zeroed
+ * again): every rank must release in the same order, and only memory no
+ * rank uses any more (after a collective call that ended on every rank).
+ */
+size_t comm_heap_mark(const comm_ctx *ctx);
+void comm_heap_release(comm_ctx *ctx, size_t mark);
 /* Offset of a symmetric address in the heap, or SIZE_MAX if it is not one. */
 size_t comm_sym_offset(const comm_ctx *ctx, const void *sym);
 /*

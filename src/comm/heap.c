@@ -5,6 +5,8 @@
 #include "comm/comm_shm.h"
 
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 int comm_alloc(comm_ctx *ctx, size_t bytes, size_t align, void **out, a2amm_error *err)
 {
@@ -88,4 +90,25 @@ void comm_quiet(comm_ctx *ctx)
 {
     (void)ctx;
     atomic_thread_fence(memory_order_seq_cst);
+}
+
+size_t comm_heap_mark(const comm_ctx *ctx) { return ctx->heap_used; }
+
+void comm_heap_release(comm_ctx *ctx, size_t mark)
+{
+    if (mark >= ctx->heap_used)
+        return;
+    /* zero again what is given back, so that comm_alloc stays zero-filled:
+     * whole pages are returned to the memfd (read back as zeros), the edges cleared */
+    char *lo = ctx->my_heap + mark, *hi = ctx->my_heap + ctx->heap_used;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    char *plo = (char *)(((uintptr_t)lo + page - 1) & ~(uintptr_t)(page - 1));
+    char *phi = (char *)((uintptr_t)hi & ~(uintptr_t)(page - 1));
+    if (plo < phi && madvise(plo, (size_t)(phi - plo), MADV_REMOVE) == 0) {
+        memset(lo, 0, (size_t)(plo - lo));
+        memset(phi, 0, (size_t)(hi - phi));
+    } else {
+        memset(lo, 0, (size_t)(hi - lo));
+    }
+    ctx->heap_used = mark;
 }

@@ -109,7 +109,7 @@ static void multiply_source(op_rank *rk, int k, int src, const uint8_t *a, const
 /* The rows of rank `src`'s A that go to `dst`, starting at tile row i0. */
 static const uint8_t *rows_of(const op_rank *rk, const uint8_t *a_base, int dst, int64_t i0, int64_t width)
 {
-    return a_base + ((int64_t)dst * rk->s->M + i0) * width;
+    return a_base + ((int64_t)dst * rk->m_max + i0) * width;
 }
 
 /* The failure tests' injected fault, once, at tile 1 (or 0). */
@@ -134,8 +134,8 @@ static int maybe_fault(op_rank *rk, int64_t t)
 static int send_tile(op_rank *rk, uint64_t g, int64_t t, a2amm_error *err)
 {
     const a2amm_sizes *z = rk->z;
-    int64_t i0 = t * rk->tm, rows = rk->s->M - i0 < rk->tm ? rk->s->M - i0 : rk->tm;
-    int depth = rk->opt->depth, slot = (int)(t % depth);
+    int64_t i0 = t * rk->tm, rows = rk->m - i0 < rk->tm ? rk->m - i0 : rk->tm;
+    int depth = rk->opt->depth, slot = (int)(g % (uint64_t)depth);
     for (int k = 1; k < rk->R; k++) {
         int d = (rk->me + k) % rk->R;
         if (g >= (uint64_t)depth) {
@@ -169,7 +169,7 @@ static int send_tile(op_rank *rk, uint64_t g, int64_t t, a2amm_error *err)
 /* Waits until tile t from `src` sits in its slot. */
 static int wait_tile(op_rank *rk, uint64_t g, int64_t t, int src, a2amm_error *err)
 {
-    int slot = (int)(t % rk->opt->depth);
+    int slot = (int)(g % (uint64_t)rk->opt->depth);
     uint64_t seen = 0;
     comm_set_doing(rk->ctx, "tile %lld/%lld: waiting for rows from rank %d (slot %d, signal >= %llu)",
                    (long long)t, (long long)rk->ntiles, src, slot, (unsigned long long)(g + 1));
@@ -184,19 +184,18 @@ static int wait_tile(op_rank *rk, uint64_t g, int64_t t, int src, a2amm_error *e
     return rc;
 }
 
-int op_exec_fused(op_rank *rk, uint64_t epoch, a2amm_error *err)
+int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err)
 {
     const a2amm_sizes *z = rk->z;
     int put = rk->opt->path == OP_PATH_PUT && rk->R > 1;
-    uint64_t base = epoch * (uint64_t)rk->ntiles;
     int64_t prefill = rk->ntiles < rk->opt->depth ? rk->ntiles : rk->opt->depth;
     for (int64_t t = 0; put && t < prefill; t++) {
         int rc = send_tile(rk, base + (uint64_t)t, t, err);
         if (rc) return rc;
     }
     for (int64_t t = 0; t < rk->ntiles; t++) {
-        int64_t i0 = t * rk->tm, rows = rk->s->M - i0 < rk->tm ? rk->s->M - i0 : rk->tm;
-        int slot = (int)(t % rk->opt->depth);
+        int64_t i0 = t * rk->tm, rows = rk->m - i0 < rk->tm ? rk->m - i0 : rk->tm;
+        int slot = (int)((base + (uint64_t)t) % (uint64_t)rk->opt->depth);
         int frc = maybe_fault(rk, t);
         if (!frc) frc = comm_check_peers(rk->ctx, err); /* stop between tiles once any rank failed */
         if (frc) return frc;
@@ -245,7 +244,7 @@ int op_exec_local(op_rank *rk, a2amm_error *err)
 {
     const a2amm_sizes *z = rk->z;
     for (int64_t t = 0; t < rk->ntiles; t++) {
-        int64_t i0 = t * rk->tm, rows = rk->s->M - i0 < rk->tm ? rk->s->M - i0 : rk->tm;
+        int64_t i0 = t * rk->tm, rows = rk->m - i0 < rk->tm ? rk->m - i0 : rk->tm;
         int rc = comm_check_peers(rk->ctx, err);
         if (rc) return rc;
         for (int k = 0; k < rk->R; k++) {
@@ -263,23 +262,25 @@ int op_exec_local(op_rank *rk, a2amm_error *err)
 int op_exchange_all(op_rank *rk, a2amm_error *err)
 {
     const a2amm_sizes *z = rk->z;
-    size_t blk = (size_t)(rk->s->M * z->ka), blk_s = (size_t)(rk->s->M * z->ska);
+    /* blocks are m_max rows apart; this execution moves the first m rows of each */
+    size_t blk = (size_t)(rk->m_max * z->ka), blk_s = (size_t)(rk->m_max * z->ska);
+    size_t len = (size_t)(rk->m * z->ka), len_s = (size_t)(rk->m * z->ska);
     comm_set_doing(rk->ctx, "unfused: all-to-all exchange");
     for (int k = 1; k < rk->R; k++) {
         int peer = (rk->me + k) % rk->R;
         int rc;
         if (rk->opt->path == OP_PATH_PUT) {
             /* my rows for `peer` into its xbuf block `me` */
-            rc = comm_put(rk->ctx, rk->xbuf + (size_t)rk->me * blk, rows_of(rk, rk->a, peer, 0, z->ka), blk, peer, err);
+            rc = comm_put(rk->ctx, rk->xbuf + (size_t)rk->me * blk, rows_of(rk, rk->a, peer, 0, z->ka), len, peer, err);
             if (!rc)
                 rc = comm_put(rk->ctx, rk->xbuf_s + (size_t)rk->me * blk_s, rows_of(rk, rk->sa, peer, 0, z->ska),
-                              blk_s, peer, err);
+                              len_s, peer, err);
         } else {
             /* peer's rows for me into my xbuf block `peer` */
-            rc = comm_get(rk->ctx, rk->xbuf + (size_t)peer * blk, rows_of(rk, rk->a, rk->me, 0, z->ka), blk, peer, err);
+            rc = comm_get(rk->ctx, rk->xbuf + (size_t)peer * blk, rows_of(rk, rk->a, rk->me, 0, z->ka), len, peer, err);
             if (!rc)
                 rc = comm_get(rk->ctx, rk->xbuf_s + (size_t)peer * blk_s, rows_of(rk, rk->sa, rk->me, 0, z->ska),
-                              blk_s, peer, err);
+                              len_s, peer, err);
         }
         if (rc) return comm_fail(rk->ctx, rc, "rank %d: unfused exchange with rank %d failed", rk->me, peer);
     }

@@ -21,18 +21,20 @@ typedef struct op_rank {
     const op_options *opt;
     comm_ctx *ctx;
     int me, R;
-    int64_t ntiles, tm;
+    int64_t m;                   /* rows of A per destination in this execution (<= m_max) */
+    int64_t m_max;               /* rows per destination block in a, sa and xbuf (their stride) */
+    int64_t ntiles, tm;          /* tiles of this execution, rows per tile */
     /* symmetric memory */
-    uint8_t *a, *sa;             /* my A_r [R*M, ka] and SA_r */
+    uint8_t *a, *sa;             /* my A_r [R][m_max, ka] and SA_r: block j holds the rows for rank j */
     uint8_t *ring, *ring_s;      /* put path: [depth][R][tm] rows of ka / ska */
     uint64_t *arrived;           /* put path: [depth][R], set by the source */
     uint64_t *released;          /* put path: [R], set by each destination */
-    uint8_t *xbuf, *xbuf_s;      /* unfused: [R][M] rows of ka / ska */
+    uint8_t *xbuf, *xbuf_s;      /* unfused: [R][m_max] rows of ka / ska */
     /* local */
     gemm_b *b;
     pool *pool;
     float *c;                    /* [tm, N] accumulators */
-    uint16_t *out;               /* [M, N] result */
+    uint16_t *out;               /* [m, N] result */
     op_fault fault;
     int fault_done;
     /* the baseline (perf only): fp32 operands for OpenBLAS sgemm */
@@ -48,10 +50,13 @@ void op_rank_free(op_rank *rk);
 size_t op_rank_heap_bytes(const a2amm_shape *s, const a2amm_sizes *z, const op_options *opt,
                           int need_ring, int need_xbuf);
 
-/* The executions; `epoch` numbers the executions of one kind so signals
- * only ever grow. Each returns A2AMM_OK or the error (already reported to
+/* The executions. The fused one numbers its tiles globally from `base`
+ * (the tiles of every earlier fused execution on these buffers, the same on
+ * every rank): a tile's ring slot and signal values follow from that
+ * number, so signals only ever grow and a slot is reused in order across
+ * executions of any m. Each returns A2AMM_OK or the error (already reported to
  * every rank through comm_fail when it started here). */
-int op_exec_fused(op_rank *rk, uint64_t epoch, a2amm_error *err);
+int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err);
 int op_exec_unfused(op_rank *rk, a2amm_error *err);
 int op_exec_local(op_rank *rk, a2amm_error *err);
 

@@ -90,7 +90,8 @@ static size_t flush_bytes(int R)
     return per_rank < (8u << 20) ? (8u << 20) : per_rank;
 }
 
-typedef int (*exec_fn)(op_rank *rk, uint64_t epoch, a2amm_error *err);
+/* An execution; the fused one takes the global number of its first tile. */
+typedef int (*exec_fn)(op_rank *rk, uint64_t base, a2amm_error *err);
 
 static int exec_unfused_epoch(op_rank *rk, uint64_t epoch, a2amm_error *err)
 {
@@ -122,7 +123,7 @@ static int rank_perf(op_rank *rk, const run_args *ra, a2amm_error *err)
     int rc = A2AMM_OK;
     for (int w = 0; !rc && w < ra->opt.warmup; w++) {
         comm_set_doing(rk->ctx, "perf warm-up %d", w);
-        rc = configured(rk, epoch++, err);
+        rc = configured(rk, (epoch++) * (uint64_t)rk->ntiles, err);
         if (!rc) rc = exec_unfused_epoch(rk, 0, err); /* fills xbuf for the local variant */
     }
     if (!rc && ra->opt.warmup == 0) rc = exec_unfused_epoch(rk, 0, err);
@@ -131,7 +132,7 @@ static int rank_perf(op_rank *rk, const run_args *ra, a2amm_error *err)
             flush_caches(fbuf, fbytes);
             rc = comm_barrier(rk->ctx, comm_deadline_after(ra->opt.timeout_s), err);
             int64_t t0 = comm_now_ns();
-            if (!rc) rc = variants[v](rk, v == V_RUN ? epoch++ : 0, err);
+            if (!rc) rc = variants[v](rk, v == V_RUN ? (epoch++) * (uint64_t)rk->ntiles : 0, err);
             int64_t t1 = comm_now_ns();
             ra->times[((size_t)v * (size_t)ra->opt.iters + (size_t)it) * (size_t)rk->R + (size_t)rk->me] =
                 (double)(t1 - t0) * 1e-9;
@@ -155,7 +156,7 @@ static int rank_main(comm_ctx *ctx, void *arg)
     const run_args *ra = arg;
     a2amm_error err = {0, ""};
     op_rank rk = {.s = ra->s, .z = ra->z, .opt = &ra->opt, .ctx = ctx, .me = comm_rank(ctx),
-                  .R = comm_nranks(ctx), .ntiles = ra->ntiles, .tm = ra->tm};
+                  .R = comm_nranks(ctx), .m = ra->s->M, .m_max = ra->s->M, .ntiles = ra->ntiles, .tm = ra->tm};
     rk.fault = fault_from_env(rk.me);
     int threads = ra->opt.threads;
     int rc = op_rank_alloc(&rk, ra->need_ring, ra->need_xbuf, &err);
