@@ -86,6 +86,49 @@ typedef struct a2amm_sizes {
  */
 int a2amm_shape_check(const a2amm_shape *shape, a2amm_sizes *sizes, a2amm_error *err);
 
+/* ---- MX data -------------------------------------------------------------- */
+/*
+ * Quantizing the caller's data to MXFP8 (OCP MX v1.0): each row of `cols`
+ * values in blocks of 32 along the row (a last partial block allowed), one
+ * E8M0 scale per block, codes rounded to nearest even and saturated.
+ * FLOOR is the OCP scale (2^(floor(log2 amax)) - emax); RCEIL rounds amax
+ * up to the format's range (2^ceil(log2(amax / max))). A block with a NaN or
+ * Inf gets scale 0xFF (NaN); an all-zero block scale 0x00.
+ */
+typedef enum a2amm_scale_mode { A2AMM_SCALE_FLOOR = 0, A2AMM_SCALE_RCEIL = 1 } a2amm_scale_mode;
+
+/* x [rows, ldx] fp32 -> codes [rows, ldc] and scales [rows, lds]
+ * (ldc >= cols, lds >= ceil(cols/32)). */
+int a2amm_mx_quantize_f32(const float *x, int64_t rows, int64_t cols, int64_t ldx, a2amm_fp8_type type,
+                          a2amm_scale_mode mode, uint8_t *codes, int64_t ldc, uint8_t *scales, int64_t lds,
+                          a2amm_error *err);
+/* The same from bf16 [rows, ldx]. */
+int a2amm_mx_quantize_bf16(const uint16_t *x, int64_t rows, int64_t cols, int64_t ldx, a2amm_fp8_type type,
+                           a2amm_scale_mode mode, uint8_t *codes, int64_t ldc, uint8_t *scales, int64_t lds,
+                           a2amm_error *err);
+/* codes/scales back to fp32 [rows, ldy] (exact: every MXFP8 value is a float,
+ * or +-Inf past float's range; NaN where the scale is 0xFF). */
+int a2amm_mx_dequantize_f32(const uint8_t *codes, int64_t ldc, const uint8_t *scales, int64_t lds, int64_t rows,
+                            int64_t cols, a2amm_fp8_type type, float *y, int64_t ldy, a2amm_error *err);
+
+/* ---- The single-rank matmul ------------------------------------------------ */
+/*
+ * out [m, n] bf16 = A [m, k] x B [k, n] on MXFP8 data, one rank, with the
+ * weights prepared once: the matmul the operator is made of. B is stored
+ * transposed, b [n, k] with scales sb [n, ldsb]; A is a [m, lda] with scales
+ * sa [m, ldsa]; k a multiple of 32. Sums in fp32 in a fixed order, one bf16
+ * rounding: the same bits for any thread count.
+ */
+typedef struct a2amm_weights a2amm_weights;
+
+/* Prepares B for the best kernel this CPU runs (A2AMM_ISA, A2AMM_CPU_HIDE apply). */
+int a2amm_weights_create(const uint8_t *b, const uint8_t *sb, int64_t n, int64_t k, int64_t ldsb,
+                         a2amm_fp8_type b_type, a2amm_weights **w, a2amm_error *err);
+void a2amm_weights_destroy(a2amm_weights *w);
+/* out [m, ldo] = A x B; threads 0: every core. Thread-safe on one weights. */
+int a2amm_matmul(const a2amm_weights *w, const uint8_t *a, int64_t lda, const uint8_t *sa, int64_t ldsa, int64_t m,
+                 a2amm_fp8_type a_type, uint16_t *out, int64_t ldo, int threads, a2amm_error *err);
+
 /* ---- Communicators ------------------------------------------------------ */
 /*
  * A communicator: R ranks, each in its own process, that can make ops

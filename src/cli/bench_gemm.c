@@ -259,7 +259,7 @@ static void a2amm_task(void *arg, int task)
     else gemm_multiply_store(r->b, &slab, p.r1 - p.r0, 0, r->K, p.n0, p.n1, c, r->N, r->out + p.r0 * r->N, r->N);
 }
 
-static int a2amm_matmul(void *ctx, a2amm_error *err)
+static int a2amm_matmul_timed(void *ctx, a2amm_error *err)
 {
     (void)err;
     a2amm_run *r = ctx;
@@ -810,7 +810,7 @@ static int gemm_time_contenders(gemm_bench *g, a2amm_error *err)
     const gemm_opts *o = &r->o;
     int rc = gemm_setup_a2amm(g, err);
     if (rc) return rc;
-    bench_contender c[CONTENDERS] = {{a2amm_matmul, NULL, &g->run, g->t, 0, {0, ""}},
+    bench_contender c[CONTENDERS] = {{a2amm_matmul_timed, NULL, &g->run, g->t, 0, {0, ""}},
                                      {onednn_run, bench_onednn_idle, NULL, g->t + o->iters, 0, {0, ""}},
                                      {openblas_run, bench_openblas_idle, NULL, g->t + 2 * o->iters, 0, {0, ""}},
                                      {round_probe_run, NULL, r, g->t + 3 * o->iters, 0, {0, ""}}};

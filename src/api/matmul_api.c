@@ -1,0 +1,88 @@
+/* The public single-rank MXFP8 matmul with prepared weights, over gemm/. */
+#include <stdlib.h>
+
+#include "a2amm.h"
+#include "common/error.h"
+#include "common/pool.h"
+#include "gemm/gemm.h"
+
+struct a2amm_weights {
+    gemm_b *b;
+    int64_t n, k;
+};
+
+int a2amm_weights_create(const uint8_t *b, const uint8_t *sb, int64_t n, int64_t k, int64_t ldsb,
+                         a2amm_fp8_type b_type, a2amm_weights **out, a2amm_error *err)
+{
+    if (out) *out = NULL;
+    if (!b || !sb || !out) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_weights_create: a NULL argument");
+    if (b_type != A2AMM_E4M3 && b_type != A2AMM_E5M2)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_weights_create: b_type must be A2AMM_E4M3 or A2AMM_E5M2");
+    gemm_isa isa;
+    int rc = gemm_isa_select(&isa, err);
+    if (rc) return rc;
+    a2amm_weights *w = calloc(1, sizeof *w);
+    if (!w) return a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_weights_create: out of memory");
+    *w = (a2amm_weights){NULL, n, k};
+    rc = gemm_b_prepare(isa, b, sb, n, k, ldsb, b_type, &w->b, err);
+    if (rc) {
+        free(w);
+        return rc;
+    }
+    *out = w;
+    return A2AMM_OK;
+}
+
+void a2amm_weights_destroy(a2amm_weights *w)
+{
+    if (!w) return;
+    gemm_b_free(w->b);
+    free(w);
+}
+
+typedef struct matmul_job {
+    const a2amm_weights *w;
+    gemm_a_slab slab;
+    int64_t m;
+    int threads;
+    float *c;
+    uint16_t *out;
+    int64_t ldo;
+} matmul_job;
+
+static void matmul_task(void *arg, int task)
+{
+    const matmul_job *j = arg;
+    gemm_split p = gemm_split_task(j->m, j->w->n, j->w->k, j->threads, task);
+    gemm_a_slab slab = j->slab;
+    slab.a += p.r0 * slab.lda;
+    slab.sa += p.r0 * slab.ldsa;
+    gemm_multiply_store(j->w->b, &slab, p.r1 - p.r0, 0, j->w->k, p.n0, p.n1, j->c + p.r0 * j->w->n, j->w->n,
+                        j->out + p.r0 * j->ldo, j->ldo);
+}
+
+int a2amm_matmul(const a2amm_weights *w, const uint8_t *a, int64_t lda, const uint8_t *sa, int64_t ldsa, int64_t m,
+                 a2amm_fp8_type a_type, uint16_t *out, int64_t ldo, int threads, a2amm_error *err)
+{
+    if (!w || !a || !sa || !out) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_matmul: a NULL argument");
+    if (m < 0 || lda < w->k || ldsa < w->k / 32 || ldo < w->n)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_matmul: m must not be negative, lda >= k = %lld, ldsa >= k/32 "
+                          "= %lld, ldo >= n = %lld (got m %lld, lda %lld, ldsa %lld, ldo %lld)", (long long)w->k,
+                          (long long)(w->k / 32), (long long)w->n, (long long)m, (long long)lda, (long long)ldsa,
+                          (long long)ldo);
+    if (a_type != A2AMM_E4M3 && a_type != A2AMM_E5M2)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_matmul: a_type must be A2AMM_E4M3 or A2AMM_E5M2");
+    if (threads < 0 || threads > 1024) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_matmul: threads must be 0 to 1024");
+    if (m == 0) return A2AMM_OK;
+    if (threads == 0) threads = pool_cpu_count();
+    pool *workers = NULL;
+    float *c = malloc((size_t)m * (size_t)w->n * sizeof *c);
+    int rc = c ? pool_create(threads, &workers, err) : a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_matmul: out of memory");
+    if (!rc) {
+        matmul_job j = {w, {a, sa, lda, ldsa, a_type}, m, threads, c, out, ldo};
+        pool_run(workers, matmul_task, &j, gemm_split_count(m, w->n, w->k, threads));
+    }
+    pool_destroy(workers);
+    free(c);
+    return rc;
+}

@@ -1,0 +1,70 @@
+/* The public MX quantization and dequantization, over mx/mx.h. */
+#include <stdlib.h>
+
+#include "a2amm.h"
+#include "common/error.h"
+#include "mx/mx.h"
+
+/* The checks every call makes; 0 or the error. */
+static int check_matrix(const char *call, const void *x, const void *codes, const void *scales, int64_t rows,
+                        int64_t cols, int64_t ldx, int64_t ldc, int64_t lds, a2amm_fp8_type type, a2amm_error *err)
+{
+    if (!x || !codes || !scales) return a2amm_fail(err, A2AMM_E_INVAL, "%s: a NULL array", call);
+    if (rows < 0 || cols < 0) return a2amm_fail(err, A2AMM_E_INVAL, "%s: rows and cols must not be negative", call);
+    if (ldx < cols || ldc < cols || lds < (cols + 31) / 32)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: leading dimensions too small (values %lld and codes %lld must be "
+                          ">= cols = %lld, scales %lld >= ceil(cols/32) = %lld)", call, (long long)ldx, (long long)ldc,
+                          (long long)cols, (long long)lds, (long long)((cols + 31) / 32));
+    if (type != A2AMM_E4M3 && type != A2AMM_E5M2)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: type must be A2AMM_E4M3 or A2AMM_E5M2", call);
+    return A2AMM_OK;
+}
+
+static int check_mode(const char *call, a2amm_scale_mode mode, a2amm_error *err)
+{
+    if (mode != A2AMM_SCALE_FLOOR && mode != A2AMM_SCALE_RCEIL)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: mode must be A2AMM_SCALE_FLOOR or A2AMM_SCALE_RCEIL", call);
+    return A2AMM_OK;
+}
+
+static mx_scale_mode mode_of(a2amm_scale_mode m) { return m == A2AMM_SCALE_RCEIL ? MX_SCALE_RCEIL : MX_SCALE_FLOOR; }
+
+int a2amm_mx_quantize_f32(const float *x, int64_t rows, int64_t cols, int64_t ldx, a2amm_fp8_type type,
+                          a2amm_scale_mode mode, uint8_t *codes, int64_t ldc, uint8_t *scales, int64_t lds,
+                          a2amm_error *err)
+{
+    int rc = check_matrix("a2amm_mx_quantize_f32", x, codes, scales, rows, cols, ldx, ldc, lds, type, err);
+    if (!rc) rc = check_mode("a2amm_mx_quantize_f32", mode, err);
+    if (rc) return rc;
+    for (int64_t i = 0; i < rows; i++)
+        mx_quantize_row(x + i * ldx, (size_t)cols, type, mode_of(mode), codes + i * ldc, scales + i * lds);
+    return A2AMM_OK;
+}
+
+int a2amm_mx_quantize_bf16(const uint16_t *x, int64_t rows, int64_t cols, int64_t ldx, a2amm_fp8_type type,
+                           a2amm_scale_mode mode, uint8_t *codes, int64_t ldc, uint8_t *scales, int64_t lds,
+                           a2amm_error *err)
+{
+    int rc = check_matrix("a2amm_mx_quantize_bf16", x, codes, scales, rows, cols, ldx, ldc, lds, type, err);
+    if (!rc) rc = check_mode("a2amm_mx_quantize_bf16", mode, err);
+    if (rc) return rc;
+    float *row = malloc((size_t)(cols ? cols : 1) * sizeof *row);
+    if (!row) return a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_mx_quantize_bf16: out of memory");
+    for (int64_t i = 0; i < rows; i++) {
+        for (int64_t t = 0; t < cols; t++) row[t] = mx_bf16_to_f32(x[i * ldx + t]); /* exact */
+        mx_quantize_row(row, (size_t)cols, type, mode_of(mode), codes + i * ldc, scales + i * lds);
+    }
+    free(row);
+    return A2AMM_OK;
+}
+
+int a2amm_mx_dequantize_f32(const uint8_t *codes, int64_t ldc, const uint8_t *scales, int64_t lds, int64_t rows,
+                            int64_t cols, a2amm_fp8_type type, float *y, int64_t ldy, a2amm_error *err)
+{
+    int rc = check_matrix("a2amm_mx_dequantize_f32", y, codes, scales, rows, cols, ldy, ldc, lds, type, err);
+    if (rc) return rc;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t t = 0; t < cols; t++)
+            y[i * ldy + t] = (float)mx_dequant(codes[i * ldc + t], scales[i * lds + t / 32], type);
+    return A2AMM_OK;
+}

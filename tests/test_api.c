@@ -1,0 +1,149 @@
+/*
+ * The public API's single-process parts: MX quantization and
+ * dequantization of the caller's fp32 and bf16 data (FLOOR and RCEIL,
+ * strided rows, partial blocks, NaN and zero blocks, errors), and the
+ * single-rank matmul with prepared weights (against sums in double, the
+ * same bits for any thread count, errors).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "a2amm.h"
+#include "check.h"
+
+static float randn(void)
+{
+    /* Irwin-Hall: good enough for test data, no libm transcendental */
+    double s = 0;
+    for (int i = 0; i < 12; i++) s += (double)(rng() >> 11) / 9007199254740992.0;
+    return (float)(s - 6.0);
+}
+
+static float bf16_to_f32(uint16_t h)
+{
+    return u2f((uint32_t)h << 16);
+}
+
+static void test_quantize_round_trip(a2amm_fp8_type type, a2amm_scale_mode mode)
+{
+    enum { ROWS = 9, COLS = 100, LDX = 103, LDC = 107, LDS = 6 };
+    float x[ROWS * LDX], y[ROWS * LDX];
+    uint8_t codes[ROWS * LDC], scales[ROWS * LDS];
+    for (int i = 0; i < ROWS * LDX; i++) x[i] = randn() * (float)(1 << (i % 7)) / 8.0f;
+    for (int t = 32; t < 64; t++) x[2 * LDX + t] = 0.0f; /* an all-zero block */
+    x[4 * LDX + 70] = NAN;                                 /* a NaN in a block */
+    memset(codes, 0xAB, sizeof codes);
+    memset(scales, 0xAB, sizeof scales);
+    a2amm_error err;
+    int rc = a2amm_mx_quantize_f32(x, ROWS, COLS, LDX, type, mode, codes, LDC, scales, LDS, &err);
+    CHECK(rc == 0, "quantize: %s", err.msg);
+    long pad_touched = 0;
+    for (int i = 0; i < ROWS; i++) {
+        for (int t = COLS; t < LDC; t++) pad_touched += codes[i * LDC + t] != 0xAB;
+        for (int b = 4; b < LDS; b++) pad_touched += scales[i * LDS + b] != 0xAB;
+    }
+    CHECK(pad_touched == 0, "quantize wrote %ld bytes of padding", pad_touched);
+    CHECK(scales[2 * LDS + 1] == 0x00, "an all-zero block has scale 0x00 (got 0x%02x)", scales[2 * LDS + 1]);
+    CHECK(scales[4 * LDS + 2] == 0xFF, "a block with a NaN has scale 0xFF (got 0x%02x)", scales[4 * LDS + 2]);
+    rc = a2amm_mx_dequantize_f32(codes, LDC, scales, LDS, ROWS, COLS, type, y, LDX, &err);
+    CHECK(rc == 0, "dequantize: %s", err.msg);
+    /* RNE to 3 (e4m3) or 2 (e5m2) mantissa bits: within half an ulp of the block's scale grid, or saturated */
+    double max_code = type == A2AMM_E4M3 ? 448.0 : 57344.0, mant = type == A2AMM_E4M3 ? 3 : 2;
+    double min_normal = type == A2AMM_E4M3 ? ldexp(1, -6) : ldexp(1, -14);
+    long bad = 0;
+    for (int i = 0; i < ROWS; i++)
+        for (int t = 0; t < COLS; t++) {
+            double v = x[i * LDX + t], got = y[i * LDX + t];
+            uint8_t s = scales[i * LDS + t / 32];
+            if (s == 0xFF) {
+                bad += !isnan(got);
+                continue;
+            }
+            double scale = ldexp(1.0, (int)s - 127), q = fabs(v) / scale;
+            double ulp = q >= min_normal ? ldexp(1.0, (int)floor(log2(q)) - (int)mant) : ldexp(min_normal, -(int)mant);
+            double want_err = q > max_code ? (q - max_code) * scale : ulp / 2 * scale;
+            bad += !(fabs(got - v) <= want_err * 1.0000001);
+            if (mode == A2AMM_SCALE_RCEIL) bad += q > max_code * 1.0000001; /* RCEIL never saturates */
+        }
+    CHECK(bad == 0, "%s %s: %ld values off their block's grid", type == A2AMM_E4M3 ? "e4m3" : "e5m2",
+          mode == A2AMM_SCALE_FLOOR ? "floor" : "rceil", bad);
+
+    /* bf16 input: the same codes as fp32 input holding the same (bf16) values */
+    uint16_t h[ROWS * LDX];
+    float xb[ROWS * LDX];
+    for (int i = 0; i < ROWS * LDX; i++) {
+        h[i] = (uint16_t)(f2u(x[i]) >> 16);
+        xb[i] = bf16_to_f32(h[i]);
+    }
+    uint8_t c2[ROWS * LDC], s2[ROWS * LDS], c3[ROWS * LDC], s3[ROWS * LDS];
+    memset(c2, 0, sizeof c2), memset(s2, 0, sizeof s2), memset(c3, 0, sizeof c3), memset(s3, 0, sizeof s3);
+    CHECK(a2amm_mx_quantize_bf16(h, ROWS, COLS, LDX, type, mode, c2, LDC, s2, LDS, &err) == 0, "bf16: %s", err.msg);
+    CHECK(a2amm_mx_quantize_f32(xb, ROWS, COLS, LDX, type, mode, c3, LDC, s3, LDS, &err) == 0, "f32: %s", err.msg);
+    CHECK(!memcmp(c2, c3, sizeof c2) && !memcmp(s2, s3, sizeof s2), "bf16 and fp32 input of the same values differ");
+}
+
+static void test_quantize_errors(void)
+{
+    float x[64];
+    uint8_t c[64], s[2];
+    a2amm_error err;
+    CHECK(a2amm_mx_quantize_f32(NULL, 1, 64, 64, A2AMM_E4M3, A2AMM_SCALE_FLOOR, c, 64, s, 2, &err) == A2AMM_E_INVAL &&
+              strstr(err.msg, "NULL"), "NULL values: %s", err.msg);
+    CHECK(a2amm_mx_quantize_f32(x, 1, 64, 64, A2AMM_E4M3, A2AMM_SCALE_FLOOR, c, 64, s, 1, &err) == A2AMM_E_INVAL &&
+              strstr(err.msg, "ceil(cols/32) = 2"), "scales too narrow: %s", err.msg);
+    CHECK(a2amm_mx_quantize_f32(x, 1, 64, 32, A2AMM_E4M3, A2AMM_SCALE_FLOOR, c, 64, s, 2, &err) == A2AMM_E_INVAL,
+          "values stride below cols");
+    CHECK(a2amm_mx_quantize_f32(x, 1, 64, 64, (a2amm_fp8_type)7, A2AMM_SCALE_FLOOR, c, 64, s, 2, &err) == A2AMM_E_INVAL,
+          "a bad type");
+    CHECK(a2amm_mx_quantize_f32(x, 1, 64, 64, A2AMM_E4M3, (a2amm_scale_mode)9, c, 64, s, 2, &err) == A2AMM_E_INVAL,
+          "a bad mode");
+}
+
+static void test_matmul(void)
+{
+    enum { M = 37, N = 70, K = 96 };
+    float af[M * K], bf[N * K];
+    uint8_t a[M * K], sa[M * 3], b[N * K], sb[N * 4];
+    for (int i = 0; i < M * K; i++) af[i] = randn();
+    for (int i = 0; i < N * K; i++) bf[i] = randn();
+    a2amm_error err;
+    CHECK(a2amm_mx_quantize_f32(af, M, K, K, A2AMM_E4M3, A2AMM_SCALE_RCEIL, a, K, sa, 3, &err) == 0, "%s", err.msg);
+    CHECK(a2amm_mx_quantize_f32(bf, N, K, K, A2AMM_E5M2, A2AMM_SCALE_FLOOR, b, K, sb, 4, &err) == 0, "%s", err.msg);
+    float ad[M * K], bd[N * K];
+    a2amm_mx_dequantize_f32(a, K, sa, 3, M, K, A2AMM_E4M3, ad, K, &err);
+    a2amm_mx_dequantize_f32(b, K, sb, 4, N, K, A2AMM_E5M2, bd, K, &err);
+    a2amm_weights *w = NULL;
+    CHECK(a2amm_weights_create(b, sb, N, K, 4, A2AMM_E5M2, &w, &err) == 0, "weights: %s", err.msg);
+    uint16_t out[3][M * N];
+    for (int t = 0; t < 3; t++)
+        CHECK(a2amm_matmul(w, a, K, sa, 3, M, A2AMM_E4M3, out[t], N, t + 1, &err) == 0, "matmul: %s", err.msg);
+    CHECK(!memcmp(out[0], out[1], sizeof out[0]) && !memcmp(out[0], out[2], sizeof out[0]),
+          "1, 2 and 3 threads give other bits");
+    long far = 0;
+    for (int i = 0; i < M; i++)
+        for (int n = 0; n < N; n++) {
+            double sum = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                double p = (double)ad[i * K + k] * (double)bd[n * K + k];
+                sum += p, mag += fabs(p);
+            }
+            far += fabs(bf16_to_f32(out[0][i * N + n]) - sum) > ldexp(1, -8) * fabs(sum) + ldexp(1, -12) * mag;
+        }
+    CHECK(far == 0, "matmul: %ld of %d outputs off the fp64 sums by more than a bf16 rounding", far, M * N);
+    CHECK(a2amm_matmul(w, a, K, sa, 3, M, A2AMM_E4M3, out[0], N - 1, 1, &err) == A2AMM_E_INVAL &&
+              strstr(err.msg, "ldo >= n = 70"), "ldo below n: %s", err.msg);
+    CHECK(a2amm_matmul(NULL, a, K, sa, 3, M, A2AMM_E4M3, out[0], N, 1, &err) == A2AMM_E_INVAL, "NULL weights");
+    a2amm_weights_destroy(w);
+    CHECK(a2amm_weights_create(b, sb, N, 100, 4, A2AMM_E5M2, &w, &err) != 0 && w == NULL, "k not a multiple of 32");
+}
+
+int main(void)
+{
+    rng_state = 0xA2A3A4A5A6A7A8A9ull;
+    for (int t = 0; t < 2; t++)
+        for (int m = 0; m < 2; m++) test_quantize_round_trip((a2amm_fp8_type)t, (a2amm_scale_mode)m);
+    test_quantize_errors();
+    test_matmul();
+    return check_summary("test_api");
+}
