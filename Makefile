@@ -23,8 +23,8 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check check-opt check-san check-fuzz fuzz run clean bench
-all: $(BUILD)/a2amm $(TEST_BIN)
+.PHONY: all deps check check-opt check-san check-fuzz fuzz run clean bench install
+all: $(BUILD)/a2amm $(BUILD)/liba2amm.so $(TEST_BIN)
 
 deps:
 	@scripts/install-deps.sh
@@ -36,6 +36,33 @@ $(BUILD)/obj/%.o: %.c
 $(BUILD)/liba2amm.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
+
+# The shared library: the same sources built position-independent with
+# hidden visibility, so that it exports the public a2amm_* calls only.
+VERSION  := 0.1.0
+PIC_OBJ  := $(LIB_SRC:%.c=$(BUILD)/pic/%.o)
+
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -MMD -MP -c $< -o $@
+
+$(BUILD)/liba2amm.so.0: $(PIC_OBJ)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,liba2amm.so.0 $^ -o $@ $(LDLIBS)
+
+$(BUILD)/liba2amm.so: $(BUILD)/liba2amm.so.0
+	ln -sf liba2amm.so.0 $@
+
+# make install PREFIX=...: the header, both libraries, a2amm.pc and the command.
+PREFIX ?= /usr/local
+install: $(BUILD)/a2amm $(BUILD)/liba2amm.a $(BUILD)/liba2amm.so
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/a2amm.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/liba2amm.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/liba2amm.so.0 $(DESTDIR)$(PREFIX)/lib/
+	ln -sf liba2amm.so.0 $(DESTDIR)$(PREFIX)/lib/liba2amm.so
+	install -m 755 $(BUILD)/a2amm $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(BLAS_LIBS) -lm -pthread|' \
+		a2amm.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/a2amm.pc
 
 $(BUILD)/a2amm: $(CLI_OBJ) $(BUILD)/liba2amm.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CLI_LDLIBS)
@@ -90,4 +117,4 @@ run: deps
 clean:
 	rm -rf build build-san build-fuzz
 
--include $(shell find $(BUILD)/obj $(FUZZ_BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/pic $(FUZZ_BUILD)/obj -name '*.d' 2>/dev/null)

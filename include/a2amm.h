@@ -20,6 +20,13 @@
 extern "C" {
 #endif
 
+/* What the shared library exports (it builds with -fvisibility=hidden). */
+#if defined(__GNUC__)
+#define A2AMM_API __attribute__((visibility("default")))
+#else
+#define A2AMM_API
+#endif
+
 /* ---- Status codes ------------------------------------------------------ */
 enum {
     A2AMM_OK = 0,
@@ -37,7 +44,7 @@ enum {
 };
 
 /* A short, static description of a status code ("file size mismatch"). */
-const char *a2amm_strerror(int status);
+A2AMM_API const char *a2amm_strerror(int status);
 
 /* The detail of a failure: the status and a message for a person. */
 typedef struct a2amm_error {
@@ -52,9 +59,9 @@ typedef enum a2amm_fp8_type {
 } a2amm_fp8_type;
 
 /* "e4m3" / "e5m2". */
-const char *a2amm_fp8_type_name(a2amm_fp8_type t);
+A2AMM_API const char *a2amm_fp8_type_name(a2amm_fp8_type t);
 /* Parses "e4m3" or "e5m2" (case-insensitive); returns A2AMM_E_INVAL otherwise. */
-int a2amm_fp8_type_parse(const char *s, a2amm_fp8_type *out);
+A2AMM_API int a2amm_fp8_type_parse(const char *s, a2amm_fp8_type *out);
 
 /* ---- Shapes ------------------------------------------------------------- */
 /*
@@ -84,7 +91,7 @@ typedef struct a2amm_sizes {
  * Checks the contract's rules (M, K, N, R >= 1; K divisible by R; K/R a
  * multiple of 32; no size overflows) and fills *sizes (may be NULL).
  */
-int a2amm_shape_check(const a2amm_shape *shape, a2amm_sizes *sizes, a2amm_error *err);
+A2AMM_API int a2amm_shape_check(const a2amm_shape *shape, a2amm_sizes *sizes, a2amm_error *err);
 
 /* ---- MX data -------------------------------------------------------------- */
 /*
@@ -99,16 +106,16 @@ typedef enum a2amm_scale_mode { A2AMM_SCALE_FLOOR = 0, A2AMM_SCALE_RCEIL = 1 } a
 
 /* x [rows, ldx] fp32 -> codes [rows, ldc] and scales [rows, lds]
  * (ldc >= cols, lds >= ceil(cols/32)). */
-int a2amm_mx_quantize_f32(const float *x, int64_t rows, int64_t cols, int64_t ldx, a2amm_fp8_type type,
+A2AMM_API int a2amm_mx_quantize_f32(const float *x, int64_t rows, int64_t cols, int64_t ldx, a2amm_fp8_type type,
                           a2amm_scale_mode mode, uint8_t *codes, int64_t ldc, uint8_t *scales, int64_t lds,
                           a2amm_error *err);
 /* The same from bf16 [rows, ldx]. */
-int a2amm_mx_quantize_bf16(const uint16_t *x, int64_t rows, int64_t cols, int64_t ldx, a2amm_fp8_type type,
+A2AMM_API int a2amm_mx_quantize_bf16(const uint16_t *x, int64_t rows, int64_t cols, int64_t ldx, a2amm_fp8_type type,
                            a2amm_scale_mode mode, uint8_t *codes, int64_t ldc, uint8_t *scales, int64_t lds,
                            a2amm_error *err);
 /* codes/scales back to fp32 [rows, ldy] (exact: every MXFP8 value is a float,
  * or +-Inf past float's range; NaN where the scale is 0xFF). */
-int a2amm_mx_dequantize_f32(const uint8_t *codes, int64_t ldc, const uint8_t *scales, int64_t lds, int64_t rows,
+A2AMM_API int a2amm_mx_dequantize_f32(const uint8_t *codes, int64_t ldc, const uint8_t *scales, int64_t lds, int64_t rows,
                             int64_t cols, a2amm_fp8_type type, float *y, int64_t ldy, a2amm_error *err);
 
 /* ---- The single-rank matmul ------------------------------------------------ */
@@ -122,11 +129,11 @@ int a2amm_mx_dequantize_f32(const uint8_t *codes, int64_t ldc, const uint8_t *sc
 typedef struct a2amm_weights a2amm_weights;
 
 /* Prepares B for the best kernel this CPU runs (A2AMM_ISA, A2AMM_CPU_HIDE apply). */
-int a2amm_weights_create(const uint8_t *b, const uint8_t *sb, int64_t n, int64_t k, int64_t ldsb,
+A2AMM_API int a2amm_weights_create(const uint8_t *b, const uint8_t *sb, int64_t n, int64_t k, int64_t ldsb,
                          a2amm_fp8_type b_type, a2amm_weights **w, a2amm_error *err);
-void a2amm_weights_destroy(a2amm_weights *w);
+A2AMM_API void a2amm_weights_destroy(a2amm_weights *w);
 /* out [m, ldo] = A x B; threads 0: every core. Thread-safe on one weights. */
-int a2amm_matmul(const a2amm_weights *w, const uint8_t *a, int64_t lda, const uint8_t *sa, int64_t ldsa, int64_t m,
+A2AMM_API int a2amm_matmul(const a2amm_weights *w, const uint8_t *a, int64_t lda, const uint8_t *sa, int64_t ldsa, int64_t m,
                  a2amm_fp8_type a_type, uint16_t *out, int64_t ldo, int threads, a2amm_error *err);
 
 /* ---- Communicators ------------------------------------------------------ */
@@ -156,15 +163,15 @@ typedef struct a2amm_launch_options {
     double timeout_s;  /* the longest the whole launch may take (0: no limit) */
 } a2amm_launch_options;
 
-int a2amm_launch(int nranks, a2amm_rank_fn fn, void *arg, const a2amm_launch_options *options, a2amm_error *err);
+A2AMM_API int a2amm_launch(int nranks, a2amm_rank_fn fn, void *arg, const a2amm_launch_options *options, a2amm_error *err);
 /* This rank's number (0..size-1) and the number of ranks. */
-int a2amm_comm_rank(const a2amm_comm *comm);
-int a2amm_comm_size(const a2amm_comm *comm);
+A2AMM_API int a2amm_comm_rank(const a2amm_comm *comm);
+A2AMM_API int a2amm_comm_size(const a2amm_comm *comm);
 /* Collective: every rank waits for the others (at most timeout_s seconds). */
-int a2amm_comm_barrier(a2amm_comm *comm, double timeout_s, a2amm_error *err);
+A2AMM_API int a2amm_comm_barrier(a2amm_comm *comm, double timeout_s, a2amm_error *err);
 /* Fails the communicator on purpose with a message: every other rank's
  * collective call returns A2AMM_E_PEER. Returns code (a negative status). */
-int a2amm_comm_fail(a2amm_comm *comm, int code, const char *message);
+A2AMM_API int a2amm_comm_fail(a2amm_comm *comm, int code, const char *message);
 
 /* ---- The operator -------------------------------------------------------- */
 /*
@@ -197,7 +204,7 @@ typedef struct a2amm_op_config {
 } a2amm_op_config;
 
 /* Symmetric memory one rank needs for an op of this config on R ranks. */
-size_t a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks);
+A2AMM_API size_t a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks);
 
 /*
  * Collective. Makes the op: checks the config (the same on every rank: a
@@ -205,7 +212,7 @@ size_t a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks);
  * its threads. The kernel level is the best this CPU runs (A2AMM_ISA and
  * A2AMM_CPU_HIDE apply).
  */
-int a2amm_op_create(a2amm_comm *comm, const a2amm_op_config *config, a2amm_op **op, a2amm_error *err);
+A2AMM_API int a2amm_op_create(a2amm_comm *comm, const a2amm_op_config *config, a2amm_op **op, a2amm_error *err);
 
 /*
  * Local. Sets this rank's weights: b [n, k] fp8 (B transposed), sb its
@@ -213,7 +220,7 @@ int a2amm_op_create(a2amm_comm *comm, const a2amm_op_config *config, a2amm_op **
  * replace them by calling again (between calls of a2amm_op_run). The
  * arrays may be freed afterwards.
  */
-int a2amm_op_set_weights(a2amm_op *op, const uint8_t *b, const uint8_t *sb, int64_t ldsb, a2amm_error *err);
+A2AMM_API int a2amm_op_set_weights(a2amm_op *op, const uint8_t *b, const uint8_t *sb, int64_t ldsb, a2amm_error *err);
 
 /*
  * Local. Where to write the input for zero-copy calls: the rows of A_r for
@@ -222,7 +229,7 @@ int a2amm_op_set_weights(a2amm_op *op, const uint8_t *b, const uint8_t *sb, int6
  * with m uses the first m rows of each block. Write them only between
  * calls: a call reads them until it returns on every rank.
  */
-int a2amm_op_input(a2amm_op *op, uint8_t **a, uint8_t **sa, int64_t *lda, int64_t *ldsa, int64_t *block_rows);
+A2AMM_API int a2amm_op_input(a2amm_op *op, uint8_t **a, uint8_t **sa, int64_t *lda, int64_t *ldsa, int64_t *block_rows);
 
 /*
  * Collective. One fused AllToAll + matmul for 1 <= m <= max_m (the same m
@@ -232,11 +239,11 @@ int a2amm_op_input(a2amm_op *op, uint8_t **a, uint8_t **sa, int64_t *lda, int64_
  * weights set. Returns A2AMM_E_PEER when another rank failed, and every
  * wait ends at the config's timeout_s.
  */
-int a2amm_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, uint16_t *out, a2amm_error *err);
+A2AMM_API int a2amm_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, uint16_t *out, a2amm_error *err);
 
 /* Local. Frees the op; its handle is no longer valid (a call on it is
  * refused as not a live op). NULL is fine. */
-void a2amm_op_destroy(a2amm_op *op);
+A2AMM_API void a2amm_op_destroy(a2amm_op *op);
 
 #ifdef __cplusplus
 }

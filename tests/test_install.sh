@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# make install PREFIX=...: the header, the static and shared libraries, the
+# command and a2amm.pc land there; the shared library exports the public
+# a2amm_* calls and nothing else; examples/fused_op.c builds against the
+# installed copy through pkg-config (shared, then static) and passes.
+. "$(dirname "$0")/lib.sh"
+root=$(cd "$(dirname "$0")/.." && pwd)
+prefix="$SCRATCH/prefix"
+expect_ok "make install PREFIX=..." make -C "$root" --no-print-directory install PREFIX="$prefix"
+for f in include/a2amm.h lib/liba2amm.a lib/liba2amm.so.0 lib/liba2amm.so lib/pkgconfig/a2amm.pc bin/a2amm; do
+    check "installed: $f" test -e "$prefix/$f"
+done
+exported=$(nm -D --defined-only "$prefix/lib/liba2amm.so.0" | awk '{print $3}')
+check "the shared library exports a2amm_* calls" test "$(grep -c '^a2amm_' <<<"$exported")" -ge 20
+check "and nothing else" test -z "$(grep -v '^a2amm_' <<<"$exported")"
+for call in a2amm_launch a2amm_op_create a2amm_op_set_weights a2amm_op_input a2amm_op_run a2amm_op_destroy \
+            a2amm_mx_quantize_f32 a2amm_mx_quantize_bf16 a2amm_mx_dequantize_f32 a2amm_weights_create a2amm_matmul; do
+    check "exports $call" grep -qx "$call" <<<"$exported"
+done
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+check "pkg-config knows a2amm" pkg-config --exists a2amm
+expect_ok "the example builds against the installed shared library" \
+    cc -std=c11 -Wall -Wextra -Werror "$root/examples/fused_op.c" $(pkg-config --cflags --libs a2amm) -lm -o "$SCRATCH/ex"
+check "the example is linked to the installed liba2amm.so.0" bash -c "LD_LIBRARY_PATH='$prefix/lib' ldd '$SCRATCH/ex' | grep -q '$prefix/lib/liba2amm.so.0'"
+LD_LIBRARY_PATH="$prefix/lib" expect_ok "the example runs" env LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/ex"
+expect_output "the example checks its result" "fused_op: OK"
+expect_ok "the example builds statically" \
+    cc -std=c11 "$root/examples/fused_op.c" $(pkg-config --cflags a2amm) "$prefix/lib/liba2amm.a" \
+    $(pkg-config --libs-only-other --static a2amm) $(pkg-config --static --libs-only-L --libs-only-l a2amm | sed 's/-la2amm//') -lm -o "$SCRATCH/ex-static"
+expect_ok "the static example runs" "$SCRATCH/ex-static"
+expect_output "the static example checks its result" "fused_op: OK"
+finish
