@@ -1,3 +1,0 @@
-build-fuzz/obj/src/common/llc.o: src/common/llc.c src/common/llc.h
-
-src/common/llc.h:
