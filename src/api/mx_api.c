@@ -29,33 +29,40 @@ static int check_mode(const char *call, a2amm_scale_mode mode, a2amm_error *err)
 
 static mx_scale_mode mode_of(a2amm_scale_mode m) { return m == A2AMM_SCALE_RCEIL ? MX_SCALE_RCEIL : MX_SCALE_FLOOR; }
 
+/* Rows of fp32 (bf16 == NULL) or bf16 values quantized, each row of bf16 widened first (exactly). */
+static int quantize_rows(const char *call, const float *f32, const uint16_t *bf16, int64_t rows, int64_t cols,
+                         int64_t ldx, a2amm_fp8_type type, a2amm_scale_mode mode, uint8_t *codes, int64_t ldc,
+                         uint8_t *scales, int64_t lds, a2amm_error *err)
+{
+    const void *x = bf16 ? (const void *)bf16 : (const void *)f32;
+    int rc = check_matrix(call, x, codes, scales, rows, cols, ldx, ldc, lds, type, err);
+    if (!rc) rc = check_mode(call, mode, err);
+    if (rc) return rc;
+    float *row = bf16 ? malloc((size_t)(cols ? cols : 1) * sizeof *row) : NULL;
+    if (bf16 && !row) return a2amm_fail(err, A2AMM_E_NOMEM, "%s: out of memory", call);
+    for (int64_t i = 0; i < rows; i++) {
+        for (int64_t t = 0; bf16 && t < cols; t++) row[t] = mx_bf16_to_f32(bf16[i * ldx + t]);
+        mx_quantize_row(bf16 ? row : f32 + i * ldx, (size_t)cols, type, mode_of(mode), codes + i * ldc,
+                        scales + i * lds);
+    }
+    free(row);
+    return A2AMM_OK;
+}
+
 int a2amm_mx_quantize_f32(const float *x, int64_t rows, int64_t cols, int64_t ldx, a2amm_fp8_type type,
                           a2amm_scale_mode mode, uint8_t *codes, int64_t ldc, uint8_t *scales, int64_t lds,
                           a2amm_error *err)
 {
-    int rc = check_matrix("a2amm_mx_quantize_f32", x, codes, scales, rows, cols, ldx, ldc, lds, type, err);
-    if (!rc) rc = check_mode("a2amm_mx_quantize_f32", mode, err);
-    if (rc) return rc;
-    for (int64_t i = 0; i < rows; i++)
-        mx_quantize_row(x + i * ldx, (size_t)cols, type, mode_of(mode), codes + i * ldc, scales + i * lds);
-    return A2AMM_OK;
+    return quantize_rows("a2amm_mx_quantize_f32", x, NULL, rows, cols, ldx, type, mode, codes, ldc, scales, lds,
+                         err);
 }
 
 int a2amm_mx_quantize_bf16(const uint16_t *x, int64_t rows, int64_t cols, int64_t ldx, a2amm_fp8_type type,
                            a2amm_scale_mode mode, uint8_t *codes, int64_t ldc, uint8_t *scales, int64_t lds,
                            a2amm_error *err)
 {
-    int rc = check_matrix("a2amm_mx_quantize_bf16", x, codes, scales, rows, cols, ldx, ldc, lds, type, err);
-    if (!rc) rc = check_mode("a2amm_mx_quantize_bf16", mode, err);
-    if (rc) return rc;
-    float *row = malloc((size_t)(cols ? cols : 1) * sizeof *row);
-    if (!row) return a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_mx_quantize_bf16: out of memory");
-    for (int64_t i = 0; i < rows; i++) {
-        for (int64_t t = 0; t < cols; t++) row[t] = mx_bf16_to_f32(x[i * ldx + t]); /* exact */
-        mx_quantize_row(row, (size_t)cols, type, mode_of(mode), codes + i * ldc, scales + i * lds);
-    }
-    free(row);
-    return A2AMM_OK;
+    return quantize_rows("a2amm_mx_quantize_bf16", NULL, x, rows, cols, ldx, type, mode, codes, ldc, scales, lds,
+                         err);
 }
 
 int a2amm_mx_dequantize_f32(const uint8_t *codes, int64_t ldc, const uint8_t *scales, int64_t lds, int64_t rows,
