@@ -281,7 +281,7 @@ static int rank_misuse(a2amm_comm *comm, void *arg)
     }
     ma->rep->rc[me] = rc;
     ma->rep->seconds[me] = now_s() - t0;
-    snprintf(ma->rep->msg[me], sizeof ma->rep->msg[me], "%s", err.msg);
+    snprintf(ma->rep->msg[me], sizeof ma->rep->msg[me], "%.299s", err.msg);
     a2amm_op_destroy(op);
     return A2AMM_OK; /* what happened is in the report */
 }
