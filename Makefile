@@ -1,4 +1,5 @@
-# a2amm build. `make` builds build/a2amm and build/liba2amm.a; `make check`
+# a2amm build. `make` builds build/a2amm, build/a2amm-bench (the benchmarks),
+# build/liba2amm.a and build/liba2amm.so; `make check`
 # sets up, builds and runs every test (optimized, then ASan+UBSan);
 # `make run` sets up, builds and runs the main job on a default shape.
 
@@ -9,22 +10,26 @@ OPT      ?= -O2 -g
 # distribution's own folder), else the plain -lopenblas.
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS   := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
-CPPFLAGS += -Iinclude -Isrc -D_GNU_SOURCE $(BLAS_CFLAGS)
+CPPFLAGS += -Iinclude -Isrc -I. -D_GNU_SOURCE $(BLAS_CFLAGS)
 CFLAGS   += -std=c11 -Wall -Wextra -Werror -pthread $(OPT)
 LDLIBS   += $(BLAS_LIBS) -lm -pthread
-# The benchmark's peers (oneDNN) are linked by the command only, never by the library.
-CLI_LDLIBS := -ldnnl
+# The benchmarks' peers (oneDNN) are linked by a2amm-bench only: never by
+# the library or the a2amm command.
+BENCH_LDLIBS := -ldnnl
 SAN      := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 
 LIB_SRC  := $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c)))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+# a2amm-bench: its own files and the command's helpers (all but main and the commands)
+BENCH_SRC := $(sort $(wildcard bench/*.c)) $(filter-out src/cli/main.c src/cli/cmd_%.c,$(CLI_SRC))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+BENCH_OBJ := $(BENCH_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps check check-opt check-san check-fuzz fuzz run clean bench install
-all: $(BUILD)/a2amm $(BUILD)/liba2amm.so $(TEST_BIN)
+all: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.so $(TEST_BIN)
 
 deps:
 	@scripts/install-deps.sh
@@ -54,18 +59,21 @@ $(BUILD)/liba2amm.so: $(BUILD)/liba2amm.so.0
 
 # make install PREFIX=...: the header, both libraries, a2amm.pc and the command.
 PREFIX ?= /usr/local
-install: $(BUILD)/a2amm $(BUILD)/liba2amm.a $(BUILD)/liba2amm.so
+install: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.a $(BUILD)/liba2amm.so
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/a2amm.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/liba2amm.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/liba2amm.so.0 $(DESTDIR)$(PREFIX)/lib/
 	ln -sf liba2amm.so.0 $(DESTDIR)$(PREFIX)/lib/liba2amm.so
-	install -m 755 $(BUILD)/a2amm $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(BUILD)/a2amm $(BUILD)/a2amm-bench $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(BLAS_LIBS) -lm -pthread|' \
 		a2amm.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/a2amm.pc
 
 $(BUILD)/a2amm: $(CLI_OBJ) $(BUILD)/liba2amm.a
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CLI_LDLIBS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/a2amm-bench: $(BENCH_OBJ) $(BUILD)/liba2amm.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(BENCH_LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/liba2amm.a tests/check.h
 	@mkdir -p $(dir $@)

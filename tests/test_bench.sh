@@ -14,6 +14,14 @@ bf16=$(yes_no bash -c "$(declare -f cpu_uses); A2AMM='$A2AMM'; cpu_uses avx512f 
 fma=$(yes_no bash -c "$(declare -f cpu_uses); A2AMM='$A2AMM'; cpu_uses avx2 && cpu_uses fma")
 echo "test_bench.sh: this CPU runs amx=$amx avx512=$avx512 avx2=$avx2; bf16 probe=$bf16, FMA probe=$fma (A2AMM_CPU_HIDE=${A2AMM_CPU_HIDE-})"
 
+# --- the benchmarks are a binary of their own: only it links the peers (oneDNN)
+bench_bin="$(dirname "$A2AMM")/a2amm-bench"
+check "a2amm-bench is built beside a2amm" test -x "$bench_bin"
+check "a2amm does not link oneDNN" bash -c "! ldd '$A2AMM' | grep -q libdnnl"
+check "a2amm-bench links oneDNN" bash -c "ldd '$bench_bin' | grep -q libdnnl"
+expect_ok "a2amm-bench runs on its own" "$bench_bin" gemm 16 32 64 --iters 1 --threads 1
+expect_output "a2amm-bench gemm prints the table" "a2amm MXFP8, prepared B"
+
 # --- help teaches, with examples that work as printed
 expect_ok "a2amm --help" "$A2AMM" --help
 expect_output "main help lists bench" "bench gemm"

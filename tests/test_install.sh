@@ -7,7 +7,7 @@
 root=$(cd "$(dirname "$0")/.." && pwd)
 prefix="$SCRATCH/prefix"
 expect_ok "make install PREFIX=..." make -C "$root" --no-print-directory install PREFIX="$prefix"
-for f in include/a2amm.h lib/liba2amm.a lib/liba2amm.so.0 lib/liba2amm.so lib/pkgconfig/a2amm.pc bin/a2amm; do
+for f in include/a2amm.h lib/liba2amm.a lib/liba2amm.so.0 lib/liba2amm.so lib/pkgconfig/a2amm.pc bin/a2amm bin/a2amm-bench; do
     check "installed: $f" test -e "$prefix/$f"
 done
 exported=$(nm -D --defined-only "$prefix/lib/liba2amm.so.0" | awk '{print $3}')
@@ -29,4 +29,5 @@ expect_ok "the example builds statically" \
     $(pkg-config --libs-only-other --static a2amm) $(pkg-config --static --libs-only-L --libs-only-l a2amm | sed 's/-la2amm//') -lm -o "$SCRATCH/ex-static"
 expect_ok "the static example runs" "$SCRATCH/ex-static"
 expect_output "the static example checks its result" "fused_op: OK"
+expect_ok "the installed a2amm bench finds the installed a2amm-bench" "$prefix/bin/a2amm" bench gemm 8 16 32 --iters 1 --threads 1
 finish

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "common/parse.h"
@@ -118,3 +119,22 @@ int cli_parse_shape(const char *cmd, char **mknr, a2amm_shape *shape, a2amm_size
     }
     return 0;
 }
+
+/*
+ * Commands that fork rank processes must fork before any library has
+ * threads of its own: OpenBLAS starts its pool when it is loaded, and fork
+ * waits for those threads (forever under a memory limit, while they retry a
+ * failed allocation). The launcher needs none of them (OpenBLAS is only the
+ * perf baseline there, which sets its own count inside each rank), so such
+ * a command runs itself again with OPENBLAS_NUM_THREADS=1, once.
+ */
+void cli_without_blas_threads(char **argv)
+{
+    const char *n = getenv("OPENBLAS_NUM_THREADS");
+    if (n && !strcmp(n, "1")) return;
+    if (setenv("OPENBLAS_NUM_THREADS", "1", 1) != 0) return;
+    fflush(NULL);
+    execv("/proc/self/exe", argv);
+    /* no /proc: go on as we are */
+}
+

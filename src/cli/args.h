@@ -31,6 +31,14 @@ void cli_print_error(const char *cmd, const a2amm_error *err);
 void cli_print_corner(const char *title, const uint16_t *m, int64_t rows_total, int64_t cols_total,
                       int rows, int cols);
 
+/*
+ * For a command that forks rank processes: runs the program again with
+ * OPENBLAS_NUM_THREADS=1 unless it is so already, so that fork never waits
+ * on OpenBLAS's thread pool (it starts when the library loads). Returns
+ * only when that is already so, or when exec fails.
+ */
+void cli_without_blas_threads(char **argv);
+
 /* Monotonic seconds. */
 double cli_now(void);
 

@@ -1,58 +1,33 @@
 /*
- * `a2amm bench`: benchmarks (never tests), each in its own file: bench gemm
- * (bench_gemm.c) and bench op (bench_op.c). This file dispatches.
+ * `a2amm bench ...`: the benchmarks are a binary of their own, a2amm-bench
+ * (bench/), so that a2amm and the library never link the peers they measure
+ * against (oneDNN). This runs the a2amm-bench beside this a2amm.
  */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "cli/args.h"
 #include "cli/commands.h"
-
-/* ======================================================================
- * The `bench` command: dispatch to one benchmark.
- * ====================================================================== */
-
-typedef struct bench_entry {
-    const char *name, *args, *what;
-    int (*fn)(int argc, char **argv);
-} bench_entry;
-
-static const bench_entry BENCHES[] = {
-    {"gemm", "M N K", "the MXFP8 matmul against the machine's ceiling, oneDNN bf16 and OpenBLAS sgemm", cmd_bench_gemm},
-    /* bench_op.c */
-    {"op", "M K N R", "the fused run against the unfused run, the matmuls alone and the sgemm baseline",
-     cmd_bench_op},
-    /* a new benchmark: one line here, its own file, its declaration in commands.h */
-};
-#define NBENCH (int)(sizeof BENCHES / sizeof BENCHES[0])
-
-static void bench_usage(FILE *f)
-{
-    fprintf(f,
-            "usage: a2amm bench BENCHMARK [args]   (a2amm bench BENCHMARK --help for each)\n"
-            "\n"
-            "Benchmarks, not tests: each prints a table (or, with --json, one JSON object) of\n"
-            "medians over repetitions, measured in one run so that the ratios are comparable.\n"
-            "\n"
-            "benchmarks:\n");
-    for (int i = 0; i < NBENCH; i++)
-        fprintf(f, "  %-5s %-8s %s\n", BENCHES[i].name, BENCHES[i].args, BENCHES[i].what);
-    fprintf(f,
-            "\n"
-            "example:\n"
-            "  a2amm bench gemm 256 256 256 --iters 3\n");
-}
 
 int cmd_bench(int argc, char **argv)
 {
-    if (argc < 2 || cli_is_help(argv[1])) {
-        bench_usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    (void)argc;
+    char self[PATH_MAX], bench[PATH_MAX + 16];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "a2amm bench: cannot find this program's folder (/proc/self/exe: %s); run a2amm-bench\n",
+                strerror(errno));
+        return 2;
     }
-    for (int i = 0; i < NBENCH; i++)
-        if (!strcmp(argv[1], BENCHES[i].name)) return BENCHES[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "a2amm bench: unknown benchmark '%s' (expected one of:", argv[1]);
-    for (int i = 0; i < NBENCH; i++) fprintf(stderr, " %s", BENCHES[i].name);
-    fprintf(stderr, ")\n");
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = '\0';
+    snprintf(bench, sizeof bench, "%s/a2amm-bench", slash ? self : ".");
+    argv[0] = bench;
+    execv(bench, argv);
+    fprintf(stderr, "a2amm bench: cannot run %s: %s (make builds it beside a2amm; make install installs both)\n", bench,
+            strerror(errno));
     return 2;
 }

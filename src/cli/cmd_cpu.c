@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli/args.h"
-#include "cli/bench_timing.h"
+#include "cli/json.h"
 #include "cli/commands.h"
 #include "common/cpu.h"
 #include "common/pool.h"
@@ -46,9 +46,9 @@ static int find_level(const char *name)
 static void print_json(const char *hide, int selected, int forced)
 {
     printf("{\"command\":\"cpu\"");
-    bench_json_key_str("model", cpu_model_name());
+    cli_json_key_str("model", cpu_model_name());
     printf(",\"cores\":%d", pool_cpu_count());
-    bench_json_key_str("hide", hide);
+    cli_json_key_str("hide", hide);
     printf(",\"features\":{");
     for (int f = 0; f < CPU_FEATURE_COUNT; f++)
         printf("%s\"%s\":{\"detected\":%s,\"hidden\":%s,\"used\":%s}", f ? "," : "", cpu_feature_name((cpu_feature)f),
@@ -58,11 +58,11 @@ static void print_json(const char *hide, int selected, int forced)
     for (int i = 0; i < GEMM_ISA_COUNT; i++) {
         printf("%s\"%s\":{\"runs\":%s", i ? "," : "", gemm_isa_name((gemm_isa)i),
                gemm_isa_supported((gemm_isa)i) ? "true" : "false");
-        bench_json_key_str("why_not", gemm_isa_why_not((gemm_isa)i));
+        cli_json_key_str("why_not", gemm_isa_why_not((gemm_isa)i));
         printf("}");
     }
     printf("}");
-    bench_json_key_str("selected", selected >= 0 ? gemm_isa_name((gemm_isa)selected) : NULL);
+    cli_json_key_str("selected", selected >= 0 ? gemm_isa_name((gemm_isa)selected) : NULL);
     printf(",\"forced\":%s}\n", forced ? "true" : "false");
 }
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cli/args.h"
-#include "cli/bench_timing.h"
+#include "cli/json.h"
 #include "cli/commands.h"
 #include "cli/data_dir.h"
 #include "io/io.h"
@@ -95,21 +95,21 @@ static void print_precision_json(const char *dir, const a2amm_shape *s, const op
 {
     printf("{\"command\":\"run\",\"mode\":\"precision\",\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%lld",
            (long long)s->M, (long long)s->K, (long long)s->N, (long long)s->R);
-    bench_json_key_str("a_type", a2amm_fp8_type_name(s->a_type));
-    bench_json_key_str("b_type", a2amm_fp8_type_name(s->b_type));
-    bench_json_key_str("path", op_path_name(o->path));
+    cli_json_key_str("a_type", a2amm_fp8_type_name(s->a_type));
+    cli_json_key_str("b_type", a2amm_fp8_type_name(s->b_type));
+    cli_json_key_str("path", op_path_name(o->path));
     printf(",\"fused\":%s,\"tile_m\":%lld,\"depth\":%d", o->unfused ? "false" : "true", (long long)o->tile_m,
            o->depth);
-    bench_json_key_str("status", rc ? "FAILURE" : "SUCCESS");
-    bench_json_key_str("error", rc ? err->msg : NULL);
-    bench_json_key_str("kernel", res->ranks ? gemm_isa_name(res->isa) : NULL);
-    bench_json_key_num("wall_s", "%.6f", wall);
+    cli_json_key_str("status", rc ? "FAILURE" : "SUCCESS");
+    cli_json_key_str("error", rc ? err->msg : NULL);
+    cli_json_key_str("kernel", res->ranks ? gemm_isa_name(res->isa) : NULL);
+    cli_json_key_num("wall_s", "%.6f", wall);
     printf(",\"ranks\":[");
     for (int r = 0; res->ranks && r < s->R; r++) {
         const op_rank_report *k = &res->ranks[r];
         printf("%s{\"rank\":%d", r ? "," : "", r);
-        bench_json_key_str("status", rank_word(k));
-        bench_json_key_str("doing", k->status ? k->doing : NULL);
+        cli_json_key_str("status", rank_word(k));
+        cli_json_key_str("doing", k->status ? k->doing : NULL);
         printf(",\"signal\":%d}", k->term_signal);
     }
     printf("],\"outputs\":[");
@@ -117,7 +117,7 @@ static void print_precision_json(const char *dir, const a2amm_shape *s, const op
         char path[IO_PATH_MAX];
         if (io_rank_path(path, sizeof path, dir, "output", r, "npu_out.bin", NULL)) continue;
         printf("%s", r ? "," : "");
-        bench_json_str(path);
+        cli_json_str(path);
     }
     printf("]}\n");
 }

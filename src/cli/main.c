@@ -32,24 +32,6 @@ static void main_usage(FILE *f)
             "  a2amm verify 700 96 2 --dir /tmp/a2amm-demo\n");
 }
 
-/*
- * Commands that fork rank processes must fork before any library has
- * threads of its own: OpenBLAS starts its pool when it is loaded, and fork
- * waits for those threads (forever under a memory limit, while they retry a
- * failed allocation). The launcher needs none of them (OpenBLAS is only the
- * perf baseline there, which sets its own count inside each rank), so such
- * a command runs itself again with OPENBLAS_NUM_THREADS=1, once.
- */
-static void without_blas_threads(char **argv)
-{
-    const char *n = getenv("OPENBLAS_NUM_THREADS");
-    if (n && !strcmp(n, "1")) return;
-    if (setenv("OPENBLAS_NUM_THREADS", "1", 1) != 0) return;
-    fflush(NULL);
-    execv("/proc/self/exe", argv);
-    /* no /proc: go on as we are */
-}
-
 int main(int argc, char **argv)
 {
     if (argc < 2 || cli_is_help(argv[1])) {
@@ -60,7 +42,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "verify")) return cmd_verify(argc - 1, argv + 1);
     int forks = !strcmp(argv[1], "run") || (argv[1][0] >= '0' && argv[1][0] <= '9') ||
                 (!strcmp(argv[1], "bench") && argc > 2 && !strcmp(argv[2], "op"));
-    if (forks) without_blas_threads(argv);
+    if (forks) cli_without_blas_threads(argv);
     if (!strcmp(argv[1], "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "cpu")) return cmd_cpu(argc - 1, argv + 1);

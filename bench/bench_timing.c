@@ -3,7 +3,7 @@
 #include <stdio.h>
 
 #include "cli/args.h"
-#include "cli/bench_timing.h"
+#include "bench/bench_timing.h"
 
 static void flush_task(void *arg, int task)
 {
@@ -46,36 +46,5 @@ int bench_time_runs(bench_run_fn run, bench_reset_fn reset, void *ctx, int warmu
     bench_time_interleaved(&c, 1, warmup, iters, fl);
     if (c.rc) *err = c.err;
     return c.rc;
-}
-
-void bench_json_str(const char *s)
-{
-    putchar('"');
-    for (; s && *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') printf("\\%c", ch);
-        else if (ch < 0x20) printf("\\u%04x", ch);
-        else putchar(ch);
-    }
-    putchar('"');
-}
-
-void bench_json_num(const char *fmt, double v)
-{
-    if (isfinite(v)) printf(fmt, v);
-    else printf("null");
-}
-
-void bench_json_key_num(const char *key, const char *fmt, double v)
-{
-    printf(",\"%s\":", key);
-    bench_json_num(fmt, v);
-}
-
-void bench_json_key_str(const char *key, const char *s)
-{
-    printf(",\"%s\":", key);
-    if (s) bench_json_str(s);
-    else printf("null");
 }
 

@@ -3,7 +3,7 @@
  * vdpbf16ps and FMA throughput with independent accumulators, on T threads
  * at once.
  */
-#include "cli/bench_ceiling.h"
+#include "bench/bench_ceiling.h"
 
 #include <immintrin.h>
 #include <math.h>

@@ -47,11 +47,4 @@ typedef struct bench_contender {
  */
 void bench_time_interleaved(bench_contender *c, int n, int warmup, int iters, bench_flusher *fl);
 
-/* Prints s as a JSON string; a number with fmt, or null when not finite. */
-void bench_json_str(const char *s);
-void bench_json_num(const char *fmt, double v);
-/* ,"key":value: a number as bench_json_num; a string, or null for NULL. */
-void bench_json_key_num(const char *key, const char *fmt, double v);
-void bench_json_key_str(const char *key, const char *s);
-
 #endif

@@ -3,7 +3,7 @@
  * where oneDNN has no bf16 matmul for the CPU) and
  * OpenBLAS sgemm, each set up once and then run on demand.
  */
-#include "cli/bench_peers.h"
+#include "bench/bench_peers.h"
 
 #include <cblas.h>
 #include <dlfcn.h>

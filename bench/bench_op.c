@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "cli/args.h"
-#include "cli/commands.h"
+#include "bench/bench.h"
 #include "cli/data_dir.h"
 #include "common/error.h"
 #include "cli/op_args.h"

@@ -11,10 +11,11 @@
 #include <unistd.h>
 
 #include "cli/args.h"
-#include "cli/bench_ceiling.h"
-#include "cli/bench_peers.h"
-#include "cli/bench_timing.h"
-#include "cli/commands.h"
+#include "bench/bench_ceiling.h"
+#include "bench/bench_peers.h"
+#include "bench/bench_timing.h"
+#include "cli/json.h"
+#include "bench/bench.h"
 #include "cli/perf_report.h"
 #include "common/error.h"
 #include "common/hugemem.h"
@@ -465,18 +466,18 @@ static void json_row(const gemm_report *r, int i)
     const gemm_row *x = &r->rows[i];
     printf("\"%s\":{\"available\":%s", x->key, x->ok ? "true" : "false");
     if (!x->ok) {
-        bench_json_key_str("error", x->why);
+        cli_json_key_str("error", x->why);
     } else {
         if (x->timed) {
-            bench_json_key_num("median_s", "%.6g", x->t.median);
-            bench_json_key_num("min_s", "%.6g", x->t.min);
-            bench_json_key_num("max_s", "%.6g", x->t.max);
+            cli_json_key_num("median_s", "%.6g", x->t.median);
+            cli_json_key_num("min_s", "%.6g", x->t.min);
+            cli_json_key_num("max_s", "%.6g", x->t.max);
         }
-        bench_json_key_num("gflops", "%.6g", x->gflops);
-        bench_json_key_num("ratio", "%.6g", ratio(r, i));
+        cli_json_key_num("gflops", "%.6g", x->gflops);
+        cli_json_key_num("ratio", "%.6g", ratio(r, i));
     }
     if (i == ROW_ONEDNN || i == ROW_OPENBLAS) {
-        bench_json_key_num("max_rel_err", "%.3g", x->ok ? x->err : NAN);
+        cli_json_key_num("max_rel_err", "%.3g", x->ok ? x->err : NAN);
         printf(",\"limit\":%g,\"agrees\":%s", x->limit, x->ok ? (agrees(x) ? "true" : "false") : "null");
     }
 }
@@ -494,20 +495,20 @@ static void print_json(const gemm_report *r)
     json_row(r, ROW_A2AMM_PREP);
     printf("},");
     json_row(r, ROW_ONEDNN);
-    bench_json_key_str("version", bench_onednn_version());
-    bench_json_key_str("impl", r->onednn_impl);
-    bench_json_key_str("dtype", r->onednn_f32 ? "f32" : "bf16");
-    bench_json_key_str("bf16_why_not", r->onednn_f32 ? r->onednn_bf16_why : NULL);
-    bench_json_key_str("isa", bench_onednn_isa());
-    bench_json_key_str("isa_cap", r->onednn_cap);
+    cli_json_key_str("version", bench_onednn_version());
+    cli_json_key_str("impl", r->onednn_impl);
+    cli_json_key_str("dtype", r->onednn_f32 ? "f32" : "bf16");
+    cli_json_key_str("bf16_why_not", r->onednn_f32 ? r->onednn_bf16_why : NULL);
+    cli_json_key_str("isa", bench_onednn_isa());
+    cli_json_key_str("isa_cap", r->onednn_cap);
     printf(",\"threads\":%d", r->onednn_threads);
-    bench_json_key_str("threads_how", r->onednn_threads_how);
+    cli_json_key_str("threads_how", r->onednn_threads_how);
     printf("},");
     json_row(r, ROW_OPENBLAS);
     printf(",\"threads\":%d", bench_openblas_threads());
-    bench_json_key_str("corename", bench_openblas_corename());
-    bench_json_key_str("coretype_env", bench_openblas_coretype_env());
-    bench_json_key_str("config", bench_openblas_config());
+    cli_json_key_str("corename", bench_openblas_corename());
+    cli_json_key_str("coretype_env", bench_openblas_coretype_env());
+    cli_json_key_str("config", bench_openblas_config());
     printf("},\"ceiling\":{\"threads\":%d,\"probe_s\":%.3f", r->ceil.threads, r->ceil.seconds);
     for (int row = ROW_AMX; row <= ROW_FMA; row++) {
         static const char *const SUFFIX[4] = {"", "_first", "_last", "_rounds"};
@@ -515,22 +516,22 @@ static void print_json(const gemm_report *r)
         char key[48];
         for (int k = 0; k < 4; k++) {
             snprintf(key, sizeof key, "%s_gflops%s", ceiling_key(row), SUFFIX[k]);
-            bench_json_key_num(key, "%.6g", ceiling_of(from[k], row));
+            cli_json_key_num(key, "%.6g", ceiling_of(from[k], row));
         }
         snprintf(key, sizeof key, "%s_instruction", ceiling_key(row));
-        bench_json_key_str(key, ceiling_what(&r->ceil, row));
+        cli_json_key_str(key, ceiling_what(&r->ceil, row));
     }
     printf("},\"fraction_of_ceiling\":");
-    bench_json_num("%.4g", ratio(r, ceiling_row(r)));
-    bench_json_key_num("best_fraction_of_ceiling", "%.4g", best_fraction(r));
+    cli_json_num("%.4g", ratio(r, ceiling_row(r)));
+    cli_json_key_num("best_fraction_of_ceiling", "%.4g", best_fraction(r));
     printf(",\"paired_fraction_of_ceiling\":{\"median\":");
-    bench_json_num("%.4g", r->paired.median);
-    bench_json_key_num("min", "%.4g", r->paired.min);
-    bench_json_key_num("max", "%.4g", r->paired.max);
+    cli_json_num("%.4g", r->paired.median);
+    cli_json_key_num("min", "%.4g", r->paired.min);
+    cli_json_key_num("max", "%.4g", r->paired.max);
     printf("}");
     printf(",\"fraction_of\":\"%s\",\"check\":{\"samples\":%d,\"limit\":%g,\"a2amm_vs_fp64\":", 
            ceiling_key(ceiling_row(r)), r->samples, CHECK_LIMIT);
-    bench_json_num("%.3g", r->a2amm_vs_fp64);
+    cli_json_num("%.3g", r->a2amm_vs_fp64);
     printf(",\"bf16_inexact\":%lld}}\n", (long long)r->bf16_inexact);
 }
 

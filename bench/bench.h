@@ -1,0 +1,10 @@
+/* The benchmarks a2amm-bench dispatches to, each in its own file. */
+#ifndef A2AMM_BENCH_H
+#define A2AMM_BENCH_H
+
+/* `a2amm bench gemm` (bench_gemm.c) and `a2amm bench op` (bench_op.c); each
+ * takes its own argv (argv[0] is its name) and returns the exit code. */
+int cmd_bench_gemm(int argc, char **argv);
+int cmd_bench_op(int argc, char **argv);
+
+#endif
