@@ -6,5 +6,6 @@
  * takes its own argv (argv[0] is its name) and returns the exit code. */
 int cmd_bench_gemm(int argc, char **argv);
 int cmd_bench_op(int argc, char **argv);
+int cmd_bench_api(int argc, char **argv); /* bench_api.c */
 
 #endif

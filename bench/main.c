@@ -24,7 +24,8 @@ static const bench_entry BENCHES[] = {
     /* bench_op.c */
     {"op", "M K N R", "the fused run against the unfused run, the matmuls alone and the sgemm baseline",
      cmd_bench_op},
-    /* a new benchmark: one line here, its own file, its declaration in commands.h */
+    {"api", "M K N R", "the public API's in-memory call against a2amm run, and setting weights", cmd_bench_api},
+    /* a new benchmark: one line here, its own file, its declaration in bench.h */
 };
 #define NBENCH (int)(sizeof BENCHES / sizeof BENCHES[0])
 
@@ -47,7 +48,8 @@ static void bench_usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && !strcmp(argv[1], "op")) cli_without_blas_threads(argv); /* bench op forks ranks */
+    if (argc > 1 && (!strcmp(argv[1], "op") || !strcmp(argv[1], "api")))
+        cli_without_blas_threads(argv); /* they fork ranks */
     if (argc < 2 || cli_is_help(argv[1])) {
         bench_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

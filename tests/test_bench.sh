@@ -229,4 +229,21 @@ expect_fail "bench op: bad shape" "K / R must be a multiple of 32" "$A2AMM" benc
 expect_fail "bench op: bad path" "--path must be direct or put" "$A2AMM" bench op 40 128 24 2 --path x
 check "bench op left no temporary folder" test -z "$(ls -A "$TMPDIR")"
 
+# --- bench api: the in-memory call beside a2amm run, and setting weights
+expect_ok "bench api" "$A2AMM" bench api 40 128 24 2 --iters 2 --rounds 2 --tile-m 16
+for row in "a2amm run (fused, perf mode)" "in-memory call (a2amm_op_run)" "set_weights (per rank, slowest)" \
+           "in-memory, weights set every call" "in-memory call / a2amm run (medians): "; do
+    expect_output "bench api row: $row" "$row"
+done
+expect_ok "bench api --json, put path" "$A2AMM" bench api 40 96 24 3 --iters 2 --rounds 1 --path put --json
+check "bench api --json has the figures" python3 -c "
+import json
+o = json.loads(open('$SCRATCH/out').read())
+assert o['R'] == 3 and o['rounds'] == 1 and o['iters'] == 2
+assert o['run_median_s'] > 0 and o['call_median_s'] > 0 and o['set_weights_median_s'] > 0
+assert abs(o['call_with_weights_s'] - o['call_median_s'] - o['set_weights_median_s']) <= 1e-4 * o['call_with_weights_s']
+assert abs(o['call_over_run'] - o['call_median_s'] / o['run_median_s']) <= 1e-3 * o['call_over_run']"
+expect_fail "bench api: bad shape" "K / R must be a multiple of 32" "$A2AMM" bench api 40 100 24 2
+check "bench api left no temporary folder" test -z "$(ls -A "$TMPDIR")"
+
 finish
