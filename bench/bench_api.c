@@ -180,11 +180,10 @@ int cmd_bench_api(int argc, char **argv)
                                                                           : a2amm_fail(&err, A2AMM_E_NOMEM, "out of memory");
     if (b.t_call != MAP_FAILED) b.t_weights = b.t_call + (size_t)b.iters * (size_t)R;
     int n_run = 0, n_call = 0, n_w = 0;
-    a2amm_launch_options lo = {a2amm_op_heap_bytes(&(a2amm_op_config){.max_m = b.s.M, .k = b.s.K, .n = b.s.N,
-                                                                      .a_type = b.s.a_type, .b_type = b.s.b_type,
-                                                                      .tile_m = b.o.tile_m, .depth = b.o.depth,
-                                                                      .path = b.o.path == OP_PATH_PUT}, R) + (1u << 20),
-                               0};
+    a2amm_op_config heap_cfg = {.max_m = b.s.M, .k = b.s.K, .n = b.s.N, .a_type = b.s.a_type, .b_type = b.s.b_type,
+                                .tile_m = b.o.tile_m, .depth = b.o.depth,
+                                .path = b.o.path == OP_PATH_PUT ? A2AMM_PATH_PUT : A2AMM_PATH_DIRECT};
+    a2amm_launch_options lo = {.heap_bytes = a2amm_op_heap_bytes(&heap_cfg, R) + (1u << 20)};
     for (int round = 0; !rc && round < rounds; round++) {
         op_result res;
         rc = op_run(dir, &b.s, &b.o, &res, &err);

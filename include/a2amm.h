@@ -13,6 +13,7 @@
 #ifndef A2AMM_H
 #define A2AMM_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -156,14 +157,36 @@ A2AMM_API int a2amm_matmul(const a2amm_weights *w, const uint8_t *a, int64_t lda
 typedef struct a2amm_comm a2amm_comm;
 typedef int (*a2amm_rank_fn)(a2amm_comm *comm, void *arg);
 
+/* How one rank of a launch ended (a2amm_launch_options.reports). */
+typedef struct a2amm_rank_report {
+    int started;            /* 0: never forked (the launch stopped first) */
+    int status;             /* what its function returned; A2AMM_E_PEER when it
+                               stopped for another's failure, or died */
+    int exit_code;          /* its process's exit code, -1 when killed by a signal */
+    int signal;             /* the signal that killed it, or 0 */
+    int failed_first;       /* its failure is the one that ended the launch */
+    int killed_by_launcher; /* it outlived the others' failure (or a stall) and was killed */
+    char doing[160];        /* what it said it was doing last (a2amm_comm_say, the op's own) */
+} a2amm_rank_report;
+
 typedef struct a2amm_launch_options {
     size_t heap_bytes; /* symmetric memory per rank for the ops made on it
                           (0: 1 GiB; reserved, not touched, until used; an op
                           needs a2amm_op_heap_bytes) */
     double timeout_s;  /* the longest the whole launch may take (0: no limit) */
+    double stall_s;    /* a rank that shows no sign of life for this long
+                          (a2amm_comm_say, any call of an op, any wait) fails
+                          the launch, named (0: no such watch) */
+    const volatile sig_atomic_t *stop; /* NULL, or a flag the caller's signal
+                          handler sets: non-zero stops every rank, and the
+                          launch returns A2AMM_E_INTERRUPTED */
+    a2amm_rank_report *reports; /* NULL, or [nranks]: how each rank ended */
 } a2amm_launch_options;
 
 A2AMM_API int a2amm_launch(int nranks, a2amm_rank_fn fn, void *arg, const a2amm_launch_options *options, a2amm_error *err);
+/* Says what this rank is doing now ("loading input_a.bin"): it appears in
+ * failure messages and reports, and counts as a sign of life. */
+A2AMM_API void a2amm_comm_say(a2amm_comm *comm, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* This rank's number (0..size-1) and the number of ranks. */
 A2AMM_API int a2amm_comm_rank(const a2amm_comm *comm);
 A2AMM_API int a2amm_comm_size(const a2amm_comm *comm);

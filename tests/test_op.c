@@ -335,9 +335,66 @@ static void test_misuse(void)
     CHECK(a2amm_op_heap_bytes(&cfg, 2) > 0 && a2amm_op_heap_bytes(&cfg, 3) == 0, "heap bytes: K=64 fits R=2, not R=3");
 }
 
+/* ---- the launch's reports, stall watch and stop flag ----------------------- */
+
+enum launch_case { EXITS, STALLS, STOPPED };
+
+static int rank_reported(a2amm_comm *comm, void *arg)
+{
+    enum launch_case c = *(const enum launch_case *)arg;
+    a2amm_error err;
+    if (a2amm_comm_rank(comm) == 1) {
+        a2amm_comm_say(comm, "misbehaving on purpose, case %d", (int)c);
+        if (c == EXITS) _exit(3);
+        for (;;) pause(); /* STALLS, STOPPED: silent until killed */
+    }
+    a2amm_comm_say(comm, "waiting for rank 1");
+    return a2amm_comm_barrier(comm, 60, &err);
+}
+
+static volatile sig_atomic_t stop_flag;
+static void on_alarm(int sig) { stop_flag = sig; }
+
+static void test_launch_reports(void)
+{
+    a2amm_rank_report rep[2];
+    a2amm_error err;
+    enum launch_case c = EXITS;
+    a2amm_launch_options lo = {.reports = rep};
+    int rc = a2amm_launch(2, rank_reported, &c, &lo, &err);
+    CHECK(rc == A2AMM_E_PEER && strstr(err.msg, "rank 1"), "a rank exits: %d %s", rc, err.msg);
+    CHECK(rep[1].started && rep[1].failed_first && rep[1].exit_code == 3 && rep[1].status == A2AMM_E_PEER,
+          "report of the rank that exited: started %d first %d exit %d", rep[1].started, rep[1].failed_first,
+          rep[1].exit_code);
+    CHECK(strstr(rep[1].doing, "misbehaving on purpose") != NULL, "its last words: %s", rep[1].doing);
+    CHECK(rep[0].started && !rep[0].failed_first && rep[0].status == A2AMM_E_PEER && strstr(rep[0].doing, "waiting for rank 1"),
+          "the other: status %d, doing %s", rep[0].status, rep[0].doing);
+
+    c = STALLS;
+    lo.stall_s = 1.0;
+    double t0 = now_s();
+    rc = a2amm_launch(2, rank_reported, &c, &lo, &err);
+    CHECK(rc == A2AMM_E_TIMEOUT && strstr(err.msg, "rank 1") && strstr(err.msg, "no sign of life"),
+          "a silent rank fails the launch: %d %s", rc, err.msg);
+    CHECK(now_s() - t0 < 20, "the stall watch took %.1f s", now_s() - t0);
+    CHECK(rep[1].killed_by_launcher && rep[1].signal == SIGKILL, "the silent rank was killed");
+
+    c = STOPPED;
+    lo.stall_s = 0;
+    lo.stop = &stop_flag;
+    signal(SIGALRM, on_alarm);
+    alarm(1);
+    rc = a2amm_launch(2, rank_reported, &c, &lo, &err);
+    alarm(0);
+    CHECK(rc == A2AMM_E_INTERRUPTED && strstr(err.msg, "interrupted by signal"), "the stop flag: %d %s", rc, err.msg);
+    CHECK(a2amm_launch(2, rank_reported, &c, &(a2amm_launch_options){.stall_s = -1}, &err) == A2AMM_E_INVAL,
+          "a negative stall_s is refused");
+}
+
 int main(void)
 {
     for (int R = 1; R <= MAX_R; R++) test_calls(R);
     test_misuse();
+    test_launch_reports();
     return check_summary("test_op");
 }
