@@ -1,7 +1,7 @@
 /*
  * `a2amm bench api M K N R`: the in-memory call of the public API
  * (a2amm_op_run, inside ranks made by a2amm_launch) beside the command's
- * pipeline (`a2amm run` perf mode, op_run over files) on the same data, in
+ * pipeline (`a2amm run` perf mode, over files) on the same data, in
  * rounds that alternate the two so that a slow phase of a shared machine
  * hits both; and a2amm_op_set_weights on fresh weights, as a training step
  * sets them on every call. Each repetition is timed on every rank after a
@@ -21,10 +21,10 @@
 #include "cli/op_args.h"
 #include "cli/perf_report.h"
 #include "common/error.h"
-#include "common/llc.h"
 #include "gen/gen.h"
 #include "io/io.h"
-#include "op/op.h"
+#include "cli/measure.h"
+#include "cli/runner.h"
 
 static void bench_api_usage(FILE *f)
 {
@@ -32,7 +32,7 @@ static void bench_api_usage(FILE *f)
             "usage: a2amm bench api M K N R [options]\n"
             "\n"
             "Times the fused operator two ways on the same MXFP8 data (normal values):\n"
-            "  a2amm run           the command's pipeline (perf mode: op_run over files)\n"
+            "  a2amm run           the command's pipeline (perf mode, over files)\n"
             "  in-memory call      a2amm_op_run of the public API, inside ranks made by\n"
             "                      a2amm_launch, input copied in from the rank's own arrays\n"
             "  set_weights         a2amm_op_set_weights on fresh weights (the preparation a\n"
@@ -59,17 +59,12 @@ static void bench_api_usage(FILE *f)
 typedef struct api_bench {
     a2amm_shape s;
     a2amm_sizes z;
-    op_options o;
+    run_options o;
     int iters;
     io_rank_inputs *in;   /* every rank's inputs (inherited by the ranks through fork) */
     double *t_call, *t_weights; /* shared: [iters][R] */
     size_t flush_bytes;
 } api_bench;
-
-static void flush(volatile uint8_t *buf, size_t bytes)
-{
-    for (size_t i = 0; i < bytes; i += 64) buf[i] = (uint8_t)(buf[i] + 1);
-}
 
 static int api_rank(a2amm_comm *comm, void *arg)
 {
@@ -78,23 +73,24 @@ static int api_rank(a2amm_comm *comm, void *arg)
     a2amm_error err = {0, ""};
     a2amm_op_config cfg = {.max_m = b->s.M, .k = b->s.K, .n = b->s.N, .a_type = b->s.a_type,
                            .b_type = b->s.b_type, .tile_m = b->o.tile_m, .depth = b->o.depth,
-                           .threads = b->o.threads, .path = b->o.path == OP_PATH_PUT ? A2AMM_PATH_PUT : A2AMM_PATH_DIRECT,
+                           .threads = b->o.threads, .path = b->o.path,
                            .timeout_s = b->o.timeout_s};
     a2amm_op *op = NULL;
     uint16_t *out = malloc(b->z.out_bytes);
-    uint8_t *fbuf = calloc(b->flush_bytes, 1);
-    int rc = out && fbuf ? a2amm_op_create(comm, &cfg, &op, &err) : A2AMM_E_NOMEM;
+    measure_flusher fl;
+    int rc = measure_flusher_init(&fl, NULL, b->flush_bytes, &err);
+    if (!rc) rc = out ? a2amm_op_create(comm, &cfg, &op, &err) : a2amm_fail(&err, A2AMM_E_NOMEM, "out of memory");
     const io_rank_inputs *in = &b->in[me];
     for (int w = 0; !rc && w < 1; w++) { /* one warm-up */
         rc = a2amm_op_set_weights(op, in->b, in->sb, b->z.sk, &err);
         if (!rc) rc = a2amm_op_run(op, b->s.M, in->a, in->sa, out, &err);
     }
     for (int it = 0; !rc && it < b->iters; it++) {
-        flush(fbuf, b->flush_bytes);
+        measure_flush(&fl);
         double t0 = cli_now();
         rc = a2amm_op_set_weights(op, in->b, in->sb, b->z.sk, &err);
         b->t_weights[(size_t)it * (size_t)R + (size_t)me] = cli_now() - t0;
-        flush(fbuf, b->flush_bytes);
+        measure_flush(&fl);
         if (!rc) rc = a2amm_comm_barrier(comm, b->o.timeout_s, &err);
         t0 = cli_now();
         if (!rc) rc = a2amm_op_run(op, b->s.M, in->a, in->sa, out, &err);
@@ -102,7 +98,7 @@ static int api_rank(a2amm_comm *comm, void *arg)
     }
     a2amm_op_destroy(op);
     free(out);
-    free(fbuf);
+    measure_flusher_free(&fl);
     if (rc) fprintf(stderr, "a2amm bench api: rank %d: %s\n", me, err.msg);
     return rc;
 }
@@ -121,8 +117,8 @@ int cmd_bench_api(int argc, char **argv)
 {
     api_bench b;
     memset(&b, 0, sizeof b);
-    op_options_default(&b.o);
-    b.o.mode = OP_MODE_PERF;
+    run_options_default(&b.o);
+    b.o.mode = RUN_PERF;
     b.iters = 3;
     int rounds = 2, json = 0, npos = 0;
     char *pos[4];
@@ -159,7 +155,7 @@ int cmd_bench_api(int argc, char **argv)
     b.iters = b.o.iters == 10 ? 3 : b.o.iters; /* --iters: repetitions per round */
     b.o.iters = b.iters;
     int R = (int)b.s.R;
-    b.flush_bytes = llc_bytes() * 2 / (size_t)R < (8u << 20) ? (8u << 20) : llc_bytes() * 2 / (size_t)R;
+    b.flush_bytes = measure_flush_bytes(R);
 
     const char *tmpdir = getenv("TMPDIR");
     char dir[4096];
@@ -182,15 +178,14 @@ int cmd_bench_api(int argc, char **argv)
     int n_run = 0, n_call = 0, n_w = 0;
     a2amm_op_config heap_cfg = {.max_m = b.s.M, .k = b.s.K, .n = b.s.N, .a_type = b.s.a_type, .b_type = b.s.b_type,
                                 .tile_m = b.o.tile_m, .depth = b.o.depth,
-                                .path = b.o.path == OP_PATH_PUT ? A2AMM_PATH_PUT : A2AMM_PATH_DIRECT};
+                                .path = b.o.path};
     a2amm_launch_options lo = {.heap_bytes = a2amm_op_heap_bytes(&heap_cfg, R) + (1u << 20)};
     for (int round = 0; !rc && round < rounds; round++) {
-        op_result res;
-        rc = op_run(dir, &b.s, &b.o, &res, &err);
-        if (!rc) {
-            for (int it = 0; it < b.iters; it++) all_run[n_run++] = res.perf.fused[it];
-            op_result_free(&res);
-        }
+        run_result res;
+        rc = run_files(dir, &b.s, &b.o, &res, &err);
+        if (!rc)
+            for (int it = 0; it < b.iters; it++) all_run[n_run++] = res.perf.t[RUN_V_CONFIGURED][it];
+        run_result_free(&res);
         if (!rc) rc = a2amm_launch(R, api_rank, &b, &lo, &err);
         if (!rc) {
             slowest(b.t_call, b.iters, R, all_call, &n_call);

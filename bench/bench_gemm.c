@@ -13,7 +13,7 @@
 #include "cli/args.h"
 #include "bench/bench_ceiling.h"
 #include "bench/bench_peers.h"
-#include "bench/bench_timing.h"
+#include "cli/measure.h"
 #include "cli/json.h"
 #include "bench/bench.h"
 #include "cli/perf_report.h"
@@ -605,7 +605,7 @@ typedef struct gemm_bench {
     gemm_report r;
     gemm_inputs in;
     pool *pool;
-    bench_flusher fl;
+    measure_flusher fl;
     double *t; /* the contenders' times [CONTENDERS][iters] */
     a2amm_run run;
     float *c; /* a2amm's C [M, N] fp32 (kept for the check) */
@@ -634,7 +634,7 @@ static int gemm_setup(gemm_bench *g, a2amm_error *err)
     gemm_report *r = &g->r;
     const gemm_opts *o = &r->o;
     r->flop = 2.0 * (double)o->M * (double)o->N * (double)o->K;
-    r->flush_bytes = o->flush ? 2 * llc_bytes() : 0;
+    r->flush_bytes = o->flush ? measure_flush_bytes(1) : 0;
     for (int i = 0; i < ROW_COUNT; i++) {
         gemm_row *x = &r->rows[i];
         snprintf(x->label, sizeof x->label, "%s", ROW_LABELS[i]);
@@ -655,9 +655,8 @@ static int gemm_setup(gemm_bench *g, a2amm_error *err)
     r->onednn_cap = bench_onednn_cap_isa(); /* before oneDNN runs anything */
     rc = pool_create(o->threads, &g->pool, err);
     if (rc) return rc;
-    g->fl = (bench_flusher){g->pool, NULL, r->flush_bytes};
-    if (g->fl.bytes && !(g->fl.buf = calloc(g->fl.bytes, 1)))
-        return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the %zu-byte cache-flush buffer", g->fl.bytes);
+    int frc = measure_flusher_init(&g->fl, g->pool, r->flush_bytes, err);
+    if (frc) return frc;
     if (!(g->t = calloc((size_t)(CONTENDERS * o->iters), sizeof *g->t)) ||
         !(r->round_ceiling = calloc((size_t)(o->warmup + o->iters), sizeof *r->round_ceiling)))
         return a2amm_fail(err, A2AMM_E_NOMEM, "out of memory");
@@ -695,7 +694,7 @@ static int gemm_setup_a2amm(gemm_bench *g, a2amm_error *err)
     if (!g->c || !g->out)
         return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate C (%.1f MB)", (double)(o->M * o->N) * 6.0 / 1e6);
     a2amm_prep prep = {g->pool, r->isa, &g->in, o->N, o->K, NULL};
-    int rc = bench_time_runs(a2amm_prepare, a2amm_unprepare, &prep, o->warmup, o->iters, &g->fl, g->t, err);
+    int rc = measure_runs(a2amm_prepare, a2amm_unprepare, &prep, o->warmup, o->iters, &g->fl, g->t, err);
     if (rc) return rc;
     r->prep = cli_summarize(g->t, o->iters);
     rc = gemm_b_prepare_on(g->pool, r->isa, g->in.q.b, g->in.q.sb, o->N, o->K, g->in.z.sk, A2AMM_E4M3, &g->b, err);
@@ -811,7 +810,7 @@ static int gemm_time_contenders(gemm_bench *g, a2amm_error *err)
     const gemm_opts *o = &r->o;
     int rc = gemm_setup_a2amm(g, err);
     if (rc) return rc;
-    bench_contender c[CONTENDERS] = {{a2amm_matmul_timed, NULL, &g->run, g->t, 0, {0, ""}},
+    measure_contender c[CONTENDERS] = {{a2amm_matmul_timed, NULL, &g->run, g->t, 0, {0, ""}},
                                      {onednn_run, bench_onednn_idle, NULL, g->t + o->iters, 0, {0, ""}},
                                      {openblas_run, bench_openblas_idle, NULL, g->t + 2 * o->iters, 0, {0, ""}},
                                      {round_probe_run, NULL, r, g->t + 3 * o->iters, 0, {0, ""}}};
@@ -819,7 +818,7 @@ static int gemm_time_contenders(gemm_bench *g, a2amm_error *err)
     c[1].ctx = g->dn;
     c[2].rc = gemm_setup_openblas(g, &c[2].err);
     c[2].ctx = g->ob;
-    bench_time_interleaved(c, CONTENDERS, o->warmup, o->iters, &g->fl);
+    measure_interleaved(c, CONTENDERS, o->warmup, o->iters, &g->fl);
     for (int i = 0; i < CONTENDERS; i += 3) /* a2amm's or the probe's failure ends the run */
         if (c[i].rc) {
             *err = c[i].err;
@@ -891,7 +890,7 @@ static void gemm_teardown(gemm_bench *g)
     gemm_inputs_free(&g->in);
     free(g->c);
     free(g->out);
-    free((void *)g->fl.buf);
+    measure_flusher_free(&g->fl);
     free(g->r.round_ceiling);
     pool_destroy(g->pool);
     free(g->t);

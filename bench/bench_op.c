@@ -17,7 +17,7 @@
 #include "cli/op_args.h"
 #include "cli/perf_report.h"
 #include "gen/gen.h"
-#include "op/op.h"
+#include "cli/runner.h"
 
 static void bench_op_usage(FILE *f)
 {
@@ -55,9 +55,9 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 
 int cmd_bench_op(int argc, char **argv)
 {
-    op_options o;
-    op_options_default(&o);
-    o.mode = OP_MODE_PERF;
+    run_options o;
+    run_options_default(&o);
+    o.mode = RUN_PERF;
     o.baseline = 1;
     const char *dir = NULL;
     char *pos[4];
@@ -107,31 +107,31 @@ int cmd_bench_op(int argc, char **argv)
     for (int r = 0; in && r < s.R; r++) io_rank_inputs_free(&in[r]);
     free(in);
     if (!rc && *o.stop) rc = a2amm_fail(&err, A2AMM_E_INTERRUPTED, "interrupted while writing the inputs");
-    op_result res = {0};
+    run_result res = {0};
     if (!rc) {
         if (!json) {
             printf("a2amm bench op: M=%lld K=%lld N=%lld R=%lld, e4m3 x e4m3, path %s, tile %lld, %d repetitions\n",
-                   (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R, op_path_name(o.path),
+                   (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R, run_path_name(o.path),
                    (long long)o.tile_m, o.iters);
             fflush(stdout);
         }
-        rc = op_run(dir, &s, &o, &res, &err);
+        rc = run_files(dir, &s, &o, &res, &err);
     }
     if (!rc) {
         if (!json) printf("  %d compute thread%s per rank, kernel %s\n", res.threads, res.threads == 1 ? "" : "s",
-                          gemm_isa_name(res.isa));
+                          res.kernel);
         cli_print_op_perf(&s, &o, &res, json);
         if (!json) {
-            cli_summary f = cli_summarize(res.perf.fused, res.perf.iters);
-            cli_summary l = cli_summarize(res.perf.local, res.perf.iters);
-            cli_summary b = cli_summarize(res.perf.baseline, res.perf.iters);
-            printf("  ratios (medians): fused / matmul in place = %.3f; baseline / fused = %.2fx\n",
+            cli_summary f = cli_summarize(res.perf.t[RUN_V_CONFIGURED], res.perf.iters);
+            cli_summary l = cli_summarize(res.perf.t[RUN_V_MATMUL], res.perf.iters);
+            cli_summary b = cli_summarize(res.perf.t[RUN_V_BASELINE], res.perf.iters);
+            printf("  ratios (medians): fused / matmul alone = %.3f; baseline / fused = %.2fx\n",
                    f.median / l.median, b.median / f.median);
         }
     } else {
         cli_print_error("bench op", &err);
     }
-    op_result_free(&res);
+    run_result_free(&res);
     if (dir == tmp && nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
         fprintf(stderr, "a2amm bench op: could not remove %s: %s\n", tmp, strerror(errno));
     if (rc == A2AMM_E_INTERRUPTED && cli_exit_code_for_stop()) return cli_exit_code_for_stop();

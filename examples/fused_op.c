@@ -55,7 +55,7 @@ static int rank_main(a2amm_comm *comm, void *arg)
     a2amm_mx_quantize_f32(got, M, K, K, A2AMM_E4M3, A2AMM_SCALE_RCEIL, ga, K, gsa, K / 32, &err);
     a2amm_weights *wb = NULL;
     uint16_t *want = malloc(sizeof(uint16_t) * M * N);
-    rc = a2amm_weights_create(b, sb, N, K, K / 32, A2AMM_E4M3, &wb, &err);
+    rc = a2amm_weights_create(b, sb, N, K, K / 32, A2AMM_E4M3, 0, &wb, &err);
     if (!rc) rc = a2amm_matmul(wb, ga, K, gsa, K / 32, M, A2AMM_E4M3, want, N, 1, &err);
     a2amm_weights_destroy(wb);
     int far = 0;

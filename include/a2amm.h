@@ -119,6 +119,13 @@ A2AMM_API int a2amm_mx_quantize_bf16(const uint16_t *x, int64_t rows, int64_t co
 A2AMM_API int a2amm_mx_dequantize_f32(const uint8_t *codes, int64_t ldc, const uint8_t *scales, int64_t lds, int64_t rows,
                             int64_t cols, a2amm_fp8_type type, float *y, int64_t ldy, a2amm_error *err);
 
+/* ---- The kernels ----------------------------------------------------------- */
+/* The kernel level ops and matmuls made now would run ("amx", "avx512",
+ * "avx2" or "ref"): the best this CPU runs, or what A2AMM_ISA forces, less
+ * what A2AMM_CPU_HIDE hides. A2AMM_E_INVAL, saying why, when A2AMM_ISA asks
+ * for a level this CPU or build cannot run. */
+A2AMM_API int a2amm_kernel(const char **name, a2amm_error *err);
+
 /* ---- The single-rank matmul ------------------------------------------------ */
 /*
  * out [m, n] bf16 = A [m, k] x B [k, n] on MXFP8 data, one rank, with the
@@ -129,9 +136,11 @@ A2AMM_API int a2amm_mx_dequantize_f32(const uint8_t *codes, int64_t ldc, const u
  */
 typedef struct a2amm_weights a2amm_weights;
 
-/* Prepares B for the best kernel this CPU runs (A2AMM_ISA, A2AMM_CPU_HIDE apply). */
+/* Prepares B for the best kernel this CPU runs (A2AMM_ISA, A2AMM_CPU_HIDE
+ * apply), over `threads` threads (0: every core). The arrays may be freed
+ * afterwards. Weights can also serve ops: a2amm_op_use_weights. */
 A2AMM_API int a2amm_weights_create(const uint8_t *b, const uint8_t *sb, int64_t n, int64_t k, int64_t ldsb,
-                         a2amm_fp8_type b_type, a2amm_weights **w, a2amm_error *err);
+                         a2amm_fp8_type b_type, int threads, a2amm_weights **w, a2amm_error *err);
 A2AMM_API void a2amm_weights_destroy(a2amm_weights *w);
 /* out [m, ldo] = A x B; threads 0: every core. Thread-safe on one weights. */
 A2AMM_API int a2amm_matmul(const a2amm_weights *w, const uint8_t *a, int64_t lda, const uint8_t *sa, int64_t ldsa, int64_t m,
@@ -184,6 +193,31 @@ typedef struct a2amm_launch_options {
 } a2amm_launch_options;
 
 A2AMM_API int a2amm_launch(int nranks, a2amm_rank_fn fn, void *arg, const a2amm_launch_options *options, a2amm_error *err);
+/*
+ * A communicator from processes another engine started on this machine (an
+ * MPI job, a framework's workers), through a bootstrap the caller supplies:
+ * its rank and size, an allgather (every rank's `bytes` from `mine` into
+ * `all` [size][bytes], in rank order) and a barrier, each returning 0 on
+ * success. Collective. Every rank passes the same heap_bytes (0: 1 GiB).
+ * The ranks share memory as under a2amm_launch (nothing is left in
+ * /dev/shm); a rank whose process dies before a2amm_comm_destroy fails the
+ * communicator, naming it: every other rank's collective call returns
+ * A2AMM_E_PEER within a fraction of a second. The bootstrap is used only
+ * inside this call. Ranks on other machines: liba2amm_mpi.
+ */
+typedef struct a2amm_bootstrap {
+    int rank, size;
+    void *arg; /* passed to the two calls */
+    int (*allgather)(void *arg, const void *mine, void *all, size_t bytes);
+    int (*barrier)(void *arg);
+} a2amm_bootstrap;
+
+A2AMM_API int a2amm_comm_create(const a2amm_bootstrap *bootstrap, size_t heap_bytes, a2amm_comm **comm,
+                                a2amm_error *err);
+/* Local. Ends this rank's part of a communicator made by a2amm_comm_create,
+ * once it is done with every op made on it (destroy them first). NULL is fine. */
+A2AMM_API void a2amm_comm_destroy(a2amm_comm *comm);
+
 /* Says what this rank is doing now ("loading input_a.bin"): it appears in
  * failure messages and reports, and counts as a sign of life. */
 A2AMM_API void a2amm_comm_say(a2amm_comm *comm, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -192,6 +226,16 @@ A2AMM_API int a2amm_comm_rank(const a2amm_comm *comm);
 A2AMM_API int a2amm_comm_size(const a2amm_comm *comm);
 /* Collective: every rank waits for the others (at most timeout_s seconds). */
 A2AMM_API int a2amm_comm_barrier(a2amm_comm *comm, double timeout_s, a2amm_error *err);
+/*
+ * Collective: the plain AllToAll of `block_bytes` per pair: block j of this
+ * rank's `send` [size][block_bytes] lands as block r of rank j's `recv`,
+ * where r is this rank. Staged through symmetric memory: the first call
+ * (and any later call with larger blocks) takes size * block_bytes of it,
+ * kept for the calls after (count it in heap_bytes of the launch); send and
+ * recv may not overlap. Every wait ends at timeout_s.
+ */
+A2AMM_API int a2amm_comm_alltoall(a2amm_comm *comm, const void *send, void *recv, size_t block_bytes, double timeout_s,
+                                  a2amm_error *err);
 /* Fails the communicator on purpose with a message: every other rank's
  * collective call returns A2AMM_E_PEER. Returns code (a negative status). */
 A2AMM_API int a2amm_comm_fail(a2amm_comm *comm, int code, const char *message);
@@ -215,6 +259,11 @@ typedef enum a2amm_path {
     A2AMM_PATH_PUT = 1     /* the owner puts rows into a ring of slots and signals */
 } a2amm_path;
 
+typedef enum a2amm_schedule {
+    A2AMM_SCHEDULE_FUSED = 0,  /* tile by tile: later tiles travel while earlier ones multiply */
+    A2AMM_SCHEDULE_UNFUSED = 1 /* the whole AllToAll, a barrier, then the matmul (for comparison) */
+} a2amm_schedule;
+
 typedef struct a2amm_op_config {
     int64_t max_m;          /* the largest m of any call (rows per destination) */
     int64_t k, n;           /* K (divisible by R, K/R a multiple of 32) and N */
@@ -224,6 +273,7 @@ typedef struct a2amm_op_config {
     int threads;            /* compute threads of this rank (0: cores / R, at least 1) */
     a2amm_path path;
     double timeout_s;       /* deadline of every wait between ranks (0: 60) */
+    a2amm_schedule schedule; /* fused (0, the default) or unfused */
 } a2amm_op_config;
 
 /* Symmetric memory one rank needs for an op of this config on R ranks. */
@@ -246,6 +296,14 @@ A2AMM_API int a2amm_op_create(a2amm_comm *comm, const a2amm_op_config *config, a
 A2AMM_API int a2amm_op_set_weights(a2amm_op *op, const uint8_t *b, const uint8_t *sb, int64_t ldsb, a2amm_error *err);
 
 /*
+ * Local. Uses weights prepared by a2amm_weights_create (n, k and b_type as
+ * the op's) instead of a copy of the op's own: several ops, and
+ * a2amm_matmul, can share one preparation. The op borrows them: keep them
+ * alive, unchanged, until the op is destroyed or given other weights.
+ */
+A2AMM_API int a2amm_op_use_weights(a2amm_op *op, const a2amm_weights *w, a2amm_error *err);
+
+/*
  * Local. Where to write the input for zero-copy calls: the rows of A_r for
  * destination j start at a + j * block_rows * lda (lda = K/R bytes a row),
  * their scales at sa + j * block_rows * ldsa (ldsa = 2*ceil(K/R/64)); a call
@@ -263,6 +321,31 @@ A2AMM_API int a2amm_op_input(a2amm_op *op, uint8_t **a, uint8_t **sa, int64_t *l
  * wait ends at the config's timeout_s.
  */
 A2AMM_API int a2amm_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, uint16_t *out, a2amm_error *err);
+
+/*
+ * Watching the pipeline. An observer, when set, is called on this rank's
+ * thread that runs the call, at each event below, with the event's details;
+ * it must be quick. Returning non-zero (a negative A2AMM_E_* status) stops
+ * the call there: it fails with that status on this rank (and
+ * A2AMM_E_PEER on the others), as a failure of this rank would.
+ */
+typedef enum a2amm_event_kind {
+    A2AMM_EVENT_TILE = 0 /* a tile of the call begins: tile, tiles, rows */
+} a2amm_event_kind;
+
+typedef struct a2amm_event {
+    a2amm_event_kind kind;
+    int rank;          /* this rank */
+    uint64_t call;     /* the call's number on this op, from 1 */
+    int64_t tile;      /* the tile's number in the call, from 0 */
+    int64_t tiles;     /* tiles in the call */
+    int64_t rows;      /* rows of the tile */
+} a2amm_event;
+
+typedef int (*a2amm_observer_fn)(void *arg, const a2amm_event *event);
+
+/* Local. Sets (or with NULL removes) this rank's observer of op. */
+A2AMM_API int a2amm_op_set_observer(a2amm_op *op, a2amm_observer_fn fn, void *arg);
 
 /* Local. Frees the op; its handle is no longer valid (a call on it is
  * refused as not a live op). NULL is fine. */

@@ -11,6 +11,7 @@
 
 #include "a2amm.h"
 #include "check.h"
+#include "mx/mx.h"
 
 static float randn(void)
 {
@@ -100,6 +101,28 @@ static void test_quantize_errors(void)
           "a bad mode");
 }
 
+/* The fast dequantize against its reference twin (mx_dequant, in double):
+ * every code under every scale, bit for bit (NaN where the scale is NaN). */
+static void test_dequantize_all_codes(a2amm_fp8_type type)
+{
+    static uint8_t codes[256 * 256], scales[256 * 8];
+    static float y[256 * 256];
+    for (int s = 0; s < 256; s++) {
+        for (int c = 0; c < 256; c++) codes[s * 256 + c] = (uint8_t)c;
+        for (int b = 0; b < 8; b++) scales[s * 8 + b] = (uint8_t)s;
+    }
+    a2amm_error err;
+    CHECK(a2amm_mx_dequantize_f32(codes, 256, scales, 8, 256, 256, type, y, 256, &err) == 0, "%s", err.msg);
+    long wrong = 0;
+    for (int s = 0; s < 256; s++)
+        for (int c = 0; c < 256; c++) {
+            float want = (float)mx_dequant((uint8_t)c, (uint8_t)s, type), got = y[s * 256 + c];
+            wrong += isnan(want) ? !isnan(got) : memcmp(&want, &got, sizeof got) != 0;
+        }
+    CHECK(wrong == 0, "dequantize %s: %ld of 65536 (code, scale) pairs differ from the reference",
+          a2amm_fp8_type_name(type), wrong);
+}
+
 static void test_matmul(void)
 {
     enum { M = 37, N = 70, K = 96 };
@@ -114,7 +137,7 @@ static void test_matmul(void)
     a2amm_mx_dequantize_f32(a, K, sa, 3, M, K, A2AMM_E4M3, ad, K, &err);
     a2amm_mx_dequantize_f32(b, K, sb, 4, N, K, A2AMM_E5M2, bd, K, &err);
     a2amm_weights *w = NULL;
-    CHECK(a2amm_weights_create(b, sb, N, K, 4, A2AMM_E5M2, &w, &err) == 0, "weights: %s", err.msg);
+    CHECK(a2amm_weights_create(b, sb, N, K, 4, A2AMM_E5M2, 2, &w, &err) == 0, "weights: %s", err.msg);
     uint16_t out[3][M * N];
     for (int t = 0; t < 3; t++)
         CHECK(a2amm_matmul(w, a, K, sa, 3, M, A2AMM_E4M3, out[t], N, t + 1, &err) == 0, "matmul: %s", err.msg);
@@ -135,11 +158,23 @@ static void test_matmul(void)
               strstr(err.msg, "ldo >= n = 70"), "ldo below n: %s", err.msg);
     CHECK(a2amm_matmul(NULL, a, K, sa, 3, M, A2AMM_E4M3, out[0], N, 1, &err) == A2AMM_E_INVAL, "NULL weights");
     a2amm_weights_destroy(w);
-    CHECK(a2amm_weights_create(b, sb, N, 100, 4, A2AMM_E5M2, &w, &err) != 0 && w == NULL, "k not a multiple of 32");
+    /* weights prepared over 1 thread multiply to the same bits as over 2 */
+    CHECK(a2amm_weights_create(b, sb, N, K, 4, A2AMM_E5M2, 1, &w, &err) == 0, "weights, 1 thread: %s", err.msg);
+    CHECK(a2amm_matmul(w, a, K, sa, 3, M, A2AMM_E4M3, out[1], N, 2, &err) == 0 && !memcmp(out[0], out[1], sizeof out[0]),
+          "weights prepared over 1 and 2 threads give other bits");
+    a2amm_weights_destroy(w);
+    CHECK(a2amm_weights_create(b, sb, N, 100, 4, A2AMM_E5M2, 0, &w, &err) != 0 && w == NULL, "k not a multiple of 32");
+    CHECK(a2amm_weights_create(b, sb, N, K, 4, A2AMM_E5M2, -1, &w, &err) == A2AMM_E_INVAL && strstr(err.msg, "threads"),
+          "negative threads refused: %s", err.msg);
+    const char *kernel = NULL;
+    CHECK(a2amm_kernel(&kernel, &err) == 0 && kernel && (!strcmp(kernel, "ref") || !strcmp(kernel, "avx2") ||
+          !strcmp(kernel, "avx512") || !strcmp(kernel, "amx")), "a2amm_kernel names a level: %s", kernel ? kernel : err.msg);
 }
 
 int main(void)
 {
+    test_dequantize_all_codes(A2AMM_E4M3);
+    test_dequantize_all_codes(A2AMM_E5M2);
     rng_state = 0xA2A3A4A5A6A7A8A9ull;
     for (int t = 0; t < 2; t++)
         for (int m = 0; m < 2; m++) test_quantize_round_trip((a2amm_fp8_type)t, (a2amm_scale_mode)m);

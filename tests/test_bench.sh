@@ -216,7 +216,7 @@ expect_ok "bench gemm help example: $ex" "$A2AMM" bench $ex
 
 # --- bench op: fused, unfused, in place and the baseline in one table
 expect_ok "bench op" "$A2AMM" bench op 40 128 24 2 --iters 2 --tile-m 16
-for row in "fused" "unfused" "matmul in place" "baseline (sgemm)" "exposed communication" "ratios (medians)"; do
+for row in "fused" "unfused" "matmul alone" "baseline (sgemm)" "exposed communication" "ratios (medians)"; do
     expect_output "bench op row: $row" "$row"
 done
 expect_ok "bench op --json, put path" "$A2AMM" bench op 40 96 24 3 --iters 2 --path put --json
@@ -224,7 +224,7 @@ check "bench op --json has every variant" python3 -c "
 import json
 o=json.loads(open('$SCRATCH/out').read())
 assert o['path']=='put' and o['R']==3
-for k in ('run','unfused','local','baseline'): assert o[k]['median_s']>0"
+for k in ('run','unfused','matmul','baseline'): assert o[k]['median_s']>0"
 expect_fail "bench op: bad shape" "K / R must be a multiple of 32" "$A2AMM" bench op 40 100 24 2
 expect_fail "bench op: bad path" "--path must be direct or put" "$A2AMM" bench op 40 128 24 2 --path x
 check "bench op left no temporary folder" test -z "$(ls -A "$TMPDIR")"

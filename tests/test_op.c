@@ -2,9 +2,10 @@
  * The public API (include/a2amm.h) in memory, from inside ranks made by the
  * embedded launcher: every path, tile size and depth; m changing from call
  * to call up to max_m; weights replaced between calls; input copied in or
- * written in place. Each result is compared bit for bit with the command's
- * pipeline on the same data (op_run over files in the seed layout) and
- * within tolerance with the fp64 reference. Then wrong use: NULL arguments,
+ * written in place; fused and unfused; weights set on the op or prepared
+ * once and shared. Each result is compared bit for bit with the command's
+ * (`a2amm run` over files in the seed layout, the binary beside this test's
+ * folder) on the same data and within tolerance with the fp64 reference. Then wrong use: NULL arguments,
  * sizes that do not match between ranks, m above max_m, a call before the
  * weights, a call on a destroyed op, and a rank that dies while the others
  * are inside a collective call (they get A2AMM_E_PEER within seconds).
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,10 +27,9 @@
 #include "check.h"
 #include "gen/gen.h"
 #include "io/io.h"
-#include "op/op.h"
 #include "ref/ref_op.h"
 
-enum { MAX_R = 3, MAX_M = 70, K_PER_RANK = 64, N = 40, CALLS = 5, CONFIGS = 4 };
+enum { MAX_R = 3, MAX_M = 70, K_PER_RANK = 64, N = 40, CALLS = 5, CONFIGS = 6 };
 
 /* The calls every config makes: m, and which weights (0 or 1). */
 static const int64_t CALL_M[CALLS] = {MAX_M, 1, 37, MAX_M, 37};
@@ -39,7 +40,14 @@ static const a2amm_op_config CONFIG_OF[CONFIGS] = {
     {.path = A2AMM_PATH_PUT, .tile_m = 7, .depth = 1},
     {.path = A2AMM_PATH_PUT, .tile_m = 16, .depth = 3, .threads = 2},
     {.path = A2AMM_PATH_DIRECT, .tile_m = 1, .threads = 3},
+    {.path = A2AMM_PATH_PUT, .tile_m = 16, .depth = 2, .schedule = A2AMM_SCHEDULE_UNFUSED},
+    {.path = A2AMM_PATH_DIRECT, .tile_m = 7, .threads = 2, .schedule = A2AMM_SCHEDULE_UNFUSED},
 };
+/* Configs that borrow weights prepared once (a2amm_weights_create + a2amm_op_use_weights). */
+static int borrows_weights(int c) { return c % 2 == 1; }
+
+/* The a2amm command, beside this test's folder (build/tests/ -> build/a2amm). */
+static char a2amm_bin[600];
 
 /* Everything the ranks read (inherited through fork) and write (shared). */
 typedef struct world_data {
@@ -73,12 +81,17 @@ static int rank_calls(a2amm_comm *comm, void *arg)
         a2amm_op_config cfg = CONFIG_OF[c];
         cfg.max_m = MAX_M, cfg.k = w->s.K, cfg.n = N, cfg.a_type = w->s.a_type, cfg.b_type = w->s.b_type;
         a2amm_op *op = NULL;
+        a2amm_weights *shared[2] = {NULL, NULL};
         rc = a2amm_op_create(comm, &cfg, &op, &err);
+        for (int s = 0; !rc && borrows_weights(c) && s < 2; s++)
+            rc = a2amm_weights_create(w->in[s][me].b, w->in[s][me].sb, N, w->s.K, w->z.sk, w->s.b_type, s + 1,
+                                      &shared[s], &err);
         int weights = -1;
         for (int k = 0; !rc && k < CALLS; k++) {
             if (CALL_W[k] != weights) {
                 weights = CALL_W[k];
-                rc = a2amm_op_set_weights(op, w->in[weights][me].b, w->in[weights][me].sb, w->z.sk, &err);
+                if (borrows_weights(c)) rc = a2amm_op_use_weights(op, shared[weights], &err);
+                else rc = a2amm_op_set_weights(op, w->in[weights][me].b, w->in[weights][me].sb, w->z.sk, &err);
                 if (rc) break;
             }
             int64_t m = CALL_M[k];
@@ -98,6 +111,8 @@ static int rank_calls(a2amm_comm *comm, void *arg)
             }
         }
         a2amm_op_destroy(op);
+        a2amm_weights_destroy(shared[0]);
+        a2amm_weights_destroy(shared[1]);
     }
     if (rc) fprintf(stderr, "rank %d: %s\n", me, err.msg);
     w->status[me] = rc;
@@ -106,7 +121,21 @@ static int rank_calls(a2amm_comm *comm, void *arg)
     return rc;
 }
 
-/* The command's pipeline (op_run over files) on the data of one call: rank j's bf16 [m, N] into want[j]. */
+/* Runs the a2amm command with these arguments, its output to /dev/null; its exit status. */
+static int run_command(char *const args[])
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout)) _exit(127);
+        execv(a2amm_bin, args);
+        _exit(127);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The command (`a2amm run` over files) on the data of one call: rank j's bf16 [m, N] into want[j]. */
 static int pipeline_outputs(const world_data *w, int64_t m, int weights, const char *dir, uint16_t **want)
 {
     a2amm_shape s = w->s;
@@ -121,11 +150,15 @@ static int pipeline_outputs(const world_data *w, int64_t m, int weights, const c
         io_rank_inputs in = {a, sa, w->in[weights][r].b, w->in[weights][r].sb};
         rc = io_save_rank_inputs(dir, r, &z, &in, &err);
     }
-    op_options o;
-    op_options_default(&o);
-    op_result res;
-    if (!rc) rc = op_run(dir, &s, &o, &res, &err);
-    if (!rc) op_result_free(&res);
+    char M[32], Kx[32], Nx[32], Rx[32];
+    snprintf(M, sizeof M, "%lld", (long long)m), snprintf(Kx, sizeof Kx, "%lld", (long long)s.K);
+    snprintf(Nx, sizeof Nx, "%lld", (long long)s.N), snprintf(Rx, sizeof Rx, "%lld", (long long)s.R);
+    char *args[] = {a2amm_bin, "run", M, Kx, Nx, Rx, "--dir", (char *)dir, "--a-type",
+                    (char *)a2amm_fp8_type_name(s.a_type), "--b-type", (char *)a2amm_fp8_type_name(s.b_type), NULL};
+    if (!rc && run_command(args) != 0) {
+        snprintf(err.msg, sizeof err.msg, "%s run failed", a2amm_bin);
+        rc = -1;
+    }
     for (int r = 0; r < w->R && !rc; r++) {
         char path[IO_PATH_MAX];
         rc = io_rank_path(path, sizeof path, dir, "output", r, "npu_out.bin", &err);
@@ -200,8 +233,9 @@ static void test_calls(int R)
             for (int c = 0; c < CONFIGS; c++) {
                 const uint16_t *got = w.got + got_index(c, k, r);
                 CHECK(!memcmp(got, want[r], (size_t)(CALL_M[k] * N * 2)),
-                      "R=%d config %d (path %d, tile %lld, depth %d) call %d (m=%lld, weights %d) rank %d: not the "
-                      "command's bits", R, c, CONFIG_OF[c].path, (long long)CONFIG_OF[c].tile_m, CONFIG_OF[c].depth, k,
+                      "R=%d config %d (path %d, tile %lld, depth %d, schedule %d) call %d (m=%lld, weights %d) rank "
+                      "%d: not the command's bits", R, c, CONFIG_OF[c].path, (long long)CONFIG_OF[c].tile_m,
+                      CONFIG_OF[c].depth, CONFIG_OF[c].schedule, k,
                       (long long)CALL_M[k], CALL_W[k], r);
             }
             CHECK(close_to_reference(&w, CALL_M[k], CALL_W[k], r, want[r]),
@@ -339,6 +373,80 @@ static void test_misuse(void)
 
 enum launch_case { EXITS, STALLS, STOPPED };
 
+/* ---- several ops on one communicator, destroyed in any order; the AllToAll; borrowed weights checked ---- */
+
+typedef struct several_report {
+    int rc, alltoall_ok, same_after_destroy, wrong_weights_refused;
+    char msg[1100];
+} several_report;
+
+static int rank_several(a2amm_comm *comm, void *arg)
+{
+    several_report *rep = (several_report *)arg + a2amm_comm_rank(comm);
+    int me = a2amm_comm_rank(comm), R = a2amm_comm_size(comm);
+    a2amm_error err = {0, ""};
+    enum { BLOCK = 1000 };
+    uint8_t send[3 * BLOCK], recv[3 * BLOCK];
+    for (int j = 0; j < R; j++) memset(send + j * BLOCK, me * 16 + j, BLOCK);
+    int rc = a2amm_comm_alltoall(comm, send, recv, BLOCK, 10, &err);
+    rep->alltoall_ok = !rc;
+    for (int j = 0; !rc && j < R; j++)
+        for (int i = 0; i < BLOCK; i++) rep->alltoall_ok &= recv[j * BLOCK + i] == (uint8_t)(j * 16 + me);
+    enum { M = 9, KR = 64, NN = 16 };
+    int64_t K = (int64_t)KR * R;
+    a2amm_op_config cfg = {.max_m = M, .k = K, .n = NN, .path = A2AMM_PATH_PUT, .tile_m = 4, .depth = 2};
+    uint8_t *b = calloc((size_t)(NN * K), 1), *sb = malloc((size_t)(NN * K / 32));
+    uint8_t *a = malloc((size_t)(R * M * KR)), *sa = malloc((size_t)(R * M * 2));
+    uint16_t out1[M * NN], out2[M * NN];
+    for (int64_t i = 0; i < NN * K; i++) b[i] = (uint8_t)((i * 7 + me) % 120);
+    memset(sb, 127, (size_t)(NN * K / 32));
+    for (int i = 0; i < R * M * KR; i++) a[i] = (uint8_t)((i * 13) % 110);
+    memset(sa, 126, (size_t)(R * M * 2));
+    a2amm_op *op1 = NULL, *op2 = NULL, *op3 = NULL;
+    a2amm_weights *w = NULL, *wrong = NULL;
+    if (!rc) rc = a2amm_op_create(comm, &cfg, &op1, &err);
+    if (!rc) rc = a2amm_op_create(comm, &cfg, &op2, &err);
+    if (!rc) rc = a2amm_weights_create(b, sb, NN, K, K / 32, A2AMM_E4M3, 1, &w, &err);
+    if (!rc) rc = a2amm_weights_create(b, sb, NN - 1, K, K / 32, A2AMM_E4M3, 1, &wrong, &err);
+    if (!rc) {
+        a2amm_error werr = {0, ""};
+        rep->wrong_weights_refused = a2amm_op_use_weights(op2, wrong, &werr) == A2AMM_E_INVAL &&
+                                     strstr(werr.msg, "n 15") != NULL;
+        rc = a2amm_op_use_weights(op2, w, &err);
+    }
+    if (!rc) rc = a2amm_op_run(op2, M, a, sa, out1, &err);
+    a2amm_op_destroy(op1); /* below op2: its memory comes back only with op2's */
+    if (!rc) rc = a2amm_op_create(comm, &cfg, &op3, &err);
+    if (!rc) rc = a2amm_op_set_weights(op3, b, sb, K / 32, &err);
+    if (!rc) rc = a2amm_op_run(op2, M, a, sa, out2, &err);
+    rep->same_after_destroy = !rc && !memcmp(out1, out2, sizeof out1);
+    if (!rc) rc = a2amm_op_run(op3, M, a, sa, out2, &err);
+    rep->same_after_destroy &= !rc && !memcmp(out1, out2, sizeof out1);
+    a2amm_op_destroy(op2);
+    a2amm_op_destroy(op3);
+    a2amm_weights_destroy(w);
+    a2amm_weights_destroy(wrong);
+    free(a), free(sa), free(b), free(sb);
+    rep->rc = rc;
+    snprintf(rep->msg, sizeof rep->msg, "%s", err.msg);
+    return rc;
+}
+
+static void test_several_ops(void)
+{
+    several_report *rep = mmap(NULL, 3 * sizeof *rep, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    a2amm_error err = {0, ""};
+    int rc = a2amm_launch(3, rank_several, rep, &(a2amm_launch_options){.heap_bytes = 16u << 20}, &err);
+    CHECK(rc == 0, "several ops: %s", err.msg);
+    for (int r = 0; r < 3; r++) {
+        CHECK(rep[r].rc == 0, "several ops, rank %d: %s", r, rep[r].msg);
+        CHECK(rep[r].alltoall_ok, "rank %d: a2amm_comm_alltoall delivered other blocks", r);
+        CHECK(rep[r].same_after_destroy, "rank %d: ops made and destroyed around an op changed its results", r);
+        CHECK(rep[r].wrong_weights_refused, "rank %d: weights of another n were not refused", r);
+    }
+    munmap(rep, 3 * sizeof *rep);
+}
+
 static int rank_reported(a2amm_comm *comm, void *arg)
 {
     enum launch_case c = *(const enum launch_case *)arg;
@@ -391,10 +499,18 @@ static void test_launch_reports(void)
           "a negative stall_s is refused");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    (void)argc;
+    const char *slash = strrchr(argv[0], '/');
+    snprintf(a2amm_bin, sizeof a2amm_bin, "%.*s/../a2amm", slash ? (int)(slash - argv[0]) : 1, slash ? argv[0] : ".");
+    if (access(a2amm_bin, X_OK) != 0) {
+        fprintf(stderr, "test_op: the a2amm command is not at %s (build it first)\n", a2amm_bin);
+        return 1;
+    }
     for (int R = 1; R <= MAX_R; R++) test_calls(R);
     test_misuse();
+    test_several_ops();
     test_launch_reports();
     return check_summary("test_op");
 }

@@ -104,7 +104,7 @@ text = open(sys.argv[1]).read()
 assert "3 repetitions" in text, "not 3 repetitions"
 assert re.search(r"^ +min ms +median ms +max ms", text, re.M), "no header"
 med = {}
-for name in ("fused", "unfused", "matmul in place"):
+for name in ("fused", "unfused", "matmul alone"):
     m = re.search(r"^  %s +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+)x$" % name, text, re.M)
     assert m, "no row " + name
     lo, mid, hi = (float(m.group(i)) for i in (1, 2, 3))
@@ -119,7 +119,7 @@ check "perf --json is one JSON object with the figures" python3 -c "
 import json,sys
 o=json.loads(open('$SCRATCH/out').read())
 assert o['iters']==2 and o['path']=='put'
-for k in ('run','unfused','local'): assert o[k]['median_s']>0 and o[k]['min_s']<=o[k]['median_s']<=o[k]['max_s']
+for k in ('run','unfused','matmul'): assert o[k]['median_s']>0 and o[k]['min_s']<=o[k]['median_s']<=o[k]['max_s']
 assert 'exposed_comm_s' in o and o['run_with_prepare_s'] >= o['run']['median_s']"
 
 # --- bad arguments

@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "api/api_internal.h"
 #include "common/error.h"
@@ -17,7 +18,7 @@ typedef struct launch_arg {
 static int rank_trampoline(comm_ctx *ctx, void *p)
 {
     const launch_arg *la = p;
-    a2amm_comm comm = {ctx};
+    a2amm_comm comm = {ctx, NULL, 0, 0, 0, NULL};
     return la->fn(&comm, la->arg);
 }
 
@@ -50,6 +51,47 @@ int a2amm_launch(int nranks, a2amm_rank_fn fn, void *arg, const a2amm_launch_opt
     return rc;
 }
 
+static int call_allgather(void *arg, const void *mine, void *all, size_t bytes)
+{
+    const a2amm_bootstrap *bs = arg;
+    return bs->allgather(bs->arg, mine, all, bytes);
+}
+
+static int call_barrier(void *arg)
+{
+    const a2amm_bootstrap *bs = arg;
+    return bs->barrier(bs->arg);
+}
+
+int a2amm_comm_create(const a2amm_bootstrap *bs, size_t heap_bytes, a2amm_comm **out, a2amm_error *err)
+{
+    if (out) *out = NULL;
+    if (!bs || !out || !bs->allgather || !bs->barrier)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_create: bootstrap (with allgather and barrier) and comm "
+                          "must not be NULL");
+    if (bs->size < 1 || bs->size > 1024 || bs->rank < 0 || bs->rank >= bs->size)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_create: rank %d of size %d: expected 0 <= rank < size <= "
+                          "1024", bs->rank, bs->size);
+    a2amm_comm *comm = calloc(1, sizeof *comm);
+    if (!comm) return a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_comm_create: out of memory");
+    comm_bootstrap_fns fns = {(void *)bs, call_allgather, call_barrier};
+    int rc = comm_world_join(bs->rank, bs->size, heap_bytes ? heap_bytes : DEFAULT_HEAP_BYTES, &fns, &comm->joined,
+                             &comm->ctx, err);
+    if (rc) {
+        free(comm);
+        return rc;
+    }
+    *out = comm;
+    return A2AMM_OK;
+}
+
+void a2amm_comm_destroy(a2amm_comm *comm)
+{
+    if (!comm || !comm->joined) return; /* a launcher's communicator ends with its rank function */
+    comm_world_leave(comm->joined, comm->ctx);
+    free(comm);
+}
+
 int a2amm_comm_rank(const a2amm_comm *comm) { return comm ? comm_rank(comm->ctx) : -1; }
 int a2amm_comm_size(const a2amm_comm *comm) { return comm ? comm_nranks(comm->ctx) : -1; }
 
@@ -77,4 +119,48 @@ void a2amm_comm_say(a2amm_comm *comm, const char *fmt, ...)
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     comm_set_doing(comm->ctx, "%s", text);
+}
+
+int a2amm_comm_alltoall(a2amm_comm *comm, const void *send, void *recv, size_t block_bytes, double timeout_s,
+                        a2amm_error *err)
+{
+    if (!comm || (block_bytes && (!send || !recv)))
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoall: comm, send and recv must not be NULL");
+    if (!(timeout_s > 0))
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoall: timeout_s must be positive (got %g)", timeout_s);
+    comm_ctx *ctx = comm->ctx;
+    int me = comm_rank(ctx), R = comm_nranks(ctx);
+    size_t total = block_bytes * (size_t)R;
+    if (total / (size_t)R != block_bytes)
+        return a2amm_fail(err, A2AMM_E_OVERFLOW, "a2amm_comm_alltoall: %d blocks of %zu bytes overflow", R, block_bytes);
+    /* the send blocks staged in symmetric memory (kept for later calls: every
+     * rank makes the same calls, so every rank keeps the same), each rank then
+     * gets its block from every peer */
+    int rc = A2AMM_OK;
+    if (comm->stage_bytes < total) {
+        comm_heap_release_range(ctx, comm->stage_start, comm->stage_end);
+        comm->stage = NULL, comm->stage_bytes = 0;
+        comm->stage_start = comm_heap_mark(ctx);
+        rc = comm_alloc(ctx, total, 64, &comm->stage, err);
+        comm->stage_end = comm_heap_mark(ctx);
+        if (rc) {
+            comm_fail(ctx, rc, "rank %d: a2amm_comm_alltoall: %s", me, err ? err->msg : "no symmetric memory left");
+            return rc;
+        }
+        comm->stage_bytes = total;
+    }
+    uint8_t *stage = comm->stage;
+    memcpy(stage, send, total);
+    comm_set_doing(ctx, "a2amm_comm_alltoall: waiting for every rank's blocks");
+    rc = comm_barrier(ctx, comm_deadline_after(timeout_s), err);
+    for (int k = 0; !rc && k < R; k++) {
+        int src = (me + k) % R;
+        uint8_t *dst = (uint8_t *)recv + (size_t)src * block_bytes;
+        if (src == me) memcpy(dst, stage + (size_t)me * block_bytes, block_bytes);
+        else rc = comm_get(ctx, dst, stage + (size_t)me * block_bytes, block_bytes, src, err);
+    }
+    comm_set_doing(ctx, "a2amm_comm_alltoall: waiting for every rank to finish reading");
+    if (!rc) rc = comm_barrier(ctx, comm_deadline_after(timeout_s), err); /* nobody reads the stage any more */
+    if (rc && rc != A2AMM_E_PEER) comm_fail(ctx, rc, "rank %d: a2amm_comm_alltoall: %s", me, err ? err->msg : "");
+    return rc;
 }

@@ -6,31 +6,42 @@
 #include "common/pool.h"
 #include "gemm/gemm.h"
 
-struct a2amm_weights {
-    gemm_b *b;
-    int64_t n, k;
-};
+#include "api/api_internal.h"
 
 int a2amm_weights_create(const uint8_t *b, const uint8_t *sb, int64_t n, int64_t k, int64_t ldsb,
-                         a2amm_fp8_type b_type, a2amm_weights **out, a2amm_error *err)
+                         a2amm_fp8_type b_type, int threads, a2amm_weights **out, a2amm_error *err)
 {
     if (out) *out = NULL;
     if (!b || !sb || !out) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_weights_create: a NULL argument");
     if (b_type != A2AMM_E4M3 && b_type != A2AMM_E5M2)
         return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_weights_create: b_type must be A2AMM_E4M3 or A2AMM_E5M2");
+    if (threads < 0 || threads > 1024)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_weights_create: threads must be 0 (every core) to 1024 (got %d)",
+                          threads);
     gemm_isa isa;
     int rc = gemm_isa_select(&isa, err);
     if (rc) return rc;
     a2amm_weights *w = calloc(1, sizeof *w);
     if (!w) return a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_weights_create: out of memory");
-    *w = (a2amm_weights){NULL, n, k};
-    rc = gemm_b_prepare(isa, b, sb, n, k, ldsb, b_type, &w->b, err);
+    *w = (a2amm_weights){NULL, n, k, b_type};
+    pool *workers = NULL;
+    rc = pool_create(threads ? threads : pool_cpu_count(), &workers, err);
+    if (!rc) rc = gemm_b_prepare_on(workers, isa, b, sb, n, k, ldsb, b_type, &w->b, err);
+    pool_destroy(workers);
     if (rc) {
         free(w);
         return rc;
     }
     *out = w;
     return A2AMM_OK;
+}
+
+int a2amm_kernel(const char **name, a2amm_error *err)
+{
+    gemm_isa isa;
+    int rc = gemm_isa_select(&isa, err);
+    if (name) *name = rc ? NULL : gemm_isa_name(isa);
+    return rc;
 }
 
 void a2amm_weights_destroy(a2amm_weights *w)

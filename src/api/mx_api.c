@@ -70,8 +70,16 @@ int a2amm_mx_dequantize_f32(const uint8_t *codes, int64_t ldc, const uint8_t *sc
 {
     int rc = check_matrix("a2amm_mx_dequantize_f32", y, codes, scales, rows, cols, ldy, ldc, lds, type, err);
     if (rc) return rc;
+    /* value x 2^(scale - 127) in one float multiply: every E8M0 scale but NaN
+     * is a float (2^-127 a subnormal), so the product is the exact value
+     * rounded once, as mx_dequant's double would be */
+    float val[256];
+    for (int c = 0; c < 256; c++) val[c] = mx_fp8_to_f32((uint8_t)c, type);
     for (int64_t i = 0; i < rows; i++)
-        for (int64_t t = 0; t < cols; t++)
-            y[i * ldy + t] = (float)mx_dequant(codes[i * ldc + t], scales[i * lds + t / 32], type);
+        for (int64_t b0 = 0; b0 < cols; b0 += 32) {
+            float sc = mx_e8m0_to_f32(scales[i * lds + b0 / 32]);
+            int64_t end = b0 + 32 < cols ? b0 + 32 : cols;
+            for (int64_t t = b0; t < end; t++) y[i * ldy + t] = val[codes[i * ldc + t]] * sc;
+        }
     return A2AMM_OK;
 }

@@ -14,8 +14,9 @@
 #include "op/rank.h"
 
 /* What every rank publishes at create, compared with every peer's. */
-enum { CFG_MAX_M, CFG_K, CFG_N, CFG_A_TYPE, CFG_B_TYPE, CFG_TILE_M, CFG_DEPTH, CFG_PATH, CFG_WORDS };
-static const char *const CFG_NAMES[CFG_WORDS] = {"max_m", "k", "n", "a_type", "b_type", "tile_m", "depth", "path"};
+enum { CFG_MAX_M, CFG_K, CFG_N, CFG_A_TYPE, CFG_B_TYPE, CFG_TILE_M, CFG_DEPTH, CFG_PATH, CFG_SCHEDULE, CFG_WORDS };
+static const char *const CFG_NAMES[CFG_WORDS] = {"max_m", "k", "n", "a_type", "b_type", "tile_m", "depth", "path",
+                                                 "schedule"};
 
 struct a2amm_op {
     comm_ctx *ctx;
@@ -27,7 +28,7 @@ struct a2amm_op {
     gemm_isa isa;
     uint64_t tiles_done, calls; /* tiles of every call so far: the next call's first global tile */
     int64_t *cfg_sym; /* [CFG_WORDS] then this call's m */
-    size_t heap_mark;
+    size_t heap_mark, heap_end; /* its symmetric memory: [heap_mark, heap_end) */
     struct a2amm_op *next; /* the live ops of this process */
 };
 
@@ -93,6 +94,9 @@ static int check_config(const a2amm_op_config *c, int R, a2amm_shape *shape, a2a
     if (c->path != A2AMM_PATH_DIRECT && c->path != A2AMM_PATH_PUT)
         return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: path must be A2AMM_PATH_DIRECT or A2AMM_PATH_PUT");
     if (!(c->timeout_s > 0)) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: timeout_s must be 0 (60) or positive");
+    if (c->schedule != A2AMM_SCHEDULE_FUSED && c->schedule != A2AMM_SCHEDULE_UNFUSED)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: schedule must be A2AMM_SCHEDULE_FUSED or "
+                          "A2AMM_SCHEDULE_UNFUSED");
     *shape = (a2amm_shape){c->max_m, c->k, c->n, R, c->a_type, c->b_type};
     a2amm_error why = {0, ""};
     int rc = a2amm_shape_check(shape, z, &why);
@@ -102,15 +106,13 @@ static int check_config(const a2amm_op_config *c, int R, a2amm_shape *shape, a2a
 
 static op_options options_of(const a2amm_op_config *c)
 {
-    op_options o;
-    op_options_default(&o);
-    o.tile_m = c->tile_m;
-    o.depth = c->depth;
-    o.threads = c->threads;
-    o.path = c->path == A2AMM_PATH_PUT ? OP_PATH_PUT : OP_PATH_DIRECT;
-    o.timeout_s = c->timeout_s;
-    return o;
+    return (op_options){.tile_m = c->tile_m, .depth = c->depth, .threads = c->threads,
+                        .path = c->path == A2AMM_PATH_PUT ? OP_PATH_PUT : OP_PATH_DIRECT,
+                        .unfused = c->schedule == A2AMM_SCHEDULE_UNFUSED, .timeout_s = c->timeout_s};
 }
+
+/* The symmetric regions an op of these options needs: the ring (fused put path), xbuf (unfused). */
+static int needs_ring(const op_options *o) { return o->path == OP_PATH_PUT && !o->unfused; }
 
 size_t a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks)
 {
@@ -120,7 +122,7 @@ size_t a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks)
     a2amm_sizes z;
     if (check_config(&c, nranks, &s, &z, NULL)) return 0;
     op_options o = options_of(&c);
-    return op_rank_heap_bytes(&s, &z, &o, o.path == OP_PATH_PUT, 0) + (CFG_WORDS + 1) * 8 + 128;
+    return op_rank_heap_bytes(&s, &z, &o, needs_ring(&o), o.unfused) + (CFG_WORDS + 1) * 8 + 128;
 }
 
 /* The error of a failed collective step, reported to every rank once. */
@@ -175,13 +177,14 @@ int a2amm_op_create(a2amm_comm *comm, const a2amm_op_config *config, a2amm_op **
                        .m = op->cfg.max_m, .m_max = op->cfg.max_m};
     op->rk.tm = op->cfg.tile_m < op->cfg.max_m ? op->cfg.tile_m : op->cfg.max_m;
     rc = comm_alloc(op->ctx, (CFG_WORDS + 1) * sizeof(int64_t), 64, (void **)&op->cfg_sym, err);
-    if (!rc) rc = op_rank_alloc(&op->rk, op->opt.path == OP_PATH_PUT, 0, err);
+    if (!rc) rc = op_rank_alloc(&op->rk, needs_ring(&op->opt), op->opt.unfused, err);
     if (!rc) rc = pool_create(op->opt.threads, &op->rk.pool, err);
     if (!rc) {
         free(op->rk.out); /* the caller's buffer is the output */
         op->rk.out = NULL;
         const int64_t words[CFG_WORDS] = {op->cfg.max_m, op->cfg.k, op->cfg.n, op->cfg.a_type,
-                                          op->cfg.b_type, op->cfg.tile_m, op->cfg.depth, op->cfg.path};
+                                          op->cfg.b_type, op->cfg.tile_m, op->cfg.depth, op->cfg.path,
+                                          op->cfg.schedule};
         memcpy(op->cfg_sym, words, sizeof words);
         comm_set_doing(op->ctx, "a2amm_op_create: waiting for every rank");
         rc = comm_barrier(op->ctx, comm_deadline_after(op->cfg.timeout_s), err);
@@ -195,6 +198,7 @@ int a2amm_op_create(a2amm_comm *comm, const a2amm_op_config *config, a2amm_op **
         free(op);
         return rc;
     }
+    op->heap_end = comm_heap_mark(op->ctx);
     live_add(op);
     *out = op;
     return A2AMM_OK;
@@ -210,8 +214,35 @@ int a2amm_op_set_weights(a2amm_op *op, const uint8_t *b, const uint8_t *sb, int6
     gemm_b *nb = NULL;
     int rc = gemm_b_prepare_on(op->rk.pool, op->isa, b, sb, op->cfg.n, op->cfg.k, ldsb, op->cfg.b_type, &nb, err);
     if (rc) return rc;
-    gemm_b_free(op->rk.b);
+    gemm_b_free(op->rk.owned_b);
+    op->rk.owned_b = nb;
     op->rk.b = nb;
+    return A2AMM_OK;
+}
+
+int a2amm_op_use_weights(a2amm_op *op, const a2amm_weights *w, a2amm_error *err)
+{
+    if (!is_live(op)) return not_live("a2amm_op_use_weights", err);
+    if (!w) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_use_weights: w must not be NULL");
+    if (w->n != op->cfg.n || w->k != op->cfg.k || w->b_type != op->cfg.b_type)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_use_weights: the weights are n %lld, k %lld, %s; the op's are "
+                          "n %lld, k %lld, %s", (long long)w->n, (long long)w->k, a2amm_fp8_type_name(w->b_type),
+                          (long long)op->cfg.n, (long long)op->cfg.k, a2amm_fp8_type_name(op->cfg.b_type));
+    if (gemm_b_isa(w->b) != op->isa)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_use_weights: the weights were prepared for the %s kernels, "
+                          "the op runs %s (was A2AMM_ISA or A2AMM_CPU_HIDE changed in between?)",
+                          gemm_isa_name(gemm_b_isa(w->b)), gemm_isa_name(op->isa));
+    gemm_b_free(op->rk.owned_b);
+    op->rk.owned_b = NULL;
+    op->rk.b = w->b;
+    return A2AMM_OK;
+}
+
+int a2amm_op_set_observer(a2amm_op *op, a2amm_observer_fn fn, void *arg)
+{
+    if (!is_live(op)) return not_live("a2amm_op_set_observer", NULL);
+    op->rk.observer = fn;
+    op->rk.observer_arg = fn ? arg : NULL;
     return A2AMM_OK;
 }
 
@@ -239,7 +270,8 @@ int a2amm_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, u
         rc = a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_run: rank %d: a and sa must both be given, or both NULL "
                         "(the input written at a2amm_op_input)", comm_rank(op->ctx));
     else if (!op->rk.b)
-        rc = a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_run: rank %d: no weights: call a2amm_op_set_weights first",
+        rc = a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_run: rank %d: no weights: call a2amm_op_set_weights (or "
+                        "a2amm_op_use_weights) first",
                         comm_rank(op->ctx));
     if (rc) return fail_all(op, rc, err);
     const int64_t ka = op->z.ka, ska = op->z.ska, R = op->shape.R, mm = op->cfg.max_m;
@@ -257,7 +289,9 @@ int a2amm_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, u
         op->rk.m = m;
         op->rk.ntiles = (m + op->rk.tm - 1) / op->rk.tm;
         op->rk.out = out;
-        rc = op_exec_fused(&op->rk, op->tiles_done, err);
+        op->rk.call = op->calls;
+        if (op->opt.unfused) rc = op_exec_unfused(&op->rk, err);
+        else rc = op_exec_fused(&op->rk, op->tiles_done, err);
         op->tiles_done += (uint64_t)op->rk.ntiles;
         op->rk.out = NULL;
     }
@@ -272,6 +306,6 @@ void a2amm_op_destroy(a2amm_op *op)
     if (!op || !live_remove(op)) return;
     op->rk.out = NULL;
     op_rank_free(&op->rk);
-    comm_heap_release(op->ctx, op->heap_mark);
+    comm_heap_release_range(op->ctx, op->heap_mark, op->heap_end); /* ops may be destroyed in any order */
     free(op);
 }

@@ -10,7 +10,7 @@
 #include "cli/commands.h"
 #include "cli/data_dir.h"
 #include "io/io.h"
-#include "op/op.h"
+#include "cli/runner.h"
 #include "cli/op_args.h"
 #include "cli/perf_report.h"
 
@@ -26,6 +26,7 @@ static void run_usage(FILE *f)
             "tile, and in precision mode writes DIR/output/<r>/npu_out.bin (bf16 [M, N]).\n"
             "perf mode times repetitions instead (caches flushed before each) and reports\n"
             "the slowest rank's time, TFLOP/s and the communication left exposed.\n"
+            "It calls the public API (include/a2amm.h) like any program could.\n"
             "\n"
             "options:\n"
             "  --dir DIR          the folder gen wrote (default: .)\n"
@@ -63,14 +64,14 @@ static void run_usage(FILE *f)
 }
 
 /* How one rank ended, in a line: never started, ok, what failed first, or stopped for another's failure. */
-static void print_rank(int r, const op_rank_report *k)
+static void print_rank(int r, const a2amm_rank_report *k)
 {
     if (!k->started) printf("  [Rank %d] never started (the launcher stopped before forking it)\n", r);
     else if (k->status == 0) printf("  [Rank %d] ok\n", r);
-    else if (k->term_signal && k->killed_by_launcher)
+    else if (k->signal && k->killed_by_launcher)
         printf("  [Rank %d] killed by the launcher (it did not stop after the failure) while: %s\n", r, k->doing);
-    else if (k->term_signal)
-        printf("  [Rank %d] FAILED: killed by signal %d (%s) while: %s\n", r, k->term_signal, strsignal(k->term_signal),
+    else if (k->signal)
+        printf("  [Rank %d] FAILED: killed by signal %d (%s) while: %s\n", r, k->signal, strsignal(k->signal),
                k->doing);
     else if (k->failed_first && k->status == A2AMM_E_PEER)
         printf("  [Rank %d] FAILED: exited with code %d before finishing, while: %s\n", r, k->exit_code, k->doing);
@@ -80,37 +81,37 @@ static void print_rank(int r, const op_rank_report *k)
 }
 
 /* One word for how a rank ended, for the JSON. */
-static const char *rank_word(const op_rank_report *k)
+static const char *rank_word(const a2amm_rank_report *k)
 {
     if (!k->started) return "never started";
     if (k->status == 0) return "ok";
     if (k->killed_by_launcher) return "killed by the launcher";
     if (k->failed_first) return "failed";
-    return k->status == A2AMM_E_PEER && !k->term_signal ? "stopped: another rank failed" : "failed";
+    return k->status == A2AMM_E_PEER && !k->signal ? "stopped: another rank failed" : "failed";
 }
 
 /* --json in precision mode: the run as one object (shape, each rank, time, the outputs). */
-static void print_precision_json(const char *dir, const a2amm_shape *s, const op_options *o, const op_result *res,
+static void print_precision_json(const char *dir, const a2amm_shape *s, const run_options *o, const run_result *res,
                                  int rc, const a2amm_error *err, double wall)
 {
     printf("{\"command\":\"run\",\"mode\":\"precision\",\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%lld",
            (long long)s->M, (long long)s->K, (long long)s->N, (long long)s->R);
     cli_json_key_str("a_type", a2amm_fp8_type_name(s->a_type));
     cli_json_key_str("b_type", a2amm_fp8_type_name(s->b_type));
-    cli_json_key_str("path", op_path_name(o->path));
+    cli_json_key_str("path", run_path_name(o->path));
     printf(",\"fused\":%s,\"tile_m\":%lld,\"depth\":%d", o->unfused ? "false" : "true", (long long)o->tile_m,
            o->depth);
     cli_json_key_str("status", rc ? "FAILURE" : "SUCCESS");
     cli_json_key_str("error", rc ? err->msg : NULL);
-    cli_json_key_str("kernel", res->ranks ? gemm_isa_name(res->isa) : NULL);
+    cli_json_key_str("kernel", res->ranks ? res->kernel : NULL);
     cli_json_key_num("wall_s", "%.6f", wall);
     printf(",\"ranks\":[");
     for (int r = 0; res->ranks && r < s->R; r++) {
-        const op_rank_report *k = &res->ranks[r];
+        const a2amm_rank_report *k = &res->ranks[r];
         printf("%s{\"rank\":%d", r ? "," : "", r);
         cli_json_key_str("status", rank_word(k));
         cli_json_key_str("doing", k->status ? k->doing : NULL);
-        printf(",\"signal\":%d}", k->term_signal);
+        printf(",\"signal\":%d}", k->signal);
     }
     printf("],\"outputs\":[");
     for (int r = 0; !rc && r < s->R; r++) {
@@ -124,8 +125,8 @@ static void print_precision_json(const char *dir, const a2amm_shape *s, const op
 
 int cmd_run(int argc, char **argv)
 {
-    op_options o;
-    op_options_default(&o);
+    run_options o;
+    run_options_default(&o);
     const char *dir = ".", *at = NULL, *bt = NULL;
     char *pos[4];
     int npos = 0, json = 0;
@@ -144,8 +145,8 @@ int cmd_run(int argc, char **argv)
         else if (!strcmp(argv[i], "--unfused")) o.unfused = 1;
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--baseline")) o.baseline = 1;
-        else if (!strcmp(argv[i], "precision") && npos == 4) o.mode = OP_MODE_PRECISION;
-        else if (!strcmp(argv[i], "perf") && npos == 4) o.mode = OP_MODE_PERF;
+        else if (!strcmp(argv[i], "precision") && npos == 4) o.mode = RUN_PRECISION;
+        else if (!strcmp(argv[i], "perf") && npos == 4) o.mode = RUN_PERF;
         else if (argv[i][0] == '-' && argv[i][1] != '\0' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             fprintf(stderr, "a2amm run: unknown option '%s' (see a2amm run --help)\n", argv[i]);
             return 2;
@@ -171,25 +172,25 @@ int cmd_run(int argc, char **argv)
     if (!json)
         printf("a2amm run: M=%lld K=%lld N=%lld R=%lld, A %s, B %s, %s mode, %s, path %s, tile %lld rows, depth %d\n",
                (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R, a2amm_fp8_type_name(s.a_type),
-               a2amm_fp8_type_name(s.b_type), o.mode == OP_MODE_PERF ? "perf" : "precision",
-               o.unfused ? "unfused" : "fused", op_path_name(o.path), (long long)o.tile_m, o.depth);
+               a2amm_fp8_type_name(s.b_type), o.mode == RUN_PERF ? "perf" : "precision",
+               o.unfused ? "unfused" : "fused", run_path_name(o.path), (long long)o.tile_m, o.depth);
     fflush(stdout);
-    op_result res;
+    run_result res;
     a2amm_error err = {0, ""};
     double t0 = cli_now();
-    int rc = op_run(dir, &s, &o, &res, &err);
+    int rc = run_files(dir, &s, &o, &res, &err);
     double wall = cli_now() - t0;
-    if (json && o.mode == OP_MODE_PRECISION) {
+    if (json && o.mode == RUN_PRECISION) {
         print_precision_json(dir, &s, &o, &res, rc, &err, wall);
         if (rc) cli_print_error("run", &err);
-        op_result_free(&res);
+        run_result_free(&res);
         if (rc == A2AMM_E_INTERRUPTED && cli_exit_code_for_stop()) return cli_exit_code_for_stop();
         return rc ? 1 : 0;
     }
     if (!json || rc) {
         if (res.ranks) {
             printf("  %lld tiles, %d compute thread%s per rank, kernel %s\n", (long long)res.ntiles, res.threads,
-                   res.threads == 1 ? "" : "s", gemm_isa_name(res.isa));
+                   res.threads == 1 ? "" : "s", res.kernel);
             for (int r = 0; r < s.R; r++) print_rank(r, &res.ranks[r]);
         }
     }
@@ -197,13 +198,13 @@ int cmd_run(int argc, char **argv)
         cli_print_error("run", &err);
         printf("All workers finished. Status: FAILURE\n");
     } else {
-        if (o.mode == OP_MODE_PERF) cli_print_op_perf(&s, &o, &res, json);
+        if (o.mode == RUN_PERF) cli_print_op_perf(&s, &o, &res, json);
         else if (!json)
             printf("  wrote %s/output/<0..%lld>/npu_out.bin in %.3f s (whole run: load, prepare, multiply, write)\n",
                    dir, (long long)s.R - 1, wall);
         if (!json) printf("All workers finished. Status: SUCCESS\n");
     }
-    op_result_free(&res);
+    run_result_free(&res);
     if (rc == A2AMM_E_INTERRUPTED && cli_exit_code_for_stop()) return cli_exit_code_for_stop();
     return rc ? 1 : 0;
 }

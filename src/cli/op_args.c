@@ -6,7 +6,7 @@
 
 #include "cli/args.h"
 
-int cli_op_option(const char *cmd, int argc, char **argv, int *i, op_options *o)
+int cli_op_option(const char *cmd, int argc, char **argv, int *i, run_options *o)
 {
     const char *v;
     int m;
@@ -32,8 +32,8 @@ int cli_op_option(const char *cmd, int argc, char **argv, int *i, op_options *o)
         return m < 0 || cli_parse_double(cmd, "--timeout", v, 0.001, 1e7, &o->timeout_s) ? -1 : 1;
     if ((m = cli_option(argc, argv, i, "--path", &v))) {
         if (m < 0) return -1;
-        if (!strcmp(v, "direct")) o->path = OP_PATH_DIRECT;
-        else if (!strcmp(v, "put")) o->path = OP_PATH_PUT;
+        if (!strcmp(v, "direct")) o->path = A2AMM_PATH_DIRECT;
+        else if (!strcmp(v, "put")) o->path = A2AMM_PATH_PUT;
         else {
             fprintf(stderr, "a2amm %s: --path must be direct or put, got '%s'\n", cmd, v);
             return -1;

@@ -2,7 +2,7 @@
 #ifndef A2AMM_CLI_OP_ARGS_H
 #define A2AMM_CLI_OP_ARGS_H
 
-#include "op/op.h"
+#include "cli/runner.h"
 
 /*
  * If argv[*i] is one of --tile-m, --depth, --threads, --iters, --path or
@@ -10,6 +10,6 @@
  * when argv[*i] is something else; -1 after printing a message naming the
  * option when its value is bad. `cmd` names the command in messages.
  */
-int cli_op_option(const char *cmd, int argc, char **argv, int *i, op_options *o);
+int cli_op_option(const char *cmd, int argc, char **argv, int *i, run_options *o);
 
 #endif

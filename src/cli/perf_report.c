@@ -26,26 +26,25 @@ cli_summary cli_summarize(const double *v, int n)
     return s;
 }
 
-void cli_print_op_perf(const a2amm_shape *s, const op_options *o, const op_result *res, int json)
+void cli_print_op_perf(const a2amm_shape *s, const run_options *o, const run_result *res, int json)
 {
-    const op_perf *p = &res->perf;
+    const run_perf *p = &res->perf;
     double flops = 2.0 * (double)s->M * (double)s->N * (double)s->K * (double)s->R; /* all ranks */
-    int nv = p->baseline ? 4 : 3;
-    cli_summary v[4] = {cli_summarize(p->fused, p->iters), cli_summarize(p->unfused, p->iters), cli_summarize(p->local, p->iters),
-                    {NAN, NAN, NAN}};
-    if (p->baseline) v[3] = cli_summarize(p->baseline, p->iters);
-    const char *names[4] = {o->unfused ? "unfused (as asked)" : "fused", "unfused", "matmul in place",
-                            "baseline (sgemm)"};
+    int nv = p->t[RUN_V_BASELINE] ? RUN_VARIANTS : RUN_V_BASELINE;
+    cli_summary v[RUN_VARIANTS];
+    for (int i = 0; i < nv; i++) v[i] = cli_summarize(p->t[i], p->iters);
+    const char *names[RUN_VARIANTS] = {o->unfused ? "unfused (as asked)" : "fused", "unfused", "matmul alone",
+                                       "baseline (sgemm)"};
     double exposed = v[0].median - v[2].median;
     if (json) {
         printf("{\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%lld,\"a_type\":\"%s\",\"b_type\":\"%s\","
                "\"path\":\"%s\",\"unfused\":%s,\"tile_m\":%lld,\"depth\":%d,\"threads\":%d,\"isa\":\"%s\","
                "\"iters\":%d,\"warmup\":%d,\"flush_bytes_per_rank\":%.0f,\"prepare_s\":%.6f",
                (long long)s->M, (long long)s->K, (long long)s->N, (long long)s->R, a2amm_fp8_type_name(s->a_type),
-               a2amm_fp8_type_name(s->b_type), op_path_name(o->path), o->unfused ? "true" : "false",
-               (long long)o->tile_m, o->depth, res->threads, gemm_isa_name(res->isa), p->iters, o->warmup,
+               a2amm_fp8_type_name(s->b_type), run_path_name(o->path), o->unfused ? "true" : "false",
+               (long long)o->tile_m, o->depth, res->threads, res->kernel, p->iters, o->warmup,
                p->flush_bytes, p->prepare_s);
-        const char *keys[4] = {"run", "unfused", "local", "baseline"};
+        const char *keys[RUN_VARIANTS] = {"run", "unfused", "matmul", "baseline"};
         for (int i = 0; i < nv; i++)
             printf(",\"%s\":{\"min_s\":%.6f,\"median_s\":%.6f,\"max_s\":%.6f,\"tflops\":%.4f}", keys[i], v[i].min,
                    v[i].median, v[i].max, flops / v[i].median / 1e12);
@@ -60,9 +59,10 @@ void cli_print_op_perf(const a2amm_shape *s, const op_options *o, const op_resul
     for (int i = 0; i < nv; i++)
         printf("  %-20s %10.3f %10.3f %10.3f %10.4f %9.2fx\n", names[i], v[i].min * 1e3, v[i].median * 1e3,
                v[i].max * 1e3, flops / v[i].median / 1e12, v[i].median / v[0].median);
-    if (p->baseline)
+    printf("  matmul alone: a2amm_matmul on the rows the AllToAll brings ([M, K]), same weights and threads\n");
+    if (p->t[RUN_V_BASELINE])
         printf("  baseline: the whole AllToAll, dequantize to fp32, OpenBLAS sgemm (fp32 weights prepared once)\n");
-    printf("  exposed communication: %.3f ms (median %s - median matmul in place; %.1f%% of the run)\n",
+    printf("  exposed communication: %.3f ms (median %s - median matmul alone; %.1f%% of the run)\n",
            exposed * 1e3, names[0], 100.0 * exposed / v[0].median);
     printf("  B preparation, once per rank before the repetitions: %.3f ms (slowest rank)\n", p->prepare_s * 1e3);
     printf("  %s with B prepared on every call instead: %.3f ms, %.1f GFLOP/s (median + preparation)\n", names[0],

@@ -54,6 +54,23 @@ int64_t comm_deadline_after(double seconds);
 int comm_world_create(int nranks, size_t heap_bytes, comm_world **out, a2amm_error *err);
 /* Unmaps the world and frees the handle (NULL is allowed). */
 void comm_world_destroy(comm_world *world);
+
+/*
+ * A world made by processes another engine started on this machine, rank
+ * `rank` of `nranks`: rank 0 makes it, every rank maps it (through
+ * /proc/<rank 0's pid>/fd: nothing is named in /dev/shm), using the
+ * caller's allgather and barrier (each returns 0 on success). A watcher
+ * thread fails the world, naming the rank, when a peer's process dies
+ * before leaving. *ctx is this rank's context; comm_world_leave ends both.
+ */
+typedef struct comm_bootstrap_fns {
+    void *arg;
+    int (*allgather)(void *arg, const void *mine, void *all, size_t bytes);
+    int (*barrier)(void *arg);
+} comm_bootstrap_fns;
+int comm_world_join(int rank, int nranks, size_t heap_bytes, const comm_bootstrap_fns *bs, comm_world **world,
+                    comm_ctx **ctx, a2amm_error *err);
+void comm_world_leave(comm_world *world, comm_ctx *ctx);
 int comm_world_nranks(const comm_world *world);
 
 /* ---- A rank's identity and status ---------------------------------------- */
@@ -95,6 +112,10 @@ int comm_alloc(comm_ctx *ctx, size_t bytes, size_t align, void **out, a2amm_erro
  */
 size_t comm_heap_mark(const comm_ctx *ctx);
 void comm_heap_release(comm_ctx *ctx, size_t mark);
+/* Gives back [start, end) of the heap (marks taken before and after its
+ * allocations) in any order: memory below the top is returned once
+ * everything above it has been. Same rules as comm_heap_release. */
+void comm_heap_release_range(comm_ctx *ctx, size_t start, size_t end);
 /* Offset of a symmetric address in the heap, or SIZE_MAX if it is not one. */
 size_t comm_sym_offset(const comm_ctx *ctx, const void *sym);
 /*

@@ -8,6 +8,7 @@
 
 #include "comm/comm.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #define COMM_HEAP_ALIGN 4096 /* every heap starts on a page */
@@ -50,7 +51,17 @@ struct comm_world {
     size_t map_bytes;
     char *heaps; /* rank r's heap is heaps + r * hdr->heap_bytes */
     int launched;
+    /* a world joined through a bootstrap (join.c): this rank, and its watcher of the peers */
+    int joined_rank;
+    int watching;
+    pthread_t watcher;
+    _Atomic int stop_watching;
 };
+
+/* comm_world_create, keeping the memfd open in *fd_out for others to map (join.c). */
+int comm_world_create_fd(int nranks, size_t heap_bytes, comm_world **out, int *fd_out, a2amm_error *err);
+
+#define COMM_FREED_MAX 64
 
 /* One rank's view; lives in that rank's process. */
 struct comm_ctx {
@@ -60,6 +71,9 @@ struct comm_ctx {
     size_t heap_bytes;
     char *my_heap;
     size_t heap_used;
+    /* ranges given back below the top, returned once everything above them is */
+    size_t freed_lo[COMM_FREED_MAX], freed_hi[COMM_FREED_MAX];
+    int nfreed;
     uint64_t barriers_done;
     a2amm_error last_error; /* the last failure a comm call reported */
 };

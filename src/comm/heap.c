@@ -94,10 +94,50 @@ void comm_quiet(comm_ctx *ctx)
 
 size_t comm_heap_mark(const comm_ctx *ctx) { return ctx->heap_used; }
 
+static void release_top(comm_ctx *ctx, size_t mark);
+
+void comm_heap_release_range(comm_ctx *ctx, size_t start, size_t end)
+{
+    if (start >= end || end > ctx->heap_used)
+        return;
+    if (end < ctx->heap_used) {
+        /* something above is still in use: remember the hole (or, with no room, keep it) */
+        if (ctx->nfreed < COMM_FREED_MAX) {
+            ctx->freed_lo[ctx->nfreed] = start;
+            ctx->freed_hi[ctx->nfreed++] = end;
+        }
+        return;
+    }
+    release_top(ctx, start);
+    /* holes now at the top go too, and what they uncover */
+    for (int again = 1; again;) {
+        again = 0;
+        for (int i = 0; i < ctx->nfreed; i++)
+            if (ctx->freed_hi[i] >= ctx->heap_used) {
+                size_t lo = ctx->freed_lo[i];
+                ctx->freed_lo[i] = ctx->freed_lo[--ctx->nfreed];
+                ctx->freed_hi[i] = ctx->freed_hi[ctx->nfreed];
+                if (lo < ctx->heap_used) release_top(ctx, lo);
+                again = 1;
+                break;
+            }
+    }
+}
+
 void comm_heap_release(comm_ctx *ctx, size_t mark)
 {
     if (mark >= ctx->heap_used)
         return;
+    release_top(ctx, mark);
+    for (int i = 0; i < ctx->nfreed; i++) /* holes above the mark are gone with it */
+        if (ctx->freed_lo[i] >= mark) {
+            ctx->freed_lo[i] = ctx->freed_lo[--ctx->nfreed];
+            ctx->freed_hi[i--] = ctx->freed_hi[ctx->nfreed];
+        }
+}
+
+static void release_top(comm_ctx *ctx, size_t mark)
+{
     /* zero again what is given back, so that comm_alloc stays zero-filled:
      * whole pages are returned to the memfd (read back as zeros), the edges cleared */
     char *lo = ctx->my_heap + mark, *hi = ctx->my_heap + ctx->heap_used;

@@ -34,7 +34,13 @@ static size_t round_up(size_t n, size_t align) { return (n + align - 1) / align 
 
 int comm_world_create(int nranks, size_t heap_bytes, comm_world **out, a2amm_error *err)
 {
+    return comm_world_create_fd(nranks, heap_bytes, out, NULL, err);
+}
+
+int comm_world_create_fd(int nranks, size_t heap_bytes, comm_world **out, int *fd_out, a2amm_error *err)
+{
     *out = NULL;
+    if (fd_out) *fd_out = -1;
     if (nranks < 1 || nranks > COMM_MAX_RANKS)
         return a2amm_fail(err, A2AMM_E_INVAL, "comm: %d ranks asked for, expected 1..%d",
                           nranks, COMM_MAX_RANKS);
@@ -65,7 +71,8 @@ int comm_world_create(int nranks, size_t heap_bytes, comm_world **out, a2amm_err
     }
     void *map = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
     int map_errno = errno;
-    close(fd);
+    if (fd_out && map != MAP_FAILED) *fd_out = fd;
+    else close(fd);
     if (map == MAP_FAILED) {
         free(world);
         return a2amm_fail(err, A2AMM_E_SYS, "comm: mapping the world (%zu bytes) failed: %s",

@@ -3,10 +3,8 @@
  * directly from peers, or put into a ring of slots and signalled), the
  * unfused AllToAll-then-matmul, and the matmul alone on data in place.
  */
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/error.h"
 #include "common/hugemem.h"
@@ -54,12 +52,11 @@ int op_rank_alloc(op_rank *rk, int need_ring, int need_xbuf, a2amm_error *err)
 
 void op_rank_free(op_rank *rk)
 {
-    op_baseline_free(rk);
-    gemm_b_free(rk->b);
+    gemm_b_free(rk->owned_b);
     pool_destroy(rk->pool);
     free(rk->c);
     free(rk->out);
-    rk->b = NULL, rk->pool = NULL, rk->c = NULL, rk->out = NULL;
+    rk->b = NULL, rk->owned_b = NULL, rk->pool = NULL, rk->c = NULL, rk->out = NULL;
 }
 
 /* ---- The matmul of one tile from one source, split over threads by N ---- */
@@ -112,21 +109,16 @@ static const uint8_t *rows_of(const op_rank *rk, const uint8_t *a_base, int dst,
     return a_base + ((int64_t)dst * rk->m_max + i0) * width;
 }
 
-/* The failure tests' injected fault, once, at tile 1 (or 0). */
-static int maybe_fault(op_rank *rk, int64_t t)
+/* Tells the caller's observer that tile t begins; its non-zero answer stops the call. */
+static int observe_tile(op_rank *rk, int64_t t, int64_t rows, a2amm_error *err)
 {
-    if (rk->fault == OP_FAULT_NONE || rk->fault_done || t != (rk->ntiles > 1 ? 1 : 0)) return A2AMM_OK;
-    rk->fault_done = 1;
-    switch (rk->fault) {
-    case OP_FAULT_KILL: raise(SIGKILL); break;
-    case OP_FAULT_EXIT: _exit(3);
-    case OP_FAULT_STALL:
-        for (;;) pause();
-    case OP_FAULT_ERROR:
-        return comm_fail(rk->ctx, A2AMM_E_INVAL, "rank %d: injected error at tile %lld", rk->me, (long long)t);
-    default: break;
-    }
-    return A2AMM_OK;
+    if (!rk->observer) return A2AMM_OK;
+    a2amm_event ev = {A2AMM_EVENT_TILE, rk->me, rk->call, t, rk->ntiles, rows};
+    int rc = rk->observer(rk->observer_arg, &ev);
+    if (!rc) return A2AMM_OK;
+    a2amm_fail(err, rc < 0 ? rc : A2AMM_E_INVAL, "rank %d: the observer stopped the call at tile %lld", rk->me,
+               (long long)t);
+    return comm_fail(rk->ctx, err ? err->code : A2AMM_E_INVAL, "%s", err ? err->msg : "the observer stopped the call");
 }
 
 /* ---- The put path: sending tile t to every other rank ------------------- */
@@ -196,7 +188,7 @@ int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err)
     for (int64_t t = 0; t < rk->ntiles; t++) {
         int64_t i0 = t * rk->tm, rows = rk->m - i0 < rk->tm ? rk->m - i0 : rk->tm;
         int slot = (int)((base + (uint64_t)t) % (uint64_t)rk->opt->depth);
-        int frc = maybe_fault(rk, t);
+        int frc = observe_tile(rk, t, rows, err);
         if (!frc) frc = comm_check_peers(rk->ctx, err); /* stop between tiles once any rank failed */
         if (frc) return frc;
         for (int k = 0; k < rk->R; k++) {
@@ -240,12 +232,14 @@ int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err)
     return A2AMM_OK;
 }
 
-int op_exec_local(op_rank *rk, a2amm_error *err)
+/* The matmul of the unfused execution, on every source's rows in place. */
+static int exec_local(op_rank *rk, a2amm_error *err)
 {
     const a2amm_sizes *z = rk->z;
     for (int64_t t = 0; t < rk->ntiles; t++) {
         int64_t i0 = t * rk->tm, rows = rk->m - i0 < rk->tm ? rk->m - i0 : rk->tm;
-        int rc = comm_check_peers(rk->ctx, err);
+        int rc = observe_tile(rk, t, rows, err);
+        if (!rc) rc = comm_check_peers(rk->ctx, err);
         if (rc) return rc;
         for (int k = 0; k < rk->R; k++) {
             int src = (rk->me + k) % rk->R;
@@ -259,7 +253,8 @@ int op_exec_local(op_rank *rk, a2amm_error *err)
     return A2AMM_OK;
 }
 
-int op_exchange_all(op_rank *rk, a2amm_error *err)
+/* The unfused exchange: every peer's rows for me into xbuf, then a barrier. */
+static int exchange_all(op_rank *rk, a2amm_error *err)
 {
     const a2amm_sizes *z = rk->z;
     /* blocks are m_max rows apart; this execution moves the first m rows of each */
@@ -290,10 +285,10 @@ int op_exchange_all(op_rank *rk, a2amm_error *err)
 
 int op_exec_unfused(op_rank *rk, a2amm_error *err)
 {
-    int rc = op_exchange_all(rk, err);
+    int rc = exchange_all(rk, err);
     if (rc) return rc;
     comm_set_doing(rk->ctx, "unfused: matmul");
-    rc = op_exec_local(rk, err);
+    rc = exec_local(rk, err);
     comm_set_doing(rk->ctx, "unfused run done");
     return rc;
 }

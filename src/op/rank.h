@@ -1,5 +1,5 @@
-/* One rank's state inside its process, and the executions the run times:
- * fused (direct or put path), unfused, and the matmul on data in place. */
+/* One rank's state inside its process, and its executions: fused (direct
+ * or put path) and unfused (the whole exchange, then the matmul). */
 #ifndef A2AMM_OP_RANK_H
 #define A2AMM_OP_RANK_H
 
@@ -9,11 +9,6 @@
 #include "common/pool.h"
 #include "gemm/gemm.h"
 #include "op/op.h"
-
-/* Fault injection for the failure tests (A2AMM_FAULT_RANK=r and
- * A2AMM_FAULT=kill|exit|stall|error): rank r misbehaves at tile 1. */
-/* Faults the failure tests inject (A2AMM_FAULT=kill|exit|stall|error at tile 1, stall-end after the last barrier). */
-typedef enum op_fault { OP_FAULT_NONE, OP_FAULT_KILL, OP_FAULT_EXIT, OP_FAULT_STALL, OP_FAULT_ERROR, OP_FAULT_STALL_END } op_fault;
 
 typedef struct op_rank {
     const a2amm_shape *s;
@@ -31,14 +26,14 @@ typedef struct op_rank {
     uint64_t *released;          /* put path: [R], set by each destination */
     uint8_t *xbuf, *xbuf_s;      /* unfused: [R][m_max] rows of ka / ska */
     /* local */
-    gemm_b *b;
+    const gemm_b *b;             /* the weights in use: owned_b, or borrowed */
+    gemm_b *owned_b;             /* weights set by a2amm_op_set_weights */
     pool *pool;
     float *c;                    /* [tm, N] accumulators */
     uint16_t *out;               /* [m, N] result */
-    op_fault fault;
-    int fault_done;
-    /* the baseline (perf only): fp32 operands for OpenBLAS sgemm */
-    float *bl_x, *bl_b, *bl_c;   /* [M, K], [N, K], [M, N] */
+    a2amm_observer_fn observer;  /* the caller's, or NULL */
+    void *observer_arg;
+    uint64_t call;               /* the current call's number */
 } op_rank;
 
 /* Allocates the symmetric regions (same order on every rank) and the local
@@ -58,14 +53,5 @@ size_t op_rank_heap_bytes(const a2amm_shape *s, const a2amm_sizes *z, const op_o
  * every rank through comm_fail when it started here). */
 int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err);
 int op_exec_unfused(op_rank *rk, a2amm_error *err);
-int op_exec_local(op_rank *rk, a2amm_error *err);
-
-/* The baseline: B dequantized to fp32 once; then per run the whole exchange,
- * X_j dequantized to fp32 and OpenBLAS sgemm (baseline.c). */
-int op_baseline_prepare(op_rank *rk, const uint8_t *b, const uint8_t *sb, a2amm_error *err);
-int op_exec_baseline(op_rank *rk, a2amm_error *err);
-void op_baseline_free(op_rank *rk);
-/* The unfused exchange alone: every peer's rows for me into xbuf, then a barrier. */
-int op_exchange_all(op_rank *rk, a2amm_error *err);
 
 #endif

@@ -1,0 +1,448 @@
+/*
+ * run_files: the operator over the seed's files through the public API.
+ * The launcher side checks, launches and settles the outputs; each rank
+ * loads, prepares and runs once or times the perf variants.
+ */
+#include "cli/runner.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/args.h"
+#include "cli/fault.h"
+#include "cli/measure.h"
+#include "common/error.h"
+#include "common/pool.h"
+#include "io/io.h"
+
+static const char *const INPUT_NAMES[4] = {"input_a.bin", "input_scaleA.bin", "input_b.bin", "input_scaleB.bin"};
+
+void run_options_default(run_options *o)
+{
+    *o = (run_options){.tile_m = 512, .depth = 4, .threads = 0, .path = A2AMM_PATH_DIRECT, .unfused = 0,
+                       .timeout_s = 60, .mode = RUN_PRECISION, .iters = 10, .warmup = 1};
+}
+
+const char *run_path_name(a2amm_path p) { return p == A2AMM_PATH_PUT ? "put" : "direct"; }
+
+typedef struct runner {
+    const char *dir;
+    a2amm_shape s;
+    a2amm_sizes z;
+    run_options o;
+    int threads;   /* per rank, resolved */
+    char tag[32];  /* outputs are staged as npu_out.bin.tmp.<tag>, committed as a set */
+    double *times; /* shared with the ranks: [RUN_VARIANTS][iters][R], then prepare [R] */
+} runner;
+
+static double *time_slot(const runner *rn, int v, int it, int r)
+{
+    return &rn->times[((size_t)v * (size_t)rn->o.iters + (size_t)it) * (size_t)rn->s.R + (size_t)r];
+}
+
+static a2amm_op_config config_of(const runner *rn, int unfused)
+{
+    return (a2amm_op_config){.max_m = rn->s.M, .k = rn->s.K, .n = rn->s.N, .a_type = rn->s.a_type,
+                             .b_type = rn->s.b_type, .tile_m = rn->o.tile_m, .depth = rn->o.depth,
+                             .threads = rn->threads, .path = rn->o.path, .timeout_s = rn->o.timeout_s,
+                             .schedule = unfused ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED};
+}
+
+/* ---- one rank ------------------------------------------------------------ */
+
+typedef struct rank_state {
+    a2amm_comm *comm;
+    const runner *rn;
+    int me, R;
+    a2amm_op *op;      /* the configured op */
+    a2amm_op *op_u;    /* perf: the unfused op (op itself when that is what was asked) */
+    a2amm_weights *w;  /* prepared once, used by every op and the matmul alone */
+    uint16_t *out;     /* [M, N] */
+    uint8_t *b, *sb;   /* the weights as read, until prepared */
+    /* perf: the matmul alone, on the rows the AllToAll brings: [M, K] and [M, K/32] */
+    uint8_t *xa, *xsa;
+    /* perf baseline: received blocks [R][M*ka], [R][M*ska]; fp32 operands */
+    uint8_t *ra, *rsa;
+    float *bl_x, *bl_b, *bl_c;
+    fault_plan fault;
+} rank_state;
+
+static void rank_state_free(rank_state *st)
+{
+    if (st->op_u != st->op) a2amm_op_destroy(st->op_u);
+    a2amm_op_destroy(st->op);
+    a2amm_weights_destroy(st->w);
+    free(st->out), free(st->b), free(st->sb), free(st->xa), free(st->xsa), free(st->ra), free(st->rsa);
+    free(st->bl_x), free(st->bl_b), free(st->bl_c);
+}
+
+/* Reads this rank's files: A and its scales straight into the op's input, B and its scales aside. */
+static int load_inputs(rank_state *st, a2amm_error *err)
+{
+    const a2amm_sizes *z = &st->rn->z;
+    uint8_t *a = NULL, *sa = NULL;
+    a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
+    st->b = malloc(z->b_bytes);
+    st->sb = malloc(z->sb_bytes);
+    st->out = malloc(z->out_bytes);
+    if (!st->b || !st->sb || !st->out)
+        return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate %.1f MB for B and the output",
+                          (double)(z->b_bytes + z->sb_bytes + z->out_bytes) / 1e6);
+    uint8_t *dst[4] = {a, sa, st->b, st->sb};
+    size_t bytes[4] = {z->a_bytes, z->sa_bytes, z->b_bytes, z->sb_bytes};
+    for (int i = 0; i < 4; i++) {
+        char path[IO_PATH_MAX];
+        a2amm_comm_say(st->comm, "loading %s", INPUT_NAMES[i]);
+        int rc = io_rank_path(path, sizeof path, st->rn->dir, "input", st->me, INPUT_NAMES[i], err);
+        if (!rc) rc = io_read_exact(path, dst[i], bytes[i], err);
+        if (rc) return rc;
+    }
+    return A2AMM_OK;
+}
+
+/* The weights prepared once; the time it took into the shared times. */
+static int prepare_weights(rank_state *st, a2amm_error *err)
+{
+    const runner *rn = st->rn;
+    a2amm_comm_say(st->comm, "preparing B");
+    double t0 = cli_now();
+    int rc = a2amm_weights_create(st->b, st->sb, rn->s.N, rn->s.K, rn->z.sk, rn->s.b_type, rn->threads, &st->w, err);
+    rn->times[(size_t)RUN_VARIANTS * (size_t)rn->o.iters * (size_t)rn->s.R + (size_t)st->me] = cli_now() - t0;
+    if (!rc) rc = a2amm_op_use_weights(st->op, st->w, err);
+    return rc;
+}
+
+/* ---- perf mode: the variants ---------------------------------------------- */
+
+typedef int (*variant_fn)(rank_state *st, a2amm_error *err);
+
+static int v_configured(rank_state *st, a2amm_error *err)
+{
+    return a2amm_op_run(st->op, st->rn->s.M, NULL, NULL, st->out, err);
+}
+
+static int v_unfused(rank_state *st, a2amm_error *err)
+{
+    return a2amm_op_run(st->op_u, st->rn->s.M, NULL, NULL, st->out, err);
+}
+
+static int v_matmul(rank_state *st, a2amm_error *err)
+{
+    const a2amm_shape *s = &st->rn->s;
+    return a2amm_matmul(st->w, st->xa, s->K, st->xsa, s->K / 32, s->M, s->a_type, st->out, s->N, st->rn->threads,
+                        err);
+}
+
+/* fp32 to bf16, rounded to nearest even (NaN stays NaN). */
+static uint16_t bf16_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* What a user writes today: the whole AllToAll, dequantize to fp32, OpenBLAS sgemm, round to bf16. */
+static int v_baseline(rank_state *st, a2amm_error *err)
+{
+    const a2amm_shape *s = &st->rn->s;
+    const a2amm_sizes *z = &st->rn->z;
+    uint8_t *a = NULL, *sa = NULL;
+    a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
+    int rc = a2amm_comm_alltoall(st->comm, a, st->ra, (size_t)(s->M * z->ka), st->rn->o.timeout_s, err);
+    if (!rc) rc = a2amm_comm_alltoall(st->comm, sa, st->rsa, (size_t)(s->M * z->ska), st->rn->o.timeout_s, err);
+    for (int j = 0; !rc && j < st->R; j++) /* block j is rank j's rows: columns j*ka.. of X */
+        rc = a2amm_mx_dequantize_f32(st->ra + (size_t)j * (size_t)(s->M * z->ka), z->ka,
+                                     st->rsa + (size_t)j * (size_t)(s->M * z->ska), z->ska, s->M, z->ka, s->a_type,
+                                     st->bl_x + j * z->ka, s->K, err);
+    if (rc) return rc;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)s->M, (int)s->N, (int)s->K, 1.0f, st->bl_x, (int)s->K,
+                st->bl_b, (int)s->K, 0.0f, st->bl_c, (int)s->N);
+    for (int64_t i = 0; i < s->M * s->N; i++) st->out[i] = bf16_of(st->bl_c[i]);
+    return A2AMM_OK;
+}
+
+/* The unfused op, the gathered rows for the matmul alone, the baseline's operands. */
+static int perf_setup(rank_state *st, a2amm_error *err)
+{
+    const runner *rn = st->rn;
+    const a2amm_shape *s = &rn->s;
+    const a2amm_sizes *z = &rn->z;
+    int rc = A2AMM_OK;
+    if (rn->o.unfused) st->op_u = st->op;
+    else {
+        a2amm_op_config cu = config_of(rn, 1);
+        rc = a2amm_op_create(st->comm, &cu, &st->op_u, err);
+        if (!rc) rc = a2amm_op_use_weights(st->op_u, st->w, err);
+        uint8_t *a = NULL, *sa = NULL, *ua = NULL, *usa = NULL;
+        a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
+        if (!rc) a2amm_op_input(st->op_u, &ua, &usa, NULL, NULL, NULL);
+        if (!rc) memcpy(ua, a, z->a_bytes), memcpy(usa, sa, z->sa_bytes);
+    }
+    if (rc) return rc;
+    st->ra = malloc(z->a_bytes);
+    st->rsa = malloc(z->sa_bytes);
+    st->xa = malloc((size_t)(s->M * s->K));
+    st->xsa = malloc((size_t)(s->M * (s->K / 32)));
+    if (rn->o.baseline) {
+        st->bl_x = malloc((size_t)(s->M * s->K) * sizeof(float));
+        st->bl_b = malloc((size_t)(s->N * s->K) * sizeof(float));
+        st->bl_c = malloc((size_t)(s->M * s->N) * sizeof(float));
+    }
+    if (!st->ra || !st->rsa || !st->xa || !st->xsa || (rn->o.baseline && (!st->bl_x || !st->bl_b || !st->bl_c)))
+        return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the perf variants' buffers");
+    /* the rows of A the AllToAll brings, side by side along K: what the matmul alone multiplies */
+    a2amm_comm_say(st->comm, "perf: gathering the rows for the matmul alone");
+    uint8_t *a = NULL, *sa = NULL;
+    a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
+    rc = a2amm_comm_alltoall(st->comm, a, st->ra, (size_t)(s->M * z->ka), rn->o.timeout_s, err);
+    if (!rc) rc = a2amm_comm_alltoall(st->comm, sa, st->rsa, (size_t)(s->M * z->ska), rn->o.timeout_s, err);
+    if (rc) return rc;
+    int64_t bpr = z->ka / 32; /* scale bytes a block of a row carries (ska may pad past them) */
+    for (int j = 0; j < st->R; j++)
+        for (int64_t i = 0; i < s->M; i++) {
+            memcpy(st->xa + i * s->K + j * z->ka, st->ra + ((int64_t)j * s->M + i) * z->ka, (size_t)z->ka);
+            memcpy(st->xsa + i * (s->K / 32) + j * bpr, st->rsa + ((int64_t)j * s->M + i) * z->ska, (size_t)bpr);
+        }
+    if (rn->o.baseline) {
+        rc = a2amm_mx_dequantize_f32(st->b, s->K, st->sb, z->sk, s->N, s->K, s->b_type, st->bl_b, s->K, err);
+        openblas_set_num_threads(rn->threads);
+    }
+    return rc;
+}
+
+static int rank_perf(rank_state *st, a2amm_error *err)
+{
+    const runner *rn = st->rn;
+    variant_fn variants[RUN_VARIANTS] = {v_configured, v_unfused, v_matmul, v_baseline};
+    int nvariants = rn->o.baseline ? RUN_VARIANTS : RUN_V_BASELINE;
+    measure_flusher fl;
+    int rc = measure_flusher_init(&fl, NULL, measure_flush_bytes((int)rn->s.R), err);
+    for (int w = 0; !rc && w < rn->o.warmup; w++)
+        for (int v = 0; !rc && v < nvariants; v++) {
+            a2amm_comm_say(st->comm, "perf warm-up %d, variant %d", w, v);
+            rc = variants[v](st, err);
+        }
+    for (int it = 0; !rc && it < rn->o.iters; it++)
+        for (int v = 0; !rc && v < nvariants; v++) {
+            measure_flush(&fl);
+            a2amm_comm_say(st->comm, "perf repetition %d, variant %d", it, v);
+            rc = a2amm_comm_barrier(st->comm, rn->o.timeout_s, err);
+            double t0 = cli_now();
+            if (!rc) rc = variants[v](st, err);
+            *time_slot(rn, v, it, st->me) = cli_now() - t0;
+        }
+    if (!rc) rc = a2amm_comm_barrier(st->comm, rn->o.timeout_s, err);
+    measure_flusher_free(&fl);
+    return rc;
+}
+
+/* ---- precision mode -------------------------------------------------------- */
+
+static int rank_precision(rank_state *st, a2amm_error *err)
+{
+    const runner *rn = st->rn;
+    int rc = a2amm_op_run(st->op, rn->s.M, NULL, NULL, st->out, err);
+    if (!rc) {
+        char path[IO_PATH_MAX];
+        a2amm_comm_say(st->comm, "writing npu_out.bin (staged)");
+        rc = io_rank_path(path, sizeof path, rn->dir, "output", st->me, "npu_out.bin", err);
+        if (!rc) rc = io_write_staged(path, rn->tag, st->out, rn->z.out_bytes, err);
+    }
+    a2amm_comm_say(st->comm, "waiting at the end barrier");
+    if (!rc) rc = a2amm_comm_barrier(st->comm, rn->o.timeout_s, err);
+    return rc;
+}
+
+/* Reports this rank's failure to every rank (the first report wins), without a doubled "rank N: ". */
+static int rank_failed(rank_state *st, int rc, const a2amm_error *err)
+{
+    char prefix[32];
+    int n = snprintf(prefix, sizeof prefix, "rank %d: ", st->me);
+    const char *msg = err->msg[0] ? err->msg : a2amm_strerror(rc);
+    if (!strncmp(msg, prefix, (size_t)n)) msg += n;
+    if (rc != A2AMM_E_PEER) a2amm_comm_fail(st->comm, rc, msg);
+    return rc;
+}
+
+static int rank_main(a2amm_comm *comm, void *arg)
+{
+    const runner *rn = arg;
+    a2amm_error err = {0, ""};
+    rank_state st = {.comm = comm, .rn = rn, .me = a2amm_comm_rank(comm), .R = a2amm_comm_size(comm)};
+    st.fault = (fault_plan){fault_from_env(st.me), comm, 0};
+    a2amm_comm_say(comm, "making the op");
+    a2amm_op_config c = config_of(rn, rn->o.unfused);
+    int rc = a2amm_op_create(comm, &c, &st.op, &err);
+    if (!rc) rc = load_inputs(&st, &err);
+    if (!rc) rc = prepare_weights(&st, &err);
+    if (!rc && rn->o.mode == RUN_PERF) rc = perf_setup(&st, &err); /* the baseline dequantizes B as read */
+    free(st.b), free(st.sb);
+    st.b = st.sb = NULL;
+    if (!rc) fault_arm(&st.fault, st.op);
+    if (!rc && rn->o.mode == RUN_PERF) {
+        rc = rank_perf(&st, &err);
+    } else if (!rc) {
+        rc = rank_precision(&st, &err);
+    }
+    if (!rc) fault_at_end(&st.fault);
+    if (rc) rank_failed(&st, rc, &err);
+    else a2amm_comm_say(comm, "done");
+    rank_state_free(&st);
+    return rc;
+}
+
+/* ---- the launcher side ----------------------------------------------------- */
+
+/* Every rank's four input files exist with the right sizes: a bad file on
+ * one rank is reported before any rank starts. */
+static int check_inputs(const char *dir, const a2amm_shape *s, const a2amm_sizes *z, a2amm_error *err)
+{
+    size_t bytes[4] = {z->a_bytes, z->sa_bytes, z->b_bytes, z->sb_bytes};
+    for (int r = 0; r < s->R; r++)
+        for (int i = 0; i < 4; i++) {
+            char path[IO_PATH_MAX];
+            struct stat st;
+            int rc = io_rank_path(path, sizeof path, dir, "input", r, INPUT_NAMES[i], err);
+            if (rc) return rc;
+            int fd = io_open_regular(path, &st, err);
+            if (fd < 0) {
+                char why[sizeof err->msg];
+                snprintf(why, sizeof why, "%s", err->msg);
+                return a2amm_fail(err, fd, "rank %d: %s (expected a file of %zu bytes)", r, why, bytes[i]);
+            }
+            close(fd);
+            if ((uint64_t)st.st_size != (uint64_t)bytes[i])
+                return a2amm_fail(err, A2AMM_E_SIZE, "rank %d: %s: expected %zu bytes, found %lld bytes (file is %s)",
+                                  r, path, bytes[i], (long long)st.st_size,
+                                  (uint64_t)st.st_size < (uint64_t)bytes[i] ? "short" : "long");
+        }
+    return A2AMM_OK;
+}
+
+static int check_options(const a2amm_shape *s, const run_options *o, a2amm_error *err)
+{
+    if (o->tile_m < 1) return a2amm_fail(err, A2AMM_E_INVAL, "--tile-m must be at least 1 (got %lld)", (long long)o->tile_m);
+    if (o->depth < 1) return a2amm_fail(err, A2AMM_E_INVAL, "--depth must be at least 1 (got %d)", o->depth);
+    if (o->threads < 0 || o->threads > 1024)
+        return a2amm_fail(err, A2AMM_E_INVAL, "--threads must be 0 (automatic) to 1024 (got %d)", o->threads);
+    if (!(o->timeout_s > 0)) return a2amm_fail(err, A2AMM_E_INVAL, "--timeout must be positive (got %g)", o->timeout_s);
+    if (o->iters < 1 || o->warmup < 0)
+        return a2amm_fail(err, A2AMM_E_INVAL, "--iters must be at least 1 and --warmup at least 0");
+    if (s->R > 1024) return a2amm_fail(err, A2AMM_E_INVAL, "R must be at most 1024 (got %lld)", (long long)s->R);
+    return A2AMM_OK;
+}
+
+/*
+ * The outputs as a set: every rank's staged npu_out.bin renamed into place
+ * when the whole run succeeded, all of them removed otherwise, so that a
+ * failed run changes no output.
+ */
+static int settle_outputs(const runner *rn, int success, a2amm_error *err)
+{
+    int rc = A2AMM_OK;
+    for (int r = 0; r < rn->s.R; r++) {
+        char path[IO_PATH_MAX];
+        if (io_rank_path(path, sizeof path, rn->dir, "output", r, "npu_out.bin", NULL)) continue;
+        if (success && !rc) rc = io_commit_staged(path, rn->tag, err);
+        else io_discard_staged(path, rn->tag);
+    }
+    return rc;
+}
+
+/* Symmetric memory per rank: the op(s), and in perf mode the AllToAll's staging. */
+static size_t heap_bytes(const runner *rn)
+{
+    a2amm_op_config c = config_of(rn, rn->o.unfused), cu = config_of(rn, 1);
+    size_t bytes = a2amm_op_heap_bytes(&c, (int)rn->s.R) + (64u << 10);
+    if (rn->o.mode == RUN_PERF)
+        bytes += (rn->o.unfused ? 0 : a2amm_op_heap_bytes(&cu, (int)rn->s.R)) + rn->z.a_bytes + rn->z.sa_bytes +
+                 (64u << 10);
+    return bytes;
+}
+
+/*
+ * The whole run's limit, from --timeout and the shape: a rank waits at most
+ * --timeout at each of its waits (one per tile and source, a few barriers),
+ * repetition by repetition; a run that outlives them all is stuck in a way
+ * no single wait sees (a livelock).
+ */
+static double run_limit_s(const runner *rn, int64_t ntiles)
+{
+    double reps = rn->o.mode == RUN_PERF ? (double)(rn->o.warmup + rn->o.iters) * RUN_VARIANTS + 2.0 : 1.0;
+    double waits = reps * ((double)ntiles * (double)rn->s.R + 8.0) + 16.0;
+    return rn->o.timeout_s * waits;
+}
+
+/* Per repetition, the slowest rank's time of variant v. */
+static void max_over_ranks(const runner *rn, int v, double *out)
+{
+    for (int it = 0; it < rn->o.iters; it++) {
+        double m = 0;
+        for (int r = 0; r < rn->s.R; r++) m = fmax(m, *time_slot(rn, v, it, r));
+        out[it] = m;
+    }
+}
+
+static int collect_perf(const runner *rn, run_perf *p, a2amm_error *err)
+{
+    p->iters = rn->o.iters;
+    int nv = rn->o.baseline ? RUN_VARIANTS : RUN_V_BASELINE;
+    for (int v = 0; v < nv; v++) {
+        if (!(p->t[v] = calloc((size_t)p->iters, sizeof(double))))
+            return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the perf figures");
+        max_over_ranks(rn, v, p->t[v]);
+    }
+    for (int r = 0; r < rn->s.R; r++)
+        p->prepare_s = fmax(p->prepare_s, rn->times[(size_t)RUN_VARIANTS * (size_t)p->iters * (size_t)rn->s.R + (size_t)r]);
+    p->flush_bytes = (double)measure_flush_bytes((int)rn->s.R);
+    return A2AMM_OK;
+}
+
+int run_files(const char *dir, const a2amm_shape *s, const run_options *opt, run_result *res, a2amm_error *err)
+{
+    memset(res, 0, sizeof *res);
+    runner rn = {.dir = dir, .s = *s, .o = *opt};
+    snprintf(rn.tag, sizeof rn.tag, "%ld", (long)getpid());
+    int rc = a2amm_shape_check(s, &rn.z, err);
+    if (!rc) rc = check_options(s, &rn.o, err);
+    if (!rc) rc = a2amm_kernel(&res->kernel, err);
+    if (!rc) rc = check_inputs(dir, s, &rn.z, err);
+    if (rc) return rc;
+    int R = (int)s->R, cores = pool_cpu_count();
+    rn.threads = rn.o.threads ? rn.o.threads : (cores / R > 0 ? cores / R : 1);
+    if (rn.o.mode != RUN_PERF) rn.o.iters = 1;
+    int64_t tm = rn.o.tile_m < s->M ? rn.o.tile_m : s->M;
+    res->threads = rn.threads;
+    res->ntiles = (s->M + tm - 1) / tm;
+    res->ranks = calloc((size_t)R, sizeof *res->ranks);
+    size_t tbytes = ((size_t)RUN_VARIANTS * (size_t)rn.o.iters + 1) * (size_t)R * sizeof(double);
+    rn.times = mmap(NULL, tbytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (!res->ranks || rn.times == MAP_FAILED) {
+        if (rn.times != MAP_FAILED) munmap(rn.times, tbytes);
+        return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the run's bookkeeping");
+    }
+    a2amm_launch_options lo = {.heap_bytes = heap_bytes(&rn), .timeout_s = run_limit_s(&rn, res->ntiles),
+                               .stall_s = rn.o.timeout_s * 1.5 + 1.0, .stop = rn.o.stop, .reports = res->ranks};
+    rc = a2amm_launch(R, rank_main, &rn, &lo, err);
+    if (rn.o.mode == RUN_PRECISION) {
+        int settled = settle_outputs(&rn, rc == A2AMM_OK, err);
+        if (!rc) rc = settled;
+    }
+    if (!rc && rn.o.mode == RUN_PERF) rc = collect_perf(&rn, &res->perf, err);
+    munmap(rn.times, tbytes);
+    return rc;
+}
+
+void run_result_free(run_result *r)
+{
+    free(r->ranks);
+    for (int v = 0; v < RUN_VARIANTS; v++) free(r->perf.t[v]);
+    memset(r, 0, sizeof *r);
+}

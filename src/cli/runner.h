@@ -1,0 +1,70 @@
+/*
+ * The operator over the seed's files, for `a2amm run` and the benchmarks:
+ * a user of the public API (include/a2amm.h) like any other. It checks every
+ * rank's inputs, launches R ranks with a2amm_launch, and in each makes the
+ * op, loads DIR/input/<r>/ into the op's input buffers, prepares the
+ * weights, and either runs once and writes DIR/output/<r>/npu_out.bin (all
+ * ranks' outputs committed as a set) or times repetitions (perf mode).
+ */
+#ifndef A2AMM_CLI_RUNNER_H
+#define A2AMM_CLI_RUNNER_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "a2amm.h"
+
+typedef enum run_mode { RUN_PRECISION = 0, RUN_PERF = 1 } run_mode;
+
+typedef struct run_options {
+    int64_t tile_m;   /* rows per tile (default 512) */
+    int depth;        /* ring slots per source (default 4) */
+    int threads;      /* compute threads per rank (0: cores / R, at least 1) */
+    a2amm_path path;
+    int unfused;      /* whole AllToAll, barrier, then the matmul */
+    double timeout_s; /* deadline of every wait (default 60) */
+    run_mode mode;
+    int iters;        /* perf repetitions (default 10) */
+    int warmup;       /* perf warm-up runs of each variant (default 1) */
+    int baseline;     /* perf: also time what a user writes today: the whole
+                         AllToAll, dequantize to fp32, OpenBLAS sgemm */
+    const volatile sig_atomic_t *stop; /* when set, non-zero stops the run (the
+                         caller's SIGINT/SIGTERM handler): nothing is written,
+                         run_files returns A2AMM_E_INTERRUPTED */
+} run_options;
+
+void run_options_default(run_options *o);
+const char *run_path_name(a2amm_path p);
+
+/* The variants perf mode times, in the order of run_perf's arrays. */
+enum { RUN_V_CONFIGURED, RUN_V_UNFUSED, RUN_V_MATMUL, RUN_V_BASELINE, RUN_VARIANTS };
+
+/* Perf figures: per repetition the slowest rank's time, in seconds. */
+typedef struct run_perf {
+    int iters;
+    double *t[RUN_VARIANTS]; /* [iters] each: the configured op (fused, or unfused if
+                                asked); the unfused op; the matmul alone (a2amm_matmul on
+                                the rows the AllToAll brings, same weights and threads);
+                                the baseline (NULL unless asked) */
+    double prepare_s;        /* the slowest rank's weight preparation (once) */
+    double flush_bytes;      /* bytes each rank passed over to flush caches */
+} run_perf;
+
+typedef struct run_result {
+    int threads;              /* compute threads per rank used */
+    const char *kernel;       /* kernel level used */
+    int64_t ntiles;           /* tiles of a call */
+    a2amm_rank_report *ranks; /* [R] */
+    run_perf perf;            /* filled in perf mode */
+} run_result;
+
+/*
+ * Runs the operator over the seed layout in `dir`; on failure the message
+ * names the rank and what it was doing. The result (free it with
+ * run_result_free) is filled as far as the run got.
+ */
+int run_files(const char *dir, const a2amm_shape *shape, const run_options *opt, run_result *result,
+              a2amm_error *err);
+void run_result_free(run_result *r);
+
+#endif
