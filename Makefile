@@ -16,9 +16,14 @@ LDLIBS   += $(BLAS_LIBS) -lm -pthread
 # The benchmarks' peers (oneDNN) are linked by a2amm-bench only: never by
 # the library or the a2amm command.
 BENCH_LDLIBS := -ldnnl
+# Open MPI, for liba2amm_mpi and the commands' --transport mpi (never the core library).
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 SAN      := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 
-LIB_SRC  := $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c)))
+LIB_SRC  := $(sort $(filter-out src/cli/% src/mpi/%,$(wildcard src/*/*.c)))
+MPI_SRC  := $(sort $(wildcard src/mpi/*.c))
+MPI_OBJ  := $(MPI_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 # a2amm-bench: its own files and the command's helpers (all but main and the commands)
 BENCH_SRC := $(sort $(wildcard bench/*.c)) $(filter-out src/cli/main.c src/cli/cmd_%.c,$(CLI_SRC))
@@ -29,7 +34,7 @@ BENCH_OBJ := $(BENCH_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps check check-opt check-san check-fuzz fuzz run clean bench install
-all: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.so $(TEST_BIN)
+all: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.so $(BUILD)/liba2amm_mpi.a $(TEST_BIN)
 
 deps:
 	@scripts/install-deps.sh
@@ -37,6 +42,13 @@ deps:
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# What includes mpi.h: the MPI transport, and the command's and benchmarks' runner.
+$(BUILD)/obj/src/mpi/%.o $(BUILD)/obj/src/cli/%.o $(BUILD)/obj/bench/%.o: CPPFLAGS += $(MPI_CFLAGS)
+
+$(BUILD)/liba2amm_mpi.a: $(MPI_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/liba2amm.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -69,11 +81,11 @@ install: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.a $(BUILD)/liba2a
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(BLAS_LIBS) -lm -pthread|' \
 		a2amm.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/a2amm.pc
 
-$(BUILD)/a2amm: $(CLI_OBJ) $(BUILD)/liba2amm.a
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+$(BUILD)/a2amm: $(CLI_OBJ) $(BUILD)/liba2amm_mpi.a $(BUILD)/liba2amm.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(MPI_LIBS)
 
-$(BUILD)/a2amm-bench: $(BENCH_OBJ) $(BUILD)/liba2amm.a
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(BENCH_LDLIBS)
+$(BUILD)/a2amm-bench: $(BENCH_OBJ) $(BUILD)/liba2amm_mpi.a $(BUILD)/liba2amm.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(BENCH_LDLIBS) $(MPI_LIBS)
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/liba2amm.a tests/check.h
 	@mkdir -p $(dir $@)

@@ -11,6 +11,7 @@ struct a2amm_comm {
     void *stage;
     size_t stage_bytes, stage_start, stage_end;
     comm_world *joined; /* made by a2amm_comm_create: this rank's view of the world */
+    void (*destroy)(a2amm_comm *comm); /* made by another transport's library: how it ends */
 };
 
 /* Prepared weights (matmul_api.c), which ops may borrow (op_api.c). */

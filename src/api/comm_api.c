@@ -18,7 +18,7 @@ typedef struct launch_arg {
 static int rank_trampoline(comm_ctx *ctx, void *p)
 {
     const launch_arg *la = p;
-    a2amm_comm comm = {ctx, NULL, 0, 0, 0, NULL};
+    a2amm_comm comm = {ctx, NULL, 0, 0, 0, NULL, NULL};
     return la->fn(&comm, la->arg);
 }
 
@@ -87,6 +87,10 @@ int a2amm_comm_create(const a2amm_bootstrap *bs, size_t heap_bytes, a2amm_comm *
 
 void a2amm_comm_destroy(a2amm_comm *comm)
 {
+    if (comm && comm->destroy) {
+        comm->destroy(comm);
+        return;
+    }
     if (!comm || !comm->joined) return; /* a launcher's communicator ends with its rank function */
     comm_world_leave(comm->joined, comm->ctx);
     free(comm);
@@ -133,6 +137,15 @@ int a2amm_comm_alltoall(a2amm_comm *comm, const void *send, void *recv, size_t b
     size_t total = block_bytes * (size_t)R;
     if (total / (size_t)R != block_bytes)
         return a2amm_fail(err, A2AMM_E_OVERFLOW, "a2amm_comm_alltoall: %d blocks of %zu bytes overflow", R, block_bytes);
+    const comm_msg_ops *msg = comm_msg(ctx);
+    if (msg) { /* a message transport: straight from send into recv */
+        memcpy((uint8_t *)recv + (size_t)me * block_bytes, (const uint8_t *)send + (size_t)me * block_bytes, block_bytes);
+        comm_set_doing(ctx, "a2amm_comm_alltoall");
+        int rc = msg->exchange(comm_msg_state(ctx), send, recv, block_bytes, block_bytes, comm_deadline_after(timeout_s),
+                               err);
+        if (rc) comm_fail(ctx, rc, "rank %d: a2amm_comm_alltoall: %s", me, err ? err->msg : "");
+        return rc;
+    }
     /* the send blocks staged in symmetric memory (kept for later calls: every
      * rank makes the same calls, so every rank keeps the same), each rank then
      * gets its block from every peer */

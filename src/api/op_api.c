@@ -136,20 +136,37 @@ static int fail_all(a2amm_op *op, int rc, const a2amm_error *err)
 static int compare_with_peers(a2amm_op *op, int n, const char *call, a2amm_error *err)
 {
     int me = comm_rank(op->ctx), R = comm_nranks(op->ctx);
+    int64_t *all = NULL;
+    if (comm_msg(op->ctx)) { /* no peer memory: the words travel by allgather */
+        if (!(all = malloc((size_t)R * (CFG_WORDS + 1) * sizeof *all)))
+            return fail_all(op, a2amm_fail(err, A2AMM_E_NOMEM, "%s: out of memory", call), err);
+        int64_t mine[CFG_WORDS + 1] = {0};
+        memcpy(mine, op->cfg_sym, (size_t)n * sizeof *mine);
+        int rc = comm_allgather(op->ctx, mine, all, sizeof mine, comm_deadline_after(op->cfg.timeout_s), err);
+        if (rc) {
+            free(all);
+            return fail_all(op, rc, err);
+        }
+    }
     for (int p = 0; p < R; p++) {
         if (p == me) continue;
-        const int64_t *theirs = comm_ptr(op->ctx, op->cfg_sym, p);
+        const int64_t *theirs = all ? all + (size_t)p * (CFG_WORDS + 1) : comm_ptr(op->ctx, op->cfg_sym, p);
         int64_t w[CFG_WORDS + 1];
         if (theirs) memcpy(w, theirs, (size_t)n * sizeof *w);
-        else if (comm_get(op->ctx, w, op->cfg_sym, (size_t)n * sizeof *w, p, err)) return err ? err->code : A2AMM_E_SYS;
+        else if (comm_get(op->ctx, w, op->cfg_sym, (size_t)n * sizeof *w, p, err)) {
+            free(all);
+            return err ? err->code : A2AMM_E_SYS;
+        }
         for (int i = 0; i < n; i++)
             if (w[i] != op->cfg_sym[i]) {
                 const char *what = i < CFG_WORDS ? CFG_NAMES[i] : "m";
                 int rc = a2amm_fail(err, A2AMM_E_INVAL, "%s: rank %d has %s = %lld, rank %d has %lld: every rank "
                                     "must pass the same", call, me, what, (long long)op->cfg_sym[i], p, (long long)w[i]);
+                free(all);
                 return fail_all(op, rc, err);
             }
     }
+    free(all);
     return A2AMM_OK;
 }
 

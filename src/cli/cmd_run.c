@@ -47,6 +47,11 @@ static void run_usage(FILE *f)
             "                     the run (shape, each rank's status, time, the outputs written)\n"
             "  --baseline         perf mode: also time the whole AllToAll + dequantize to fp32 +\n"
             "                     OpenBLAS sgemm (what a user writes today)\n"
+            "  --transport shm|mpi  shm: fork R ranks here over shared memory (default);\n"
+            "                     mpi: this process is one rank of an MPI job, across machines:\n"
+            "                       mpirun -np R [--host h1,h2] a2amm run M K N R --transport mpi --dir D\n"
+            "                     rank r reads D/input/<r>/ and writes D/output/<r>/ (D shared or\n"
+            "                     per host); rows travel as messages, so it takes the put path\n"
             "\n"
             "Outputs are written as a set: every rank's npu_out.bin when the run succeeds,\n"
             "none changed when it fails or is interrupted (Ctrl-C: exit 130, SIGTERM: 143).\n"
@@ -142,7 +147,15 @@ int cmd_run(int argc, char **argv)
             o.warmup = (int)x;
         } else if ((m = cli_option(argc, argv, &i, "--a-type", &v))) { if (m < 0) return 2; at = v; }
         else if ((m = cli_option(argc, argv, &i, "--b-type", &v))) { if (m < 0) return 2; bt = v; }
-        else if (!strcmp(argv[i], "--unfused")) o.unfused = 1;
+        else if ((m = cli_option(argc, argv, &i, "--transport", &v))) {
+            if (m < 0) return 2;
+            if (!strcmp(v, "shm")) o.transport = RUN_SHM;
+            else if (!strcmp(v, "mpi")) o.transport = RUN_MPI, o.path = A2AMM_PATH_PUT;
+            else {
+                fprintf(stderr, "a2amm run: --transport must be shm or mpi, got '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--unfused")) o.unfused = 1;
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--baseline")) o.baseline = 1;
         else if (!strcmp(argv[i], "precision") && npos == 4) o.mode = RUN_PRECISION;
@@ -166,8 +179,19 @@ int cmd_run(int argc, char **argv)
     if (cli_dir_check("run", dir)) return 2;
     int held = cli_meta_hold("run", dir, &s, at, bt, 1);
     if (held) return held;
-    if (cli_dir_lock("run", dir, 0) < 0) return 1;
-    o.stop = cli_catch_stop_signals();
+    /* over MPI several ranks of one host may share the folder: each writes only its own files */
+    if (o.transport != RUN_MPI && cli_dir_lock("run", dir, 0) < 0) return 1;
+    if (o.transport == RUN_MPI && !run_under_mpirun()) {
+        fprintf(stderr, "a2amm run: --transport mpi: this process is not part of an MPI job. Launch every rank with "
+                        "mpirun:\n  mpirun -np %lld a2amm run %lld %lld %lld %lld --transport mpi --dir %s\n"
+                        "(across machines: add --host h1,h2 or --hostfile FILE; see README)\n",
+                (long long)s.R, (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R, dir);
+        return 2;
+    }
+    if (o.transport != RUN_MPI) o.stop = cli_catch_stop_signals();
+    /* over MPI only rank 0 speaks */
+    const char *world_rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (o.transport == RUN_MPI && world_rank && strcmp(world_rank, "0") && !freopen("/dev/null", "w", stdout)) return 1;
 
     if (!json)
         printf("a2amm run: M=%lld K=%lld N=%lld R=%lld, A %s, B %s, %s mode, %s, path %s, tile %lld rows, depth %d\n",
@@ -180,6 +204,7 @@ int cmd_run(int argc, char **argv)
     double t0 = cli_now();
     int rc = run_files(dir, &s, &o, &res, &err);
     double wall = cli_now() - t0;
+    if (o.transport == RUN_MPI) run_mpi_finalize();
     if (json && o.mode == RUN_PRECISION) {
         print_precision_json(dir, &s, &o, &res, rc, &err, wall);
         if (rc) cli_print_error("run", &err);

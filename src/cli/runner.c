@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "a2amm_mpi.h"
 #include "cli/args.h"
 #include "cli/fault.h"
 #include "cli/measure.h"
@@ -380,6 +381,63 @@ static double run_limit_s(const runner *rn, int64_t ntiles)
     return rn->o.timeout_s * waits;
 }
 
+/* ---- this process as one rank of an MPI job -------------------------------- */
+
+int run_under_mpirun(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+void run_mpi_finalize(void)
+{
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (inited && !finalized) MPI_Finalize();
+}
+
+/* Every rank's column of the times into everyone's copy (each rank wrote only its own). */
+static int share_times(a2amm_comm *comm, runner *rn, size_t tbytes, a2amm_error *err)
+{
+    int R = (int)rn->s.R, me = a2amm_comm_rank(comm);
+    size_t n = tbytes / sizeof(double);
+    double *send = malloc(tbytes * (size_t)R), *recv = malloc(tbytes * (size_t)R);
+    int rc = send && recv ? A2AMM_OK : a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the perf figures");
+    for (int r = 0; !rc && r < R; r++) memcpy(send + (size_t)r * n, rn->times, tbytes);
+    if (!rc) rc = a2amm_comm_alltoall(comm, send, recv, tbytes, rn->o.timeout_s, err);
+    for (size_t i = 0; !rc && i < n; i++) /* entry i belongs to rank i mod R */
+        if ((int)(i % (size_t)R) != me) rn->times[i] = recv[(i % (size_t)R) * n + i];
+    free(send), free(recv);
+    return rc;
+}
+
+static int run_files_mpi(runner *rn, run_result *res, size_t tbytes, a2amm_error *err)
+{
+    int inited = 0, provided = 0, rank = 0, size = 0;
+    MPI_Initialized(&inited);
+    if (!inited) MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    res->rank = rank;
+    if (size != rn->s.R)
+        return a2amm_fail(err, A2AMM_E_INVAL, "mpirun started %d ranks, the shape's R is %lld: run mpirun -np %lld",
+                          size, (long long)rn->s.R, (long long)rn->s.R);
+    a2amm_comm *comm = NULL;
+    int rc = a2amm_mpi_comm_create(MPI_COMM_WORLD, heap_bytes(rn), &comm, err);
+    if (!rc) rc = rank_main(comm, rn); /* a failure aborts the job, naming the rank */
+    if (!rc && rn->o.mode == RUN_PRECISION) {
+        /* every rank wrote (the end barrier): each commits its own */
+        char path[IO_PATH_MAX];
+        rc = io_rank_path(path, sizeof path, rn->dir, "output", rank, "npu_out.bin", err);
+        if (!rc) rc = io_commit_staged(path, rn->tag, err);
+    }
+    if (!rc && rn->o.mode == RUN_PERF) rc = share_times(comm, rn, tbytes, err);
+    if (comm) a2amm_comm_barrier(comm, rn->o.timeout_s, NULL);
+    a2amm_comm_destroy(comm);
+    for (int r = 0; !rc && r < rn->s.R; r++) res->ranks[r] = (a2amm_rank_report){.started = 1, .status = A2AMM_OK};
+    return rc;
+}
+
 /* Per repetition, the slowest rank's time of variant v. */
 static void max_over_ranks(const runner *rn, int v, double *out)
 {
@@ -413,10 +471,21 @@ int run_files(const char *dir, const a2amm_shape *s, const run_options *opt, run
     int rc = a2amm_shape_check(s, &rn.z, err);
     if (!rc) rc = check_options(s, &rn.o, err);
     if (!rc) rc = a2amm_kernel(&res->kernel, err);
-    if (!rc) rc = check_inputs(dir, s, &rn.z, err);
+    if (!rc && rn.o.transport == RUN_MPI && rn.o.path != A2AMM_PATH_PUT)
+        rc = a2amm_fail(err, A2AMM_E_INVAL, "--transport mpi moves rows as messages: it needs --path put (a rank "
+                        "cannot read another machine's memory)");
+    if (!rc && rn.o.transport == RUN_MPI && !run_under_mpirun())
+        rc = a2amm_fail(err, A2AMM_E_INVAL, "--transport mpi: this process is not part of an MPI job; launch every "
+                        "rank with mpirun, e.g. mpirun -np %lld a2amm run M K N %lld --transport mpi --dir DIR",
+                        (long long)s->R, (long long)s->R);
+    /* over MPI each rank reads only its own folder (which may be on its own host): it checks it as it loads */
+    if (!rc && rn.o.transport != RUN_MPI) rc = check_inputs(dir, s, &rn.z, err);
     if (rc) return rc;
     int R = (int)s->R, cores = pool_cpu_count();
-    rn.threads = rn.o.threads ? rn.o.threads : (cores / R > 0 ? cores / R : 1);
+    /* ranks that share this machine share its cores */
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int sharers = rn.o.transport == RUN_MPI ? (local && atoi(local) > 0 ? atoi(local) : 1) : R;
+    rn.threads = rn.o.threads ? rn.o.threads : (cores / sharers > 0 ? cores / sharers : 1);
     if (rn.o.mode != RUN_PERF) rn.o.iters = 1;
     int64_t tm = rn.o.tile_m < s->M ? rn.o.tile_m : s->M;
     res->threads = rn.threads;
@@ -427,6 +496,12 @@ int run_files(const char *dir, const a2amm_shape *s, const run_options *opt, run
     if (!res->ranks || rn.times == MAP_FAILED) {
         if (rn.times != MAP_FAILED) munmap(rn.times, tbytes);
         return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the run's bookkeeping");
+    }
+    if (rn.o.transport == RUN_MPI) {
+        rc = run_files_mpi(&rn, res, tbytes, err);
+        if (!rc && rn.o.mode == RUN_PERF) rc = collect_perf(&rn, &res->perf, err);
+        munmap(rn.times, tbytes);
+        return rc;
     }
     a2amm_launch_options lo = {.heap_bytes = heap_bytes(&rn), .timeout_s = run_limit_s(&rn, res->ntiles),
                                .stall_s = rn.o.timeout_s * 1.5 + 1.0, .stop = rn.o.stop, .reports = res->ranks};

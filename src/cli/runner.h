@@ -15,6 +15,10 @@
 #include "a2amm.h"
 
 typedef enum run_mode { RUN_PRECISION = 0, RUN_PERF = 1 } run_mode;
+typedef enum run_transport {
+    RUN_SHM = 0, /* R rank processes forked here, over shared memory */
+    RUN_MPI = 1  /* this process is one rank of an MPI job (mpirun -np R) */
+} run_transport;
 
 typedef struct run_options {
     int64_t tile_m;   /* rows per tile (default 512) */
@@ -28,6 +32,7 @@ typedef struct run_options {
     int warmup;       /* perf warm-up runs of each variant (default 1) */
     int baseline;     /* perf: also time what a user writes today: the whole
                          AllToAll, dequantize to fp32, OpenBLAS sgemm */
+    run_transport transport;
     const volatile sig_atomic_t *stop; /* when set, non-zero stops the run (the
                          caller's SIGINT/SIGTERM handler): nothing is written,
                          run_files returns A2AMM_E_INTERRUPTED */
@@ -51,6 +56,7 @@ typedef struct run_perf {
 } run_perf;
 
 typedef struct run_result {
+    int rank;                 /* RUN_MPI: this process's rank (only rank 0 reports); else 0 */
     int threads;              /* compute threads per rank used */
     const char *kernel;       /* kernel level used */
     int64_t ntiles;           /* tiles of a call */
@@ -66,5 +72,10 @@ typedef struct run_result {
 int run_files(const char *dir, const a2amm_shape *shape, const run_options *opt, run_result *result,
               a2amm_error *err);
 void run_result_free(run_result *r);
+
+/* Whether this process runs under an MPI launcher (mpirun sets its environment). */
+int run_under_mpirun(void);
+/* RUN_MPI: ends MPI (after the result is printed). */
+void run_mpi_finalize(void);
 
 #endif

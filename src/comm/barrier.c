@@ -9,6 +9,10 @@
 
 int comm_barrier(comm_ctx *ctx, int64_t deadline_ns, a2amm_error *err)
 {
+    if (ctx->msg) {
+        comm_progress(ctx);
+        return ctx->msg->barrier(ctx->msg_state, deadline_ns, err);
+    }
     struct comm_world_header *hdr = ctx->hdr;
     comm_quiet(ctx);
     comm_progress(ctx);

@@ -168,6 +168,47 @@ int comm_signal_wait_until(comm_ctx *ctx, uint64_t *sig_sym, comm_cmp cmp, uint6
 /* Waits for every rank to arrive; implies comm_quiet. Same error rules. */
 int comm_barrier(comm_ctx *ctx, int64_t deadline_ns, a2amm_error *err);
 
+/* ---- Transports that move messages (liba2amm_mpi) ------------------------
+ * A context made over another engine's messages has no peer memory:
+ * comm_ptr returns NULL and puts, gets and signals are refused. Rows travel
+ * as messages instead: the receiver posts a receive into a ring slot ahead
+ * of time, the sender sends straight from its A, and the waiting rank
+ * drives the engine's progress. Failures end the whole job (the engine's
+ * abort), with the failing rank's message. The engine fills the ops.
+ */
+typedef struct comm_msg_ops {
+    /* sends rows a (abytes) and their scales sa (sabytes) to dest's `slot`;
+     * first waits until this rank's previous send to that slot of dest is done */
+    int (*send)(void *st, int slot, int dest, const void *a, size_t abytes, const void *sa, size_t sabytes,
+                int64_t deadline_ns, a2amm_error *err);
+    /* posts the receive of src's next rows for `slot` into a and sa */
+    int (*post)(void *st, int slot, int src, void *a, size_t abytes, void *sa, size_t sabytes, a2amm_error *err);
+    /* waits until the receive posted for (slot, src) is complete */
+    int (*wait)(void *st, int slot, int src, int64_t deadline_ns, a2amm_error *err);
+    /* drives the engine a little (between matmul calls); never waits */
+    void (*progress)(void *st);
+    /* waits until every send of this rank is complete */
+    int (*flush)(void *st, int64_t deadline_ns, a2amm_error *err);
+    /* block p of send (at p * stride, `bytes` long) goes to peer p, whose
+     * block `me` of recv it becomes; this rank's own block is not moved */
+    int (*exchange)(void *st, const void *send, void *recv, size_t stride, size_t bytes, int64_t deadline_ns,
+                    a2amm_error *err);
+    int (*allgather)(void *st, const void *mine, void *all, size_t bytes, int64_t deadline_ns, a2amm_error *err);
+    int (*barrier)(void *st, int64_t deadline_ns, a2amm_error *err);
+    /* ends the job on every rank, after saying why (never returns) */
+    void (*fail)(void *st, int rank, int code, const char *reason);
+} comm_msg_ops;
+
+/* A context over a message engine: rank of nranks, a private heap of heap_bytes. */
+int comm_msg_ctx_create(int rank, int nranks, size_t heap_bytes, const comm_msg_ops *ops, void *state,
+                        comm_ctx **out, a2amm_error *err);
+void comm_msg_ctx_destroy(comm_ctx *ctx);
+/* Its ops (NULL on shm: the context has peer memory). */
+const comm_msg_ops *comm_msg(const comm_ctx *ctx);
+void *comm_msg_state(const comm_ctx *ctx);
+/* Every rank's `bytes` from mine into all [nranks][bytes], on any transport. */
+int comm_allgather(comm_ctx *ctx, const void *mine, void *all, size_t bytes, int64_t deadline_ns, a2amm_error *err);
+
 /* ---- The launcher ------------------------------------------------------- */
 /* The body of a rank. Returns A2AMM_OK or a negative A2AMM_E_* status. */
 typedef int (*comm_rank_fn)(comm_ctx *ctx, void *arg);

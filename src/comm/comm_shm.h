@@ -76,6 +76,9 @@ struct comm_ctx {
     int nfreed;
     uint64_t barriers_done;
     a2amm_error last_error; /* the last failure a comm call reported */
+    /* a message transport's (msg.c): its ops and state; NULL on shm */
+    const comm_msg_ops *msg;
+    void *msg_state;
 };
 
 void comm_ctx_init(comm_ctx *ctx, comm_world *world, int rank);

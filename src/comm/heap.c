@@ -38,7 +38,8 @@ size_t comm_sym_offset(const comm_ctx *ctx, const void *sym)
 void *comm_ptr(const comm_ctx *ctx, const void *sym, int pe)
 {
     size_t offset = comm_sym_offset(ctx, sym);
-    if (offset == SIZE_MAX || pe < 0 || pe >= ctx->nranks)
+    if (ctx->msg && pe == ctx->rank) return (void *)sym;
+    if (ctx->msg || offset == SIZE_MAX || pe < 0 || pe >= ctx->nranks)
         return NULL;
     return ctx->heaps + (size_t)pe * ctx->heap_bytes + offset;
 }
@@ -47,6 +48,11 @@ char *comm_peer_range(comm_ctx *ctx, const void *sym, size_t bytes, int pe, cons
                         a2amm_error *err)
 {
     size_t offset = comm_sym_offset(ctx, sym);
+    if (ctx->msg) {
+        comm_report(ctx, err, A2AMM_E_INVAL, "rank %d: %s to pe %d: this transport moves messages and has no "
+                    "access to peers' memory", ctx->rank, op, pe);
+        return NULL;
+    }
     if (pe < 0 || pe >= ctx->nranks) {
         comm_report(ctx, err, A2AMM_E_INVAL, "rank %d: %s to pe %d, expected 0..%d", ctx->rank,
                     op, pe, ctx->nranks - 1);
@@ -144,7 +150,7 @@ static void release_top(comm_ctx *ctx, size_t mark)
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     char *plo = (char *)(((uintptr_t)lo + page - 1) & ~(uintptr_t)(page - 1));
     char *phi = (char *)((uintptr_t)hi & ~(uintptr_t)(page - 1));
-    if (plo < phi && madvise(plo, (size_t)(phi - plo), MADV_REMOVE) == 0) {
+    if (plo < phi && madvise(plo, (size_t)(phi - plo), ctx->msg ? MADV_DONTNEED : MADV_REMOVE) == 0) {
         memset(lo, 0, (size_t)(plo - lo));
         memset(phi, 0, (size_t)(hi - phi));
     } else {

@@ -227,6 +227,7 @@ int comm_fail(comm_ctx *ctx, int code, const char *fmt, ...)
     else
         snprintf(reason, sizeof reason, "%s %s", prefix, text);
     comm_mark_failed(ctx->hdr, ctx->rank, code, reason);
+    if (ctx->msg) ctx->msg->fail(ctx->msg_state, ctx->rank, code, reason);
     return code;
 }
 

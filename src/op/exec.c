@@ -158,6 +158,60 @@ static int send_tile(op_rank *rk, uint64_t g, int64_t t, a2amm_error *err)
     return A2AMM_OK;
 }
 
+/* ---- The put path over a message transport -------------------------------- */
+
+/* Posts the receives of tile t (global number g) from every other rank into its slot. */
+static int post_tile_msg(op_rank *rk, uint64_t g, int64_t t, a2amm_error *err)
+{
+    const comm_msg_ops *msg = comm_msg(rk->ctx);
+    const a2amm_sizes *z = rk->z;
+    int64_t i0 = t * rk->tm, rows = rk->m - i0 < rk->tm ? rk->m - i0 : rk->tm;
+    int slot = (int)(g % (uint64_t)rk->opt->depth);
+    for (int k = 1; k < rk->R; k++) {
+        int src = (rk->me + rk->R - k) % rk->R;
+        size_t off = ((size_t)slot * (size_t)rk->R + (size_t)src) * (size_t)rk->tm;
+        int rc = msg->post(comm_msg_state(rk->ctx), slot, src, rk->ring + off * (size_t)z->ka, (size_t)(rows * z->ka),
+                           rk->ring_s + off * (size_t)z->ska, (size_t)(rows * z->ska), err);
+        if (rc) return comm_fail(rk->ctx, rc, "rank %d: posting the receive of tile %lld from rank %d failed: %s",
+                                 rk->me, (long long)t, src, err ? err->msg : "");
+    }
+    return A2AMM_OK;
+}
+
+/* Sends tile t (global number g) to every other rank, straight from A. */
+static int send_tile_msg(op_rank *rk, uint64_t g, int64_t t, a2amm_error *err)
+{
+    const comm_msg_ops *msg = comm_msg(rk->ctx);
+    const a2amm_sizes *z = rk->z;
+    int64_t i0 = t * rk->tm, rows = rk->m - i0 < rk->tm ? rk->m - i0 : rk->tm;
+    int slot = (int)(g % (uint64_t)rk->opt->depth);
+    for (int k = 1; k < rk->R; k++) {
+        int d = (rk->me + k) % rk->R;
+        comm_set_doing(rk->ctx, "sending tile %lld to rank %d (slot %d)", (long long)t, d, slot);
+        int rc = msg->send(comm_msg_state(rk->ctx), slot, d, rows_of(rk, rk->a, d, i0, z->ka), (size_t)(rows * z->ka),
+                           rows_of(rk, rk->sa, d, i0, z->ska), (size_t)(rows * z->ska),
+                           comm_deadline_after(rk->opt->timeout_s), err);
+        if (rc) return comm_fail(rk->ctx, rc, "rank %d: sending tile %lld to rank %d (slot %d) failed: %s", rk->me,
+                                 (long long)t, d, slot, err ? err->msg : "");
+    }
+    return A2AMM_OK;
+}
+
+/* Waits until tile t from `src` sits in its slot (a message transport). */
+static int wait_tile_msg(op_rank *rk, uint64_t g, int64_t t, int src, a2amm_error *err)
+{
+    int slot = (int)(g % (uint64_t)rk->opt->depth);
+    comm_set_doing(rk->ctx, "tile %lld/%lld: waiting for rows from rank %d (slot %d)", (long long)t,
+                   (long long)rk->ntiles, src, slot);
+    int rc = comm_msg(rk->ctx)->wait(comm_msg_state(rk->ctx), slot, src, comm_deadline_after(rk->opt->timeout_s), err);
+    if (rc == A2AMM_E_TIMEOUT)
+        return comm_fail(rk->ctx, rc, "rank %d: timed out after %g s waiting for tile %lld from rank %d (slot %d)",
+                         rk->me, rk->opt->timeout_s, (long long)t, src, slot);
+    if (rc) return comm_fail(rk->ctx, rc, "rank %d: receiving tile %lld from rank %d failed: %s", rk->me, (long long)t,
+                             src, err ? err->msg : "");
+    return A2AMM_OK;
+}
+
 /* Waits until tile t from `src` sits in its slot. */
 static int wait_tile(op_rank *rk, uint64_t g, int64_t t, int src, a2amm_error *err)
 {
@@ -179,10 +233,15 @@ static int wait_tile(op_rank *rk, uint64_t g, int64_t t, int src, a2amm_error *e
 int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err)
 {
     const a2amm_sizes *z = rk->z;
+    const comm_msg_ops *msg = comm_msg(rk->ctx);
     int put = rk->opt->path == OP_PATH_PUT && rk->R > 1;
     int64_t prefill = rk->ntiles < rk->opt->depth ? rk->ntiles : rk->opt->depth;
+    for (int64_t t = 0; put && msg && t < prefill; t++) { /* every receive posted before any send */
+        int rc = post_tile_msg(rk, base + (uint64_t)t, t, err);
+        if (rc) return rc;
+    }
     for (int64_t t = 0; put && t < prefill; t++) {
-        int rc = send_tile(rk, base + (uint64_t)t, t, err);
+        int rc = msg ? send_tile_msg(rk, base + (uint64_t)t, t, err) : send_tile(rk, base + (uint64_t)t, t, err);
         if (rc) return rc;
     }
     for (int64_t t = 0; t < rk->ntiles; t++) {
@@ -198,7 +257,8 @@ int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err)
                 a = rows_of(rk, rk->a, rk->me, i0, z->ka);
                 sa = rows_of(rk, rk->sa, rk->me, i0, z->ska);
             } else if (put) {
-                int rc = wait_tile(rk, base + (uint64_t)t, t, src, err);
+                int rc = msg ? wait_tile_msg(rk, base + (uint64_t)t, t, src, err)
+                             : wait_tile(rk, base + (uint64_t)t, t, src, err);
                 if (rc) return rc;
                 size_t off = ((size_t)slot * (size_t)rk->R + (size_t)src) * (size_t)rk->tm;
                 a = rk->ring + off * (size_t)z->ka;
@@ -215,8 +275,13 @@ int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err)
             comm_set_doing(rk->ctx, "tile %lld/%lld: multiplying the rows of rank %d", (long long)t,
                            (long long)rk->ntiles, src);
             multiply_source(rk, k, src, a, sa, i0, rows);
+            if (msg) msg->progress(comm_msg_state(rk->ctx)); /* the engine moves data only when called */
         }
-        if (put) {
+        if (put && msg && t + rk->opt->depth < rk->ntiles) { /* the slot is free again: its next tile's receives */
+            int rc = post_tile_msg(rk, base + (uint64_t)(t + rk->opt->depth), t + rk->opt->depth, err);
+            if (rc) return rc;
+        }
+        if (put && !msg) {
             for (int k = 1; k < rk->R; k++) {
                 int src = (rk->me + k) % rk->R;
                 int rc = comm_signal_set(rk->ctx, &rk->released[rk->me], base + (uint64_t)t + 1, src, err);
@@ -224,9 +289,15 @@ int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err)
             }
         }
         if (put && t + rk->opt->depth < rk->ntiles) {
-            int rc = send_tile(rk, base + (uint64_t)(t + rk->opt->depth), t + rk->opt->depth, err);
+            uint64_t g = base + (uint64_t)(t + rk->opt->depth);
+            int rc = msg ? send_tile_msg(rk, g, t + rk->opt->depth, err) : send_tile(rk, g, t + rk->opt->depth, err);
             if (rc) return rc;
         }
+    }
+    if (put && msg) { /* every send complete: the caller may overwrite A once the call returns */
+        comm_set_doing(rk->ctx, "fused run: completing the sends");
+        int rc = msg->flush(comm_msg_state(rk->ctx), comm_deadline_after(rk->opt->timeout_s), err);
+        if (rc) return comm_fail(rk->ctx, rc, "rank %d: completing the sends failed: %s", rk->me, err ? err->msg : "");
     }
     comm_set_doing(rk->ctx, "fused run done");
     return A2AMM_OK;
@@ -261,7 +332,14 @@ static int exchange_all(op_rank *rk, a2amm_error *err)
     size_t blk = (size_t)(rk->m_max * z->ka), blk_s = (size_t)(rk->m_max * z->ska);
     size_t len = (size_t)(rk->m * z->ka), len_s = (size_t)(rk->m * z->ska);
     comm_set_doing(rk->ctx, "unfused: all-to-all exchange");
-    for (int k = 1; k < rk->R; k++) {
+    const comm_msg_ops *msg = comm_msg(rk->ctx);
+    if (msg) { /* my block for p becomes p's xbuf block `me` */
+        int64_t deadline = comm_deadline_after(rk->opt->timeout_s);
+        int rc = msg->exchange(comm_msg_state(rk->ctx), rk->a, rk->xbuf, blk, len, deadline, err);
+        if (!rc) rc = msg->exchange(comm_msg_state(rk->ctx), rk->sa, rk->xbuf_s, blk_s, len_s, deadline, err);
+        if (rc) return comm_fail(rk->ctx, rc, "rank %d: unfused exchange failed: %s", rk->me, err ? err->msg : "");
+    }
+    for (int k = 1; !msg && k < rk->R; k++) {
         int peer = (rk->me + k) % rk->R;
         int rc;
         if (rk->opt->path == OP_PATH_PUT) {

@@ -1,0 +1,40 @@
+/*
+ * a2amm over Open MPI: a communicator made from an MPI communicator, for
+ * ranks on several machines. Link liba2amm_mpi.a with liba2amm.a and MPI
+ * (the core library never links MPI).
+ *
+ * The op runs over it as over the shared-memory transport, on the put path
+ * (a rank cannot read another machine's memory: the direct path is refused):
+ * each rank posts the receives of a tile's rows into its ring slots ahead of
+ * time, senders send fp8 codes and E8M0 scales straight from their A, tile
+ * by tile, the next tiles in flight while the current one is multiplied;
+ * the waiting rank drives MPI's progress between matmul calls. Two-sided
+ * calls only (no one-sided MPI: over TCP it has no asynchronous progress).
+ *
+ * Failures end the MPI job: a rank that fails prints its message (its rank
+ * and what it was doing) and calls MPI_Abort; a rank that dies is reported
+ * by mpirun, which ends the others. Every wait ends at the op's timeout_s.
+ */
+#ifndef A2AMM_MPI_H
+#define A2AMM_MPI_H
+
+#include <mpi.h>
+
+#include "a2amm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Collective over mpi_comm (MPI initialized, any thread level: only the
+ * calling thread calls MPI). heap_bytes: this rank's memory for the ops
+ * made on the communicator (0: 1 GiB, reserved, not touched until used).
+ * Free it with a2amm_comm_destroy before MPI_Finalize.
+ */
+int a2amm_mpi_comm_create(MPI_Comm mpi_comm, size_t heap_bytes, a2amm_comm **comm, a2amm_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,227 @@
+/*
+ * The MPI transport (liba2amm_mpi): comm's message ops over two-sided MPI.
+ * Tiles travel on one duplicate of the caller's communicator (tag 2 x slot
+ * for the rows, 2 x slot + 1 for their scales; MPI keeps messages between
+ * two ranks with one tag in order, so a slot's tiles match its receives in
+ * turn), exchanges on a second, collectives on a third. Every wait is a
+ * test loop with a deadline that backs off to short sleeps, so ranks that
+ * share cores leave them to the compute threads.
+ */
+#include "a2amm_mpi.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api/api_internal.h"
+#include "common/error.h"
+
+typedef struct mpi_state {
+    MPI_Comm tiles, exchange, coll;
+    int rank, size;
+    int cap;                /* slots per peer in the request tables */
+    MPI_Request *recv_req;  /* [size][cap][2] */
+    MPI_Request *send_req;  /* [size][cap][2] */
+} mpi_state;
+
+static MPI_Request *req_at(MPI_Request *t, const mpi_state *s, int peer, int slot)
+{
+    return t + ((size_t)peer * (size_t)s->cap + (size_t)slot) * 2;
+}
+
+/* Makes room for `slot` in both tables (requests are handles: they move by copy). */
+static int ensure_slot(mpi_state *s, int slot, a2amm_error *err)
+{
+    if (slot < s->cap) return A2AMM_OK;
+    int cap = s->cap ? s->cap : 4;
+    while (cap <= slot) cap *= 2;
+    size_t n = (size_t)s->size * (size_t)cap * 2;
+    MPI_Request *r = malloc(n * sizeof *r), *q = malloc(n * sizeof *q);
+    if (!r || !q) {
+        free(r), free(q);
+        return a2amm_fail(err, A2AMM_E_NOMEM, "mpi: out of memory for %d slots of requests", cap);
+    }
+    for (size_t i = 0; i < n; i++) r[i] = q[i] = MPI_REQUEST_NULL;
+    for (int p = 0; p < s->size; p++)
+        for (int k = 0; k < s->cap; k++)
+            for (int h = 0; h < 2; h++) {
+                r[((size_t)p * (size_t)cap + (size_t)k) * 2 + (size_t)h] = *(req_at(s->recv_req, s, p, k) + h);
+                q[((size_t)p * (size_t)cap + (size_t)k) * 2 + (size_t)h] = *(req_at(s->send_req, s, p, k) + h);
+            }
+    free(s->recv_req), free(s->send_req);
+    s->recv_req = r, s->send_req = q, s->cap = cap;
+    return A2AMM_OK;
+}
+
+/* Tests `n` requests until all are complete or the deadline passes. */
+static int wait_all(MPI_Request *req, int n, int64_t deadline_ns, const char *what, a2amm_error *err)
+{
+    for (long spins = 0;; spins++) {
+        int done = 0;
+        if (MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            return a2amm_fail(err, A2AMM_E_SYS, "mpi: %s failed", what);
+        if (done) return A2AMM_OK;
+        if (comm_now_ns() > deadline_ns) return a2amm_fail(err, A2AMM_E_TIMEOUT, "mpi: timed out %s", what);
+        if (spins > 200) {
+            struct timespec pause = {0, 20000};
+            nanosleep(&pause, NULL);
+        }
+    }
+}
+
+static int too_big(size_t bytes, a2amm_error *err)
+{
+    return bytes > (size_t)INT_MAX
+               ? a2amm_fail(err, A2AMM_E_INVAL, "mpi: a message of %zu bytes is over MPI's int count: use smaller "
+                            "tiles", bytes)
+               : A2AMM_OK;
+}
+
+static int op_send(void *st, int slot, int dest, const void *a, size_t abytes, const void *sa, size_t sabytes,
+                   int64_t deadline_ns, a2amm_error *err)
+{
+    mpi_state *s = st;
+    int rc = ensure_slot(s, slot, err);
+    if (!rc) rc = too_big(abytes, err);
+    if (rc) return rc;
+    MPI_Request *r = req_at(s->send_req, s, dest, slot);
+    rc = wait_all(r, 2, deadline_ns, "waiting for the slot's previous send", err); /* flow control, as the ring's */
+    if (rc) return rc;
+    if (MPI_Isend(a, (int)abytes, MPI_BYTE, dest, 2 * slot, s->tiles, &r[0]) != MPI_SUCCESS ||
+        MPI_Isend(sa, (int)sabytes, MPI_BYTE, dest, 2 * slot + 1, s->tiles, &r[1]) != MPI_SUCCESS)
+        return a2amm_fail(err, A2AMM_E_SYS, "mpi: MPI_Isend to rank %d failed", dest);
+    return A2AMM_OK;
+}
+
+static int op_post(void *st, int slot, int src, void *a, size_t abytes, void *sa, size_t sabytes, a2amm_error *err)
+{
+    mpi_state *s = st;
+    int rc = ensure_slot(s, slot, err);
+    if (!rc) rc = too_big(abytes, err);
+    if (rc) return rc;
+    MPI_Request *r = req_at(s->recv_req, s, src, slot);
+    if (MPI_Irecv(a, (int)abytes, MPI_BYTE, src, 2 * slot, s->tiles, &r[0]) != MPI_SUCCESS ||
+        MPI_Irecv(sa, (int)sabytes, MPI_BYTE, src, 2 * slot + 1, s->tiles, &r[1]) != MPI_SUCCESS)
+        return a2amm_fail(err, A2AMM_E_SYS, "mpi: MPI_Irecv from rank %d failed", src);
+    return A2AMM_OK;
+}
+
+static int op_wait(void *st, int slot, int src, int64_t deadline_ns, a2amm_error *err)
+{
+    mpi_state *s = st;
+    if (slot >= s->cap) return a2amm_fail(err, A2AMM_E_INVAL, "mpi: no receive posted for slot %d", slot);
+    return wait_all(req_at(s->recv_req, s, src, slot), 2, deadline_ns, "waiting for a tile", err);
+}
+
+static void op_progress(void *st)
+{
+    mpi_state *s = st;
+    int flag;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, s->tiles, &flag, MPI_STATUS_IGNORE); /* drives the engine */
+}
+
+static int op_flush(void *st, int64_t deadline_ns, a2amm_error *err)
+{
+    mpi_state *s = st;
+    if (!s->cap) return A2AMM_OK;
+    return wait_all(s->send_req, s->size * s->cap * 2, deadline_ns, "completing the sends", err);
+}
+
+static int op_exchange(void *st, const void *send, void *recv, size_t stride, size_t bytes, int64_t deadline_ns,
+                       a2amm_error *err)
+{
+    mpi_state *s = st;
+    int rc = too_big(bytes, err);
+    MPI_Request *r = rc ? NULL : malloc((size_t)s->size * 2 * sizeof *r);
+    if (!rc && !r) rc = a2amm_fail(err, A2AMM_E_NOMEM, "mpi: out of memory for the exchange");
+    if (rc) return rc;
+    int n = 0;
+    for (int k = 1; k < s->size; k++) {
+        int from = (s->rank + s->size - k) % s->size, to = (s->rank + k) % s->size;
+        MPI_Irecv((char *)recv + (size_t)from * stride, (int)bytes, MPI_BYTE, from, 0, s->exchange, &r[n++]);
+        MPI_Isend((const char *)send + (size_t)to * stride, (int)bytes, MPI_BYTE, to, 0, s->exchange, &r[n++]);
+    }
+    rc = wait_all(r, n, deadline_ns, "in the all-to-all exchange", err);
+    free(r);
+    return rc;
+}
+
+static int op_allgather(void *st, const void *mine, void *all, size_t bytes, int64_t deadline_ns, a2amm_error *err)
+{
+    mpi_state *s = st;
+    MPI_Request r;
+    if (too_big(bytes, err)) return err ? err->code : A2AMM_E_INVAL;
+    if (MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, s->coll, &r) != MPI_SUCCESS)
+        return a2amm_fail(err, A2AMM_E_SYS, "mpi: MPI_Iallgather failed");
+    return wait_all(&r, 1, deadline_ns, "in an allgather", err);
+}
+
+static int op_barrier(void *st, int64_t deadline_ns, a2amm_error *err)
+{
+    mpi_state *s = st;
+    MPI_Request r;
+    if (MPI_Ibarrier(s->coll, &r) != MPI_SUCCESS) return a2amm_fail(err, A2AMM_E_SYS, "mpi: MPI_Ibarrier failed");
+    return wait_all(&r, 1, deadline_ns, "at a barrier", err);
+}
+
+static void op_fail(void *st, int rank, int code, const char *reason)
+{
+    mpi_state *s = st;
+    char host[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0;
+    MPI_Get_processor_name(host, &len);
+    fprintf(stderr, "a2amm: rank %d on %s failed (%s): %s\n", rank, host, a2amm_strerror(code), reason);
+    fflush(stderr);
+    MPI_Abort(s->coll, 1);
+    abort();
+}
+
+static const comm_msg_ops MPI_OPS = {op_send, op_post, op_wait, op_progress, op_flush,
+                                     op_exchange, op_allgather, op_barrier, op_fail};
+
+static void mpi_comm_destroy(a2amm_comm *comm)
+{
+    mpi_state *s = comm_msg_state(comm->ctx);
+    comm_msg_ctx_destroy(comm->ctx);
+    if (s) {
+        for (int i = 0; s->cap && i < s->size * s->cap * 2; i++) {
+            if (s->recv_req[i] != MPI_REQUEST_NULL) MPI_Cancel(&s->recv_req[i]), MPI_Request_free(&s->recv_req[i]);
+            if (s->send_req[i] != MPI_REQUEST_NULL) MPI_Request_free(&s->send_req[i]);
+        }
+        MPI_Comm_free(&s->tiles), MPI_Comm_free(&s->exchange), MPI_Comm_free(&s->coll);
+        free(s->recv_req), free(s->send_req), free(s);
+    }
+    free(comm);
+}
+
+int a2amm_mpi_comm_create(MPI_Comm mpi_comm, size_t heap_bytes, a2amm_comm **out, a2amm_error *err)
+{
+    if (out) *out = NULL;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!out || !inited)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_mpi_comm_create: %s", out ? "MPI is not initialized" : "comm is NULL");
+    mpi_state *s = calloc(1, sizeof *s);
+    a2amm_comm *comm = calloc(1, sizeof *comm);
+    if (!s || !comm) {
+        free(s), free(comm);
+        return a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_mpi_comm_create: out of memory");
+    }
+    MPI_Comm_rank(mpi_comm, &s->rank);
+    MPI_Comm_size(mpi_comm, &s->size);
+    MPI_Comm_dup(mpi_comm, &s->tiles);
+    MPI_Comm_dup(mpi_comm, &s->exchange);
+    MPI_Comm_dup(mpi_comm, &s->coll);
+    int rc = comm_msg_ctx_create(s->rank, s->size, heap_bytes ? heap_bytes : (size_t)1 << 30, &MPI_OPS, s,
+                                 &comm->ctx, err);
+    if (rc) {
+        MPI_Comm_free(&s->tiles), MPI_Comm_free(&s->exchange), MPI_Comm_free(&s->coll);
+        free(s), free(comm);
+        return rc;
+    }
+    comm->destroy = mpi_comm_destroy;
+    *out = comm;
+    return A2AMM_OK;
+}
