@@ -3,7 +3,8 @@
 # compiler, make, pkg-config, OpenBLAS (the reference operator, a benchmark
 # peer), oneDNN (a benchmark peer), python3 with numpy (shell tests read
 # binary outputs with it) and torch (the seed's own verify_result.py runs
-# with it in the tests), clang with libFuzzer (the fuzz targets).
+# with it in the tests), clang with libFuzzer (the fuzz targets), Open MPI
+# (liba2amm_mpi, --transport mpi) with iproute2 (the tests' namespace hosts).
 # Safe to run again: it does nothing when everything is present.
 set -euo pipefail
 # have PACKAGE: the Debian package is installed
@@ -14,6 +15,9 @@ command -v make >/dev/null 2>&1 || need+=(make)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 have libopenblas-dev || need+=(libopenblas-dev)
 have libdnnl-dev || need+=(libdnnl-dev) # oneDNN: the strongest peer `a2amm bench gemm` measures against
+have libopenmpi-dev || need+=(libopenmpi-dev)
+have openmpi-bin || need+=(openmpi-bin)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 have python3-numpy || need+=(python3-numpy)
 command -v clang >/dev/null 2>&1 || need+=(clang) # the fuzz targets (libFuzzer)

@@ -132,6 +132,7 @@ int cmd_run(int argc, char **argv)
 {
     run_options o;
     run_options_default(&o);
+    o.path = (a2amm_path)-1; /* not given yet: its default follows --transport */
     const char *dir = ".", *at = NULL, *bt = NULL;
     char *pos[4];
     int npos = 0, json = 0;
@@ -150,7 +151,7 @@ int cmd_run(int argc, char **argv)
         else if ((m = cli_option(argc, argv, &i, "--transport", &v))) {
             if (m < 0) return 2;
             if (!strcmp(v, "shm")) o.transport = RUN_SHM;
-            else if (!strcmp(v, "mpi")) o.transport = RUN_MPI, o.path = A2AMM_PATH_PUT;
+            else if (!strcmp(v, "mpi")) o.transport = RUN_MPI;
             else {
                 fprintf(stderr, "a2amm run: --transport must be shm or mpi, got '%s'\n", v);
                 return 2;
@@ -174,6 +175,7 @@ int cmd_run(int argc, char **argv)
         run_usage(stderr);
         return 2;
     }
+    if ((int)o.path == -1) o.path = o.transport == RUN_MPI ? A2AMM_PATH_PUT : A2AMM_PATH_DIRECT;
     a2amm_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
     if (cli_parse_shape("run", pos, &s, NULL)) return 2;
     if (cli_dir_check("run", dir)) return 2;

@@ -6,6 +6,14 @@
 
 #include "cli/args.h"
 
+void run_options_default(run_options *o)
+{
+    *o = (run_options){.tile_m = 512, .depth = 4, .threads = 0, .path = A2AMM_PATH_DIRECT, .unfused = 0,
+                       .timeout_s = 60, .mode = RUN_PRECISION, .iters = 10, .warmup = 1};
+}
+
+const char *run_path_name(a2amm_path p) { return p == A2AMM_PATH_PUT ? "put" : "direct"; }
+
 int cli_op_option(const char *cmd, int argc, char **argv, int *i, run_options *o)
 {
     const char *v;

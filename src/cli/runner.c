@@ -24,14 +24,6 @@
 
 static const char *const INPUT_NAMES[4] = {"input_a.bin", "input_scaleA.bin", "input_b.bin", "input_scaleB.bin"};
 
-void run_options_default(run_options *o)
-{
-    *o = (run_options){.tile_m = 512, .depth = 4, .threads = 0, .path = A2AMM_PATH_DIRECT, .unfused = 0,
-                       .timeout_s = 60, .mode = RUN_PRECISION, .iters = 10, .warmup = 1};
-}
-
-const char *run_path_name(a2amm_path p) { return p == A2AMM_PATH_PUT ? "put" : "direct"; }
-
 typedef struct runner {
     const char *dir;
     a2amm_shape s;

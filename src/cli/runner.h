@@ -38,6 +38,7 @@ typedef struct run_options {
                          run_files returns A2AMM_E_INTERRUPTED */
 } run_options;
 
+/* The defaults above, and a path's name (op_args.c, with the options' parser). */
 void run_options_default(run_options *o);
 const char *run_path_name(a2amm_path p);
 

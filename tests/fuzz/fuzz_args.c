@@ -56,8 +56,8 @@ static int parse_and_check(const uint8_t *data, size_t size)
         at += strlen(buf + at) + 1;
     }
     argv[argc] = NULL;
-    op_options o;
-    op_options_default(&o);
+    run_options o;
+    run_options_default(&o);
     char *pos[4];
     int npos = 0;
     for (int i = 1; i < argc; i++) {

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The operator over Open MPI across "hosts" that are network namespaces of
+# this machine (scripts/netns-hosts.sh), ranks launched across them by
+# mpirun: results bit-identical to the shared-memory transport on the same
+# inputs (fused and unfused, on the put path: the direct path is refused);
+# a rank killed on one host stops the job within seconds, naming it; nothing
+# is left running in any namespace, and the namespaces are gone after, also
+# when a check fails. Skipped, saying why, where namespaces cannot be made.
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+hosts="$here/../scripts/netns-hosts.sh"
+
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "making network namespaces needs root"
+command -v mpirun >/dev/null || skip "mpirun is not installed (make deps installs openmpi-bin)"
+command -v ip >/dev/null || skip "ip (iproute2) is not installed"
+
+# our own names and subnet: unique to this run, so two suites never meet
+P=a2t$$
+NET=10.78.$(( $$ % 200 + 20 ))
+cleanup() { bash "$hosts" down "$P" >/dev/null 2>&1; rm -rf "$SCRATCH"; }
+trap cleanup EXIT
+bash "$hosts" up "$P" 4 "$NET" >"$SCRATCH/up" 2>&1 || { cat "$SCRATCH/up"; skip "cannot make network namespaces here"; }
+
+# mpirun_hosts NP HOSTLIST ARGS...: mpirun in the first host's namespace, ranks across HOSTLIST, TCP on our subnet only
+mpirun_hosts() {
+    local np=$1 list=$2; shift 2
+    timeout 120 bash "$hosts" exec "$P-h1" mpirun --allow-run-as-root --oversubscribe -np "$np" --host "$list" \
+        --mca plm_rsh_agent "/tmp/$P-agent" --mca btl tcp,self --mca btl_tcp_if_include "$NET.0/24" \
+        --mca oob_tcp_if_include "$NET.0/24" -x A2AMM_FAULT -x A2AMM_FAULT_RANK -x ASAN_OPTIONS "$@" </dev/null
+}
+export A2AMM_FAULT="" A2AMM_FAULT_RANK="" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
+
+# without mpirun: says how to launch it
+d="$SCRATCH/d2"
+"$A2AMM" gen 256 512 64 2 --dir "$d" >/dev/null
+expect_fail "no mpirun: says how to launch" "mpirun -np 2 a2amm run" "$A2AMM" run 256 512 64 2 --dir "$d" --transport mpi
+
+for R in 2 4; do
+    list=$(seq -s, -f "$P-h%g" "$R")
+    d="$SCRATCH/d$R"
+    [ -d "$d" ] || "$A2AMM" gen 256 512 64 "$R" --dir "$d" >/dev/null
+    mpirun_hosts "$R" "$list" hostname >"$SCRATCH/names" 2>&1
+    check "R=$R: one rank on each of the $R hosts" test "$(sort -u "$SCRATCH/names" | grep -c "^$P-h")" -eq "$R"
+    for sched in "" "--unfused"; do
+        expect_ok "R=$R shm $sched" "$A2AMM" run 256 512 64 "$R" --dir "$d" --path put --tile-m 32 --depth 2 $sched
+        mkdir -p "$SCRATCH/want"
+        for r in $(seq 0 $((R - 1))); do cp "$d/output/$r/npu_out.bin" "$SCRATCH/want/$r"; rm "$d/output/$r/npu_out.bin"; done
+        expect_ok "R=$R over MPI across $R hosts $sched" mpirun_hosts "$R" "$list" "$A2AMM" run 256 512 64 "$R" \
+            --dir "$d" --transport mpi --tile-m 32 --depth 2 $sched
+        expect_output "R=$R over MPI $sched: success" "Status: SUCCESS"
+        for r in $(seq 0 $((R - 1))); do
+            check "R=$R $sched rank $r: the same bits as shared memory" cmp -s "$d/output/$r/npu_out.bin" "$SCRATCH/want/$r"
+        done
+        check "R=$R $sched: no temporary left" test -z "$(find "$d" -name '*.tmp.*')"
+    done
+    expect_ok "R=$R perf over MPI" mpirun_hosts "$R" "$list" "$A2AMM" run 256 512 64 "$R" perf --iters 2 --dir "$d" \
+        --transport mpi --tile-m 64 --baseline
+    check "R=$R perf: a fused row" grep -Eq "^  fused +[0-9.]+" "$SCRATCH/out"
+    check "R=$R perf: a baseline row" grep -Eq "^  baseline \(sgemm\) +[0-9.]+" "$SCRATCH/out"
+    check "R=$R perf: one report (rank 0 speaks)" test "$(grep -c 'Status: SUCCESS' "$SCRATCH/out")" -eq 1
+done
+
+expect_fail "the direct path is refused over MPI" "needs --path put" \
+    mpirun_hosts 2 "$P-h1,$P-h2" "$A2AMM" run 256 512 64 2 --dir "$SCRATCH/d2" --transport mpi --path direct
+expect_fail "a rank count other than R is refused" "mpirun started 4 ranks, the shape's R is 2" \
+    mpirun_hosts 4 "$P-h1,$P-h2,$P-h3,$P-h4" "$A2AMM" run 256 512 64 2 --dir "$SCRATCH/d2" --transport mpi
+
+# failures across hosts: every rank stops within seconds, the failing one named
+list=$P-h1,$P-h2,$P-h3,$P-h4
+for fault in kill error; do
+    start=$SECONDS
+    A2AMM_FAULT=$fault A2AMM_FAULT_RANK=2 mpirun_hosts 4 "$list" "$A2AMM" run 256 512 64 4 --dir "$SCRATCH/d4" \
+        --transport mpi --tile-m 32 --timeout 60 >"$SCRATCH/out" 2>&1
+    rc=$?
+    check "$fault on rank 2: the job fails (exit $rc)" test $rc -ne 0 -a $rc -ne 124
+    check "$fault on rank 2: all stop well before the 60 s deadline" test $((SECONDS - start)) -le 20
+    check "$fault on rank 2: the message names rank 2" grep -Eq "rank 2" "$SCRATCH/out"
+    sleep 1
+    left=0
+    for i in 1 2 3 4; do
+        for pid in $(ip netns pids "$P-h$i"); do
+            case $(cat /proc/$pid/comm 2>/dev/null) in a2amm | orted | mpirun) left=$((left + 1)) ;; esac
+        done
+    done
+    check "$fault on rank 2: nothing left running on any host ($left)" test $left -eq 0
+done
+expect_output "error on rank 2: its message, with what it was doing" "injected error at tile 1"
+
+bash "$hosts" down "$P"
+check "the namespaces are gone" test -z "$(ip netns list | grep "^$P-")"
+check "their hosts files are gone" test ! -e "/etc/netns/$P-h1"
+finish test_mpi.sh
