@@ -132,6 +132,18 @@ static int v_matmul(rank_state *st, a2amm_error *err)
                         err);
 }
 
+/* The AllToAll alone: A and its scales, as the op moves them, with no matmul. */
+static int v_alltoall(rank_state *st, a2amm_error *err)
+{
+    const a2amm_shape *s = &st->rn->s;
+    const a2amm_sizes *z = &st->rn->z;
+    uint8_t *a = NULL, *sa = NULL;
+    a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
+    int rc = a2amm_comm_alltoall(st->comm, a, st->ra, (size_t)(s->M * z->ka), st->rn->o.timeout_s, err);
+    if (!rc) rc = a2amm_comm_alltoall(st->comm, sa, st->rsa, (size_t)(s->M * z->ska), st->rn->o.timeout_s, err);
+    return rc;
+}
+
 /* fp32 to bf16, rounded to nearest even (NaN stays NaN). */
 static uint16_t bf16_of(float f)
 {
@@ -146,10 +158,7 @@ static int v_baseline(rank_state *st, a2amm_error *err)
 {
     const a2amm_shape *s = &st->rn->s;
     const a2amm_sizes *z = &st->rn->z;
-    uint8_t *a = NULL, *sa = NULL;
-    a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
-    int rc = a2amm_comm_alltoall(st->comm, a, st->ra, (size_t)(s->M * z->ka), st->rn->o.timeout_s, err);
-    if (!rc) rc = a2amm_comm_alltoall(st->comm, sa, st->rsa, (size_t)(s->M * z->ska), st->rn->o.timeout_s, err);
+    int rc = v_alltoall(st, err);
     for (int j = 0; !rc && j < st->R; j++) /* block j is rank j's rows: columns j*ka.. of X */
         rc = a2amm_mx_dequantize_f32(st->ra + (size_t)j * (size_t)(s->M * z->ka), z->ka,
                                      st->rsa + (size_t)j * (size_t)(s->M * z->ska), z->ska, s->M, z->ka, s->a_type,
@@ -213,7 +222,7 @@ static int perf_setup(rank_state *st, a2amm_error *err)
 static int rank_perf(rank_state *st, a2amm_error *err)
 {
     const runner *rn = st->rn;
-    variant_fn variants[RUN_VARIANTS] = {v_configured, v_unfused, v_matmul, v_baseline};
+    variant_fn variants[RUN_VARIANTS] = {v_configured, v_unfused, v_matmul, v_alltoall, v_baseline};
     int nvariants = rn->o.baseline ? RUN_VARIANTS : RUN_V_BASELINE;
     measure_flusher fl;
     int rc = measure_flusher_init(&fl, NULL, measure_flush_bytes((int)rn->s.R), err);

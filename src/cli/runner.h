@@ -43,7 +43,7 @@ void run_options_default(run_options *o);
 const char *run_path_name(a2amm_path p);
 
 /* The variants perf mode times, in the order of run_perf's arrays. */
-enum { RUN_V_CONFIGURED, RUN_V_UNFUSED, RUN_V_MATMUL, RUN_V_BASELINE, RUN_VARIANTS };
+enum { RUN_V_CONFIGURED, RUN_V_UNFUSED, RUN_V_MATMUL, RUN_V_ALLTOALL, RUN_V_BASELINE, RUN_VARIANTS };
 
 /* Perf figures: per repetition the slowest rank's time, in seconds. */
 typedef struct run_perf {
@@ -51,7 +51,8 @@ typedef struct run_perf {
     double *t[RUN_VARIANTS]; /* [iters] each: the configured op (fused, or unfused if
                                 asked); the unfused op; the matmul alone (a2amm_matmul on
                                 the rows the AllToAll brings, same weights and threads);
-                                the baseline (NULL unless asked) */
+                                the AllToAll alone (a2amm_comm_alltoall of A and its
+                                scales); the baseline (NULL unless asked) */
     double prepare_s;        /* the slowest rank's weight preparation (once) */
     double flush_bytes;      /* bytes each rank passed over to flush caches */
 } run_perf;
