@@ -11,6 +11,7 @@
 #include "op/rank.h"
 
 #define ALIGN 64
+#define PROGRESS_ROWS 64 /* rows multiplied between two progress calls on a message transport */
 
 size_t op_rank_heap_bytes(const a2amm_shape *s, const a2amm_sizes *z, const op_options *opt,
                           int need_ring, int need_xbuf)
@@ -65,6 +66,7 @@ typedef struct tile_job {
     const op_rank *rk;
     gemm_a_slab slab;
     int64_t rows, k0;
+    float *c;      /* the accumulators of these rows */
     int threads;
     int first;     /* the tile's first source: C = product (gemm_multiply), not C += */
     uint16_t *out; /* the tile's last source: its bf16 rows of the output (C is then left unspecified) */
@@ -80,7 +82,7 @@ static void tile_task(void *arg, int task)
     slab.a += p.r0 * slab.lda;
     slab.sa += p.r0 * slab.ldsa;
     int64_t rows = p.r1 - p.r0;
-    float *c = j->rk->c + p.r0 * N;
+    float *c = j->c + p.r0 * N;
     uint16_t *out = j->out ? j->out + p.r0 * N : NULL;
     if (out && j->first) gemm_multiply_store(b, &slab, rows, j->k0, ka, p.n0, p.n1, c, N, out, N);
     else if (out) gemm_accumulate_store(b, &slab, rows, j->k0, ka, p.n0, p.n1, c, N, out, N);
@@ -96,11 +98,20 @@ static void tile_task(void *arg, int task)
 static void multiply_source(op_rank *rk, int k, int src, const uint8_t *a, const uint8_t *sa, int64_t i0,
                             int64_t rows)
 {
-    int64_t N = rk->s->N;
+    int64_t N = rk->s->N, ka = rk->z->ka, ska = rk->z->ska;
     int T = pool_threads(rk->pool);
-    tile_job job = {rk,         {a, sa, rk->z->ka, rk->z->ska, rk->s->a_type}, rows, src * rk->z->ka, T, k == 0,
-                    k == rk->R - 1 ? rk->out + i0 * N : NULL};
-    pool_run(rk->pool, tile_task, &job, gemm_split_count(rows, N, rk->z->ka, T));
+    const comm_msg_ops *msg = comm_msg(rk->ctx);
+    /* over a message transport the engine moves data only while called: the
+     * rows go in slices with a progress call between (rows are independent,
+     * so the bits are the same) */
+    int64_t slice = msg ? PROGRESS_ROWS : rows;
+    for (int64_t r0 = 0; r0 < rows; r0 += slice) {
+        int64_t n = rows - r0 < slice ? rows - r0 : slice;
+        tile_job job = {rk,     {a + r0 * ka, sa + r0 * ska, ka, ska, rk->s->a_type}, n, src * ka, rk->c + r0 * N, T,
+                        k == 0, k == rk->R - 1 ? rk->out + (i0 + r0) * N : NULL};
+        pool_run(rk->pool, tile_task, &job, gemm_split_count(n, N, ka, T));
+        if (msg) msg->progress(comm_msg_state(rk->ctx));
+    }
 }
 
 /* The rows of rank `src`'s A that go to `dst`, starting at tile row i0. */
@@ -275,7 +286,6 @@ int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err)
             comm_set_doing(rk->ctx, "tile %lld/%lld: multiplying the rows of rank %d", (long long)t,
                            (long long)rk->ntiles, src);
             multiply_source(rk, k, src, a, sa, i0, rows);
-            if (msg) msg->progress(comm_msg_state(rk->ctx)); /* the engine moves data only when called */
         }
         if (put && msg && t + rk->opt->depth < rk->ntiles) { /* the slot is free again: its next tile's receives */
             int rc = post_tile_msg(rk, base + (uint64_t)(t + rk->opt->depth), t + rk->opt->depth, err);
