@@ -25,7 +25,7 @@ bash "$hosts" up "$P" 4 "$NET" >"$SCRATCH/up" 2>&1 || { cat "$SCRATCH/up"; skip 
 # mpirun_hosts NP HOSTLIST ARGS...: mpirun in the first host's namespace, ranks across HOSTLIST, TCP on our subnet only
 mpirun_hosts() {
     local np=$1 list=$2; shift 2
-    timeout 120 bash "$hosts" exec "$P-h1" mpirun --allow-run-as-root --oversubscribe -np "$np" --host "$list" \
+    timeout 120 bash "$hosts" exec "$P-h1" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" --host "$list" \
         --mca plm_rsh_agent "/tmp/$P-agent" --mca btl tcp,self --mca btl_tcp_if_include "$NET.0/24" \
         --mca oob_tcp_if_include "$NET.0/24" -x A2AMM_FAULT -x A2AMM_FAULT_RANK -x ASAN_OPTIONS "$@" </dev/null
 }
