@@ -38,6 +38,9 @@ static void bench_op_usage(FILE *f)
             "  --depth SLOTS      ring slots on the put path (default 4)\n"
             "  --path direct|put  how rows travel (default direct)\n"
             "  --timeout SECONDS  deadline of every wait between ranks (default 60)\n"
+            "  --transport shm|mpi  shm: R ranks forked here (default); mpi: this process is one\n"
+            "                     rank of an MPI job (mpirun -np R a2amm bench op ... --transport\n"
+            "                     mpi): each rank generates and reads only its own inputs\n"
             "  --dir DIR          keep the generated inputs in DIR (default: a temporary folder)\n"
             "  --json             one JSON object instead of the table\n"
             "\n"
@@ -68,7 +71,15 @@ int cmd_bench_op(int argc, char **argv)
         if (cli_is_help(argv[i])) { bench_op_usage(stdout); return 0; }
         if ((m = cli_option(argc, argv, &i, "--dir", &v))) { if (m < 0) return 2; dir = v; }
         else if ((m = cli_op_option("bench op", argc, argv, &i, &o))) { if (m < 0) return 2; }
-        else if (!strcmp(argv[i], "--json")) json = 1;
+        else if ((m = cli_option(argc, argv, &i, "--transport", &v))) {
+            if (m < 0) return 2;
+            if (!strcmp(v, "shm")) o.transport = RUN_SHM;
+            else if (!strcmp(v, "mpi")) o.transport = RUN_MPI;
+            else {
+                fprintf(stderr, "a2amm bench op: --transport must be shm or mpi, got '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--json")) json = 1;
         else if (argv[i][0] == '-' && argv[i][1] != '\0' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             fprintf(stderr, "a2amm bench op: unknown option '%s' (see a2amm bench op --help)\n", argv[i]);
             return 2;
@@ -86,6 +97,19 @@ int cmd_bench_op(int argc, char **argv)
     a2amm_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
     a2amm_sizes z;
     if (cli_parse_shape("bench op", pos, &s, &z)) return 2;
+    int mpi_rank = -1; /* over MPI: this process's rank, which generates only its own inputs */
+    if (o.transport == RUN_MPI) {
+        const char *r = getenv("OMPI_COMM_WORLD_RANK");
+        if (!run_under_mpirun() || !r) {
+            fprintf(stderr, "a2amm bench op: --transport mpi: this process is not part of an MPI job; launch every "
+                            "rank with mpirun:\n  mpirun -np %lld a2amm bench op %lld %lld %lld %lld --transport mpi\n",
+                    (long long)s.R, (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R);
+            return 2;
+        }
+        mpi_rank = atoi(r);
+        o.path = A2AMM_PATH_PUT;
+        if (mpi_rank != 0 && !freopen("/dev/null", "w", stdout)) return 1;
+    }
 
     /* a scratch folder under $TMPDIR (else /tmp), removed at the end */
     const char *tmpdir = getenv("TMPDIR");
@@ -103,7 +127,14 @@ int cmd_bench_op(int argc, char **argv)
     a2amm_error err = {0, ""};
     gen_options g = {GEN_DIST_NORMAL, 1, MX_SCALE_FLOOR};
     io_rank_inputs *in = calloc((size_t)s.R, sizeof *in);
-    int rc = in ? gen_write_inputs(dir, &s, &z, &g, in, &err) : A2AMM_E_NOMEM;
+    int rc = in ? A2AMM_OK : a2amm_fail(&err, A2AMM_E_NOMEM, "out of memory");
+    if (!rc && mpi_rank >= 0) { /* only this rank's folder (the others may be on other hosts) */
+        rc = io_rank_inputs_alloc(&z, &in[0], &err);
+        if (!rc) rc = gen_rank_inputs(&s, &z, &g, mpi_rank, &in[0], &err);
+        if (!rc) rc = io_save_rank_inputs(dir, mpi_rank, &z, &in[0], &err);
+    } else if (!rc) {
+        rc = gen_write_inputs(dir, &s, &z, &g, in, &err);
+    }
     for (int r = 0; in && r < s.R; r++) io_rank_inputs_free(&in[r]);
     free(in);
     if (!rc && *o.stop) rc = a2amm_fail(&err, A2AMM_E_INTERRUPTED, "interrupted while writing the inputs");
@@ -117,6 +148,7 @@ int cmd_bench_op(int argc, char **argv)
         }
         rc = run_files(dir, &s, &o, &res, &err);
     }
+    if (o.transport == RUN_MPI) run_mpi_finalize();
     if (!rc) {
         if (!json) printf("  %d compute thread%s per rank, kernel %s\n", res.threads, res.threads == 1 ? "" : "s",
                           res.kernel);

@@ -221,6 +221,9 @@ A2AMM_API void a2amm_comm_destroy(a2amm_comm *comm);
 /* Says what this rank is doing now ("loading input_a.bin"): it appears in
  * failure messages and reports, and counts as a sign of life. */
 A2AMM_API void a2amm_comm_say(a2amm_comm *comm, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* What this rank said it was doing last (a2amm_comm_say, or the op's own
+ * "tile 3/8: waiting for rows from rank 2 ..."): for a caller's report. */
+A2AMM_API const char *a2amm_comm_doing(const a2amm_comm *comm);
 /* This rank's number (0..size-1) and the number of ranks. */
 A2AMM_API int a2amm_comm_rank(const a2amm_comm *comm);
 A2AMM_API int a2amm_comm_size(const a2amm_comm *comm);

@@ -61,6 +61,14 @@ for R in 2 4; do
     check "R=$R perf: one report (rank 0 speaks)" test "$(grep -c 'Status: SUCCESS' "$SCRATCH/out")" -eq 1
 done
 
+expect_ok "bench op over MPI across 2 hosts" mpirun_hosts 2 "$P-h1,$P-h2" "$A2AMM" bench op 256 512 64 2 --iters 2 \
+    --transport mpi
+check "bench op over MPI: its ratios" grep -q "ratios (medians): fused / matmul alone" "$SCRATCH/out"
+check "bench op over MPI: one report" test "$(grep -c 'ratios (medians)' "$SCRATCH/out")" -eq 1
+check "bench op over MPI: its scratch folders removed" test -z "$(ls "$TMPDIR" | grep a2amm-bench-op)"
+expect_fail "bench op without mpirun: says how to launch" "mpirun -np 2 a2amm bench op" \
+    "$A2AMM" bench op 256 512 64 2 --transport mpi
+
 expect_fail "the direct path is refused over MPI" "needs --path put" \
     mpirun_hosts 2 "$P-h1,$P-h2" "$A2AMM" run 256 512 64 2 --dir "$SCRATCH/d2" --transport mpi --path direct
 expect_fail "a rank count other than R is refused" "mpirun started 4 ranks, the shape's R is 2" \

@@ -96,6 +96,8 @@ void a2amm_comm_destroy(a2amm_comm *comm)
     free(comm);
 }
 
+const char *a2amm_comm_doing(const a2amm_comm *comm) { return comm ? comm_doing(comm->ctx) : ""; }
+
 int a2amm_comm_rank(const a2amm_comm *comm) { return comm ? comm_rank(comm->ctx) : -1; }
 int a2amm_comm_size(const a2amm_comm *comm) { return comm ? comm_nranks(comm->ctx) : -1; }
 

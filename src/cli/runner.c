@@ -7,6 +7,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -397,6 +398,24 @@ void run_mpi_finalize(void)
     if (inited && !finalized) MPI_Finalize();
 }
 
+/* mpirun stops the other ranks with SIGTERM when one fails or dies: each
+ * says what it was doing (write(2) only: this runs in a signal handler). */
+static a2amm_comm *stopped_comm;
+static int stopped_rank;
+
+static void say_stopped(int sig)
+{
+    (void)sig;
+    char head[96];
+    int n = snprintf(head, sizeof head, "a2amm: rank %d stopped by mpirun (another rank failed) while: ", stopped_rank);
+    const char *doing = stopped_comm ? a2amm_comm_doing(stopped_comm) : "";
+    ssize_t w = write(2, head, (size_t)n);
+    w += write(2, doing, strnlen(doing, 160));
+    w += write(2, "\n", 1);
+    (void)w;
+    _exit(143);
+}
+
 /* Every rank's column of the times into everyone's copy (each rank wrote only its own). */
 static int share_times(a2amm_comm *comm, runner *rn, size_t tbytes, a2amm_error *err)
 {
@@ -425,7 +444,13 @@ static int run_files_mpi(runner *rn, run_result *res, size_t tbytes, a2amm_error
                           size, (long long)rn->s.R, (long long)rn->s.R);
     a2amm_comm *comm = NULL;
     int rc = a2amm_mpi_comm_create(MPI_COMM_WORLD, heap_bytes(rn), &comm, err);
-    if (!rc) rc = rank_main(comm, rn); /* a failure aborts the job, naming the rank */
+    if (!rc) {
+        stopped_comm = comm, stopped_rank = rank;
+        signal(SIGTERM, say_stopped);
+        rc = rank_main(comm, rn); /* a failure aborts the job, naming the rank */
+        signal(SIGTERM, SIG_DFL);
+        stopped_comm = NULL;
+    }
     if (!rc && rn->o.mode == RUN_PRECISION) {
         /* every rank wrote (the end barrier): each commits its own */
         char path[IO_PATH_MAX];

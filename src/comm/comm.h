@@ -85,6 +85,8 @@ void comm_set_doing(comm_ctx *ctx, const char *fmt, ...) __attribute__((format(p
 /* A sign of life for the launcher's stall watch (comm_set_doing and every
  * wait give one too): call it in long work that sets nothing else. */
 void comm_progress(comm_ctx *ctx);
+/* This rank's "doing" text (its slot's; valid while the context lives). */
+const char *comm_doing(const comm_ctx *ctx);
 /*
  * Marks the world failed because of this rank, with `code` and a printf-style
  * reason, and wakes every waiting rank (their waits return A2AMM_E_PEER).

@@ -145,6 +145,8 @@ void comm_set_doing(comm_ctx *ctx, const char *fmt, ...)
     comm_progress(ctx);
 }
 
+const char *comm_doing(const comm_ctx *ctx) { return ctx->hdr->rank[ctx->rank].doing; }
+
 void comm_progress(comm_ctx *ctx)
 {
     atomic_store_explicit(&ctx->hdr->rank[ctx->rank].progress_ns, comm_now_ns(), memory_order_relaxed);
