@@ -69,12 +69,13 @@ $(BUILD)/liba2amm.so.0: $(PIC_OBJ)
 $(BUILD)/liba2amm.so: $(BUILD)/liba2amm.so.0
 	ln -sf liba2amm.so.0 $@
 
-# make install PREFIX=...: the header, both libraries, a2amm.pc and the command.
+# make install PREFIX=...: the headers, the libraries (liba2amm_mpi.a: the MPI
+# transport, linked with liba2amm.a and MPI), a2amm.pc and the commands.
 PREFIX ?= /usr/local
-install: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.a $(BUILD)/liba2amm.so
+install: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.a $(BUILD)/liba2amm.so $(BUILD)/liba2amm_mpi.a
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
-	install -m 644 include/a2amm.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(BUILD)/liba2amm.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 include/a2amm.h include/a2amm_mpi.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/liba2amm.a $(BUILD)/liba2amm_mpi.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/liba2amm.so.0 $(DESTDIR)$(PREFIX)/lib/
 	ln -sf liba2amm.so.0 $(DESTDIR)$(PREFIX)/lib/liba2amm.so
 	install -m 755 $(BUILD)/a2amm $(BUILD)/a2amm-bench $(DESTDIR)$(PREFIX)/bin/

@@ -5,6 +5,11 @@
  *
  *   cc fused_op.c $(pkg-config --cflags --libs a2amm) -o fused_op && ./fused_op
  *
+ * The same ranks as an MPI job (liba2amm_mpi; on one machine or several):
+ *
+ *   mpicc -DWITH_MPI fused_op.c -I$PREFIX/include $PREFIX/lib/liba2amm_mpi.a \
+ *         $PREFIX/lib/liba2amm.a -lopenblas -lm -o fused_op_mpi && mpirun -np 2 ./fused_op_mpi
+ *
  * Exit 0 and "fused_op: OK" when every rank's result is within a bf16
  * rounding of the check.
  */
@@ -70,6 +75,33 @@ static int rank_main(a2amm_comm *comm, void *arg)
     return rc ? rc : far ? A2AMM_E_MISMATCH : A2AMM_OK;
 }
 
+#ifdef WITH_MPI
+#include <a2amm_mpi.h>
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    a2amm_comm *comm = NULL;
+    a2amm_error err;
+    int rc = size == R ? a2amm_mpi_comm_create(MPI_COMM_WORLD, 0, &comm, &err) : A2AMM_E_INVAL;
+    if (size != R) snprintf(err.msg, sizeof err.msg, "run it with mpirun -np %d (got %d ranks)", R, size);
+    if (!rc) rc = rank_main(comm, NULL);
+    int all = 0;
+    if (comm) MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    a2amm_comm_destroy(comm);
+    int me = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Finalize();
+    if (rc || all) {
+        if (rc == A2AMM_E_INVAL) fprintf(stderr, "fused_op: %s\n", err.msg);
+        return 1;
+    }
+    if (me == 0) printf("fused_op: OK\n");
+    return 0;
+}
+#else
 int main(void)
 {
     a2amm_error err;
@@ -81,3 +113,4 @@ int main(void)
     printf("fused_op: OK\n");
     return 0;
 }
+#endif

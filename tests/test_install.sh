@@ -7,7 +7,7 @@
 root=$(cd "$(dirname "$0")/.." && pwd)
 prefix="$SCRATCH/prefix"
 expect_ok "make install PREFIX=..." make -C "$root" --no-print-directory install PREFIX="$prefix"
-for f in include/a2amm.h lib/liba2amm.a lib/liba2amm.so.0 lib/liba2amm.so lib/pkgconfig/a2amm.pc bin/a2amm bin/a2amm-bench; do
+for f in include/a2amm.h include/a2amm_mpi.h lib/liba2amm.a lib/liba2amm_mpi.a lib/liba2amm.so.0 lib/liba2amm.so lib/pkgconfig/a2amm.pc bin/a2amm bin/a2amm-bench; do
     check "installed: $f" test -e "$prefix/$f"
 done
 exported=$(nm -D --defined-only "$prefix/lib/liba2amm.so.0" | awk '{print $3}')
@@ -29,5 +29,17 @@ expect_ok "the example builds statically" \
     $(pkg-config --libs-only-other --static a2amm) $(pkg-config --static --libs-only-L --libs-only-l a2amm | sed 's/-la2amm//') -lm -o "$SCRATCH/ex-static"
 expect_ok "the static example runs" "$SCRATCH/ex-static"
 expect_output "the static example checks its result" "fused_op: OK"
+# the same example as an MPI job, through the installed liba2amm_mpi
+if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
+    expect_ok "the MPI example builds against the installed copy" \
+        mpicc -std=c11 -Wall -Wextra -Werror -DWITH_MPI "$root/examples/fused_op.c" -I"$prefix/include" \
+        "$prefix/lib/liba2amm_mpi.a" "$prefix/lib/liba2amm.a" $(pkg-config --libs-only-other --static a2amm) \
+        $(pkg-config --static --libs-only-L --libs-only-l a2amm | sed 's/-la2amm//') -lm -o "$SCRATCH/ex-mpi"
+    expect_ok "the MPI example runs under mpirun" env ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" \
+        timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 --mca btl tcp,self "$SCRATCH/ex-mpi"
+    expect_output "the MPI example checks its result" "fused_op: OK"
+else
+    echo "SKIP: the MPI example: mpicc or mpirun is not installed" >&2
+fi
 expect_ok "the installed a2amm bench finds the installed a2amm-bench" "$prefix/bin/a2amm" bench gemm 8 16 32 --iters 1 --threads 1
 finish
