@@ -71,15 +71,7 @@ int cmd_bench_op(int argc, char **argv)
         if (cli_is_help(argv[i])) { bench_op_usage(stdout); return 0; }
         if ((m = cli_option(argc, argv, &i, "--dir", &v))) { if (m < 0) return 2; dir = v; }
         else if ((m = cli_op_option("bench op", argc, argv, &i, &o))) { if (m < 0) return 2; }
-        else if ((m = cli_option(argc, argv, &i, "--transport", &v))) {
-            if (m < 0) return 2;
-            if (!strcmp(v, "shm")) o.transport = RUN_SHM;
-            else if (!strcmp(v, "mpi")) o.transport = RUN_MPI;
-            else {
-                fprintf(stderr, "a2amm bench op: --transport must be shm or mpi, got '%s'\n", v);
-                return 2;
-            }
-        } else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--json")) json = 1;
         else if (argv[i][0] == '-' && argv[i][1] != '\0' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             fprintf(stderr, "a2amm bench op: unknown option '%s' (see a2amm bench op --help)\n", argv[i]);
             return 2;

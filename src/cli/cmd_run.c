@@ -148,15 +148,7 @@ int cmd_run(int argc, char **argv)
             o.warmup = (int)x;
         } else if ((m = cli_option(argc, argv, &i, "--a-type", &v))) { if (m < 0) return 2; at = v; }
         else if ((m = cli_option(argc, argv, &i, "--b-type", &v))) { if (m < 0) return 2; bt = v; }
-        else if ((m = cli_option(argc, argv, &i, "--transport", &v))) {
-            if (m < 0) return 2;
-            if (!strcmp(v, "shm")) o.transport = RUN_SHM;
-            else if (!strcmp(v, "mpi")) o.transport = RUN_MPI;
-            else {
-                fprintf(stderr, "a2amm run: --transport must be shm or mpi, got '%s'\n", v);
-                return 2;
-            }
-        } else if (!strcmp(argv[i], "--unfused")) o.unfused = 1;
+        else if (!strcmp(argv[i], "--unfused")) o.unfused = 1;
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--baseline")) o.baseline = 1;
         else if (!strcmp(argv[i], "precision") && npos == 4) o.mode = RUN_PRECISION;

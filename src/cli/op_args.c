@@ -38,6 +38,16 @@ int cli_op_option(const char *cmd, int argc, char **argv, int *i, run_options *o
     }
     if ((m = cli_option(argc, argv, i, "--timeout", &v)))
         return m < 0 || cli_parse_double(cmd, "--timeout", v, 0.001, 1e7, &o->timeout_s) ? -1 : 1;
+    if ((m = cli_option(argc, argv, i, "--transport", &v))) {
+        if (m < 0) return -1;
+        if (!strcmp(v, "shm")) o->transport = RUN_SHM;
+        else if (!strcmp(v, "mpi")) o->transport = RUN_MPI;
+        else {
+            fprintf(stderr, "a2amm %s: --transport must be shm or mpi, got '%s'\n", cmd, v);
+            return -1;
+        }
+        return 1;
+    }
     if ((m = cli_option(argc, argv, i, "--path", &v))) {
         if (m < 0) return -1;
         if (!strcmp(v, "direct")) o->path = A2AMM_PATH_DIRECT;

@@ -5,8 +5,8 @@
 #include "cli/runner.h"
 
 /*
- * If argv[*i] is one of --tile-m, --depth, --threads, --iters, --path or
- * --timeout (with its value), sets it in *o, advances *i and returns 1; 0
+ * If argv[*i] is one of --tile-m, --depth, --threads, --iters, --path,
+ * --transport or --timeout (with its value), sets it in *o, advances *i and returns 1; 0
  * when argv[*i] is something else; -1 after printing a message naming the
  * option when its value is bad. `cmd` names the command in messages.
  */
