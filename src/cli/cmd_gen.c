@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "gen/gen.h"
 #include "io/io.h"
+#include "cli/progress.h"
 #include "ref/ref_op.h"
 
 static void gen_usage(FILE *f)
@@ -40,13 +41,14 @@ static void gen_usage(FILE *f)
             "  --scale-mode floor|rceil  how block scales are chosen when quantizing (default floor)\n"
             "  --seed S              random seed (default 1); same seed, same bytes everywhere\n"
             "  --no-golden           write the inputs only\n"
+            "  --quiet               no progress line (it shows only when stderr is a terminal)\n"
             "\n"
             "example:\n"
             "  a2amm gen 700 256 96 2 --dir /tmp/a2amm-demo --a-type e5m2\n");
 }
 
 static int write_goldens(const char *dir, const a2amm_shape *s, const a2amm_sizes *z,
-                         const io_rank_inputs *in, uint16_t *out, a2amm_error *err)
+                         const io_rank_inputs *in, uint16_t *out, cli_progress *progress, a2amm_error *err)
 {
     const uint8_t **a = malloc((size_t)s->R * sizeof *a);
     const uint8_t **sa = malloc((size_t)s->R * sizeof *sa);
@@ -55,6 +57,7 @@ static int write_goldens(const char *dir, const a2amm_shape *s, const a2amm_size
     for (int r = 0; !rc && r < s->R; r++) a[r] = in[r].a, sa[r] = in[r].sa;
     for (int j = 0; !rc && j < s->R; j++) {
         char path[IO_PATH_MAX];
+        cli_progress_say(progress, "a2amm gen: golden of rank %d of %lld", j, (long long)s->R);
         rc = ref_op_rank(s, j, a, sa, in[j].b, in[j].sb, out, err);
         if (!rc) rc = io_rank_path(path, sizeof path, dir, "output", j, "cpu_output.bin", err);
         if (!rc) rc = io_write_atomic(path, out, z->out_bytes, err);
@@ -71,7 +74,7 @@ int cmd_gen(int argc, char **argv)
     gen_options opt = {GEN_DIST_NORMAL, 1, MX_SCALE_FLOOR};
     a2amm_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
     char *pos[4];
-    int npos = 0, golden = 1;
+    int npos = 0, golden = 1, quiet = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         int m;
@@ -96,6 +99,7 @@ int cmd_gen(int argc, char **argv)
         } else if ((m = cli_option(argc, argv, &i, "--seed", &v))) {
             if (m < 0 || cli_parse_u64("gen", "--seed", v, &opt.seed)) return 2;
         } else if (!strcmp(argv[i], "--no-golden")) golden = 0;
+        else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else if (argv[i][0] == '-' && argv[i][1] != '\0' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             fprintf(stderr, "a2amm gen: unknown option '%s' (see a2amm gen --help)\n", argv[i]);
             return 2;
@@ -140,7 +144,10 @@ int cmd_gen(int argc, char **argv)
     double t0 = cli_now();
     if (!rc) rc = gen_write_inputs(dir, &s, &z, &opt, in, &err);
     double t1 = cli_now();
-    if (!rc && golden) rc = write_goldens(dir, &s, &z, in, out, &err);
+    cli_progress progress;
+    cli_progress_start(&progress, quiet, 0);
+    if (!rc && golden) rc = write_goldens(dir, &s, &z, in, out, &progress, &err);
+    cli_progress_end(&progress);
     double t2 = cli_now();
     if (!rc) rc = io_meta_write(dir, &meta, &err);
     for (int r = 0; in && r < s.R; r++) io_rank_inputs_free(&in[r]);

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The progress line of long work: shown on a terminal (a pseudo-terminal made
+# by `script`), never in a pipe or a file, and not with --quiet.
+. "$(dirname "$0")/lib.sh"
+command -v script >/dev/null || { echo "SKIP: script (util-linux) is not installed"; exit 77; }
+d="$SCRATCH/g"
+# on a terminal: the line names the golden's rank, rewritten in place and cleared
+script -qec "'$A2AMM' gen 512 1024 256 4 --dir '$d'" /dev/null >"$SCRATCH/tty" 2>&1
+check "gen on a terminal: a progress line" grep -aq "golden of rank 3 of 4" "$SCRATCH/tty"
+check "gen on a terminal: rewritten in place" grep -aq $'\r' "$SCRATCH/tty"
+check "gen on a terminal: the result is still said" grep -aq "wrote " "$SCRATCH/tty"
+script -qec "'$A2AMM' gen 512 1024 256 4 --dir '$d' --quiet" /dev/null >"$SCRATCH/tty-quiet" 2>&1
+check "gen --quiet on a terminal: no progress line" bash -c "! grep -aq 'golden of rank' '$SCRATCH/tty-quiet'"
+check "gen --quiet on a terminal: the result is still said" grep -aq "wrote " "$SCRATCH/tty-quiet"
+# in a pipe and into a file: none
+"$A2AMM" gen 512 1024 256 4 --dir "$d" 2>&1 | cat >"$SCRATCH/pipe"
+check "gen in a pipe: no progress line" bash -c "! grep -aq 'golden of rank' '$SCRATCH/pipe'"
+check "gen in a pipe: no carriage return" bash -c "! grep -aq $'\r' '$SCRATCH/pipe'"
+"$A2AMM" gen 512 1024 256 4 --dir "$d" >"$SCRATCH/file" 2>"$SCRATCH/file-err"
+check "gen into a file: nothing on stderr" test ! -s "$SCRATCH/file-err"
+expect_ok "the data gen wrote verifies after a run" bash -c "'$A2AMM' run 512 1024 256 4 --dir '$d' && '$A2AMM' verify 512 256 4 --dir '$d'"
+finish
