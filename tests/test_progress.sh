@@ -19,4 +19,15 @@ check "gen in a pipe: no carriage return" bash -c "! grep -aq $'\r' '$SCRATCH/pi
 "$A2AMM" gen 512 1024 256 4 --dir "$d" >"$SCRATCH/file" 2>"$SCRATCH/file-err"
 check "gen into a file: nothing on stderr" test ! -s "$SCRATCH/file-err"
 expect_ok "the data gen wrote verifies after a run" bash -c "'$A2AMM' run 512 1024 256 4 --dir '$d' && '$A2AMM' verify 512 256 4 --dir '$d'"
+
+# a perf run: the repetitions done, on a terminal only
+script -qec "'$A2AMM' run 512 1024 256 4 perf --iters 40 --dir '$d'" /dev/null >"$SCRATCH/perf-tty" 2>&1
+check "perf on a terminal: a progress line of the repetitions" grep -aq "perf repetition [0-9]* of 40" "$SCRATCH/perf-tty"
+check "perf on a terminal: the table is still printed" grep -aq "Status: SUCCESS" "$SCRATCH/perf-tty"
+script -qec "'$A2AMM' run 512 1024 256 4 perf --iters 40 --dir '$d' --quiet" /dev/null >"$SCRATCH/perf-quiet" 2>&1
+check "perf --quiet on a terminal: none" bash -c "! grep -aq 'perf repetition' '$SCRATCH/perf-quiet'"
+script -qec "'$A2AMM' run 512 1024 256 4 perf --iters 40 --dir '$d' --json" /dev/null >"$SCRATCH/perf-json" 2>&1
+check "perf --json on a terminal: none" bash -c "! grep -aq 'perf repetition' '$SCRATCH/perf-json'"
+"$A2AMM" run 512 1024 256 4 perf --iters 40 --dir "$d" 2>&1 | cat >"$SCRATCH/perf-pipe"
+check "perf in a pipe: none" bash -c "! grep -aq 'perf repetition' '$SCRATCH/perf-pipe'"
 finish

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/json.h"
@@ -45,6 +46,8 @@ static void run_usage(FILE *f)
             "                     it is refused); without that file both must be named\n"
             "  --json             print one JSON object: perf mode its figures, precision mode\n"
             "                     the run (shape, each rank's status, time, the outputs written)\n"
+            "  --quiet            no progress line in perf mode (it shows only when stderr is a\n"
+            "                     terminal, never with --json)\n"
             "  --baseline         perf mode: also time the whole AllToAll + dequantize to fp32 +\n"
             "                     OpenBLAS sgemm (what a user writes today)\n"
             "  --transport shm|mpi  shm: fork R ranks here over shared memory (default);\n"
@@ -135,7 +138,7 @@ int cmd_run(int argc, char **argv)
     o.path = (a2amm_path)-1; /* not given yet: its default follows --transport */
     const char *dir = ".", *at = NULL, *bt = NULL;
     char *pos[4];
-    int npos = 0, json = 0;
+    int npos = 0, json = 0, quiet = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         int m;
@@ -150,6 +153,7 @@ int cmd_run(int argc, char **argv)
         else if ((m = cli_option(argc, argv, &i, "--b-type", &v))) { if (m < 0) return 2; bt = v; }
         else if (!strcmp(argv[i], "--unfused")) o.unfused = 1;
         else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else if (!strcmp(argv[i], "--baseline")) o.baseline = 1;
         else if (!strcmp(argv[i], "precision") && npos == 4) o.mode = RUN_PRECISION;
         else if (!strcmp(argv[i], "perf") && npos == 4) o.mode = RUN_PERF;
@@ -183,6 +187,7 @@ int cmd_run(int argc, char **argv)
         return 2;
     }
     if (o.transport != RUN_MPI) o.stop = cli_catch_stop_signals();
+    o.progress = !quiet && !json && isatty(STDERR_FILENO); /* perf mode's progress line */
     /* over MPI only rank 0 speaks */
     const char *world_rank = getenv("OMPI_COMM_WORLD_RANK");
     if (o.transport == RUN_MPI && world_rank && strcmp(world_rank, "0") && !freopen("/dev/null", "w", stdout)) return 1;

@@ -6,8 +6,11 @@
 #include "cli/runner.h"
 
 #include <cblas.h>
+#include <pthread.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +21,7 @@
 #include "a2amm_mpi.h"
 #include "cli/args.h"
 #include "cli/fault.h"
+#include "cli/progress.h"
 #include "cli/measure.h"
 #include "common/error.h"
 #include "common/pool.h"
@@ -383,6 +387,31 @@ static double run_limit_s(const runner *rn, int64_t ntiles)
     return rn->o.timeout_s * waits;
 }
 
+/* ---- the progress line of a perf run ------------------------------------------ */
+
+typedef struct progress_watch {
+    const runner *rn;
+    _Atomic int stop;
+} progress_watch;
+
+/* Counts rank 0's finished repetitions in the shared times (each is non-zero once timed). */
+static void *watch_progress(void *arg)
+{
+    progress_watch *w = arg;
+    const runner *rn = w->rn;
+    cli_progress p;
+    cli_progress_start(&p, 0, 0);
+    while (!atomic_load(&w->stop)) {
+        int done = 0;
+        for (int it = 0; it < rn->o.iters; it++) done += *time_slot(rn, RUN_V_CONFIGURED, it, 0) > 0;
+        cli_progress_say(&p, "a2amm run: perf repetition %d of %d", done, rn->o.iters);
+        struct timespec pause = {0, 100000000};
+        nanosleep(&pause, NULL);
+    }
+    cli_progress_end(&p);
+    return NULL;
+}
+
 /* ---- this process as one rank of an MPI job -------------------------------- */
 
 int run_under_mpirun(void)
@@ -531,7 +560,14 @@ int run_files(const char *dir, const a2amm_shape *s, const run_options *opt, run
     }
     a2amm_launch_options lo = {.heap_bytes = heap_bytes(&rn), .timeout_s = run_limit_s(&rn, res->ntiles),
                                .stall_s = rn.o.timeout_s * 1.5 + 1.0, .stop = rn.o.stop, .reports = res->ranks};
+    progress_watch watch = {&rn, 0};
+    pthread_t watcher;
+    int watching = rn.o.progress && rn.o.mode == RUN_PERF && pthread_create(&watcher, NULL, watch_progress, &watch) == 0;
     rc = a2amm_launch(R, rank_main, &rn, &lo, err);
+    if (watching) {
+        atomic_store(&watch.stop, 1);
+        pthread_join(watcher, NULL);
+    }
     if (rn.o.mode == RUN_PRECISION) {
         int settled = settle_outputs(&rn, rc == A2AMM_OK, err);
         if (!rc) rc = settled;

@@ -33,6 +33,8 @@ typedef struct run_options {
     int baseline;     /* perf: also time what a user writes today: the whole
                          AllToAll, dequantize to fp32, OpenBLAS sgemm */
     run_transport transport;
+    int progress;     /* perf: a progress line of the repetitions (the caller decides:
+                         a terminal, not --quiet, not --json) */
     const volatile sig_atomic_t *stop; /* when set, non-zero stops the run (the
                          caller's SIGINT/SIGTERM handler): nothing is written,
                          run_files returns A2AMM_E_INTERRUPTED */
