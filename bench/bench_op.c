@@ -91,14 +91,13 @@ int cmd_bench_op(int argc, char **argv)
     if (cli_parse_shape("bench op", pos, &s, &z)) return 2;
     int mpi_rank = -1; /* over MPI: this process's rank, which generates only its own inputs */
     if (o.transport == RUN_MPI) {
-        const char *r = getenv("OMPI_COMM_WORLD_RANK");
-        if (!run_under_mpirun() || !r) {
+        mpi_rank = run_mpi_rank();
+        if (mpi_rank < 0) {
             fprintf(stderr, "a2amm bench op: --transport mpi: this process is not part of an MPI job; launch every "
                             "rank with mpirun:\n  mpirun -np %lld a2amm bench op %lld %lld %lld %lld --transport mpi\n",
                     (long long)s.R, (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R);
             return 2;
         }
-        mpi_rank = atoi(r);
         o.path = A2AMM_PATH_PUT;
         if (mpi_rank != 0 && !freopen("/dev/null", "w", stdout)) return 1;
     }

@@ -189,8 +189,7 @@ int cmd_run(int argc, char **argv)
     if (o.transport != RUN_MPI) o.stop = cli_catch_stop_signals();
     o.progress = !quiet && !json && isatty(STDERR_FILENO); /* perf mode's progress line */
     /* over MPI only rank 0 speaks */
-    const char *world_rank = getenv("OMPI_COMM_WORLD_RANK");
-    if (o.transport == RUN_MPI && world_rank && strcmp(world_rank, "0") && !freopen("/dev/null", "w", stdout)) return 1;
+    if (o.transport == RUN_MPI && run_mpi_rank() > 0 && !freopen("/dev/null", "w", stdout)) return 1;
 
     if (!json)
         printf("a2amm run: M=%lld K=%lld N=%lld R=%lld, A %s, B %s, %s mode, %s, path %s, tile %lld rows, depth %d\n",

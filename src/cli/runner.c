@@ -206,10 +206,7 @@ static int perf_setup(rank_state *st, a2amm_error *err)
         return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the perf variants' buffers");
     /* the rows of A the AllToAll brings, side by side along K: what the matmul alone multiplies */
     a2amm_comm_say(st->comm, "perf: gathering the rows for the matmul alone");
-    uint8_t *a = NULL, *sa = NULL;
-    a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
-    rc = a2amm_comm_alltoall(st->comm, a, st->ra, (size_t)(s->M * z->ka), rn->o.timeout_s, err);
-    if (!rc) rc = a2amm_comm_alltoall(st->comm, sa, st->rsa, (size_t)(s->M * z->ska), rn->o.timeout_s, err);
+    rc = v_alltoall(st, err);
     if (rc) return rc;
     int64_t bpr = z->ka / 32; /* scale bytes a block of a row carries (ska may pad past them) */
     for (int j = 0; j < st->R; j++)
@@ -417,6 +414,14 @@ static void *watch_progress(void *arg)
 int run_under_mpirun(void)
 {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+int run_mpi_rank(void)
+{
+    static const char *const names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (getenv(names[i])) return atoi(getenv(names[i]));
+    return -1;
 }
 
 void run_mpi_finalize(void)

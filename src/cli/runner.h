@@ -79,6 +79,8 @@ void run_result_free(run_result *r);
 
 /* Whether this process runs under an MPI launcher (mpirun sets its environment). */
 int run_under_mpirun(void);
+/* This process's rank in its MPI job (from mpirun's environment), or -1 outside one. */
+int run_mpi_rank(void);
 /* RUN_MPI: ends MPI (after the result is printed). */
 void run_mpi_finalize(void);
 
