@@ -28,7 +28,7 @@ expect_fail() {
 expect_output() {
     if grep -qF -- "$2" "$SCRATCH/out"; then pass; else fail "$1: output lacks '$2'"; sed 's/^/    /' "$SCRATCH/out" | tail -20 >&2; fi
 }
-check() { local what=$1; shift; if "$@"; then pass; else fail "$what"; fi; }
+check() { local what=$1; shift; if "$@"; then pass; else fail "$what"; return 1; fi; }
 
 # What this CPU runs, as the library sees it (A2AMM_CPU_HIDE applied):
 # cpu_runs LEVEL (ref|avx2|avx512|amx) and cpu_uses FEATURE (avx2, fma,

@@ -20,14 +20,23 @@ check "gen in a pipe: no carriage return" bash -c "! grep -aq $'\r' '$SCRATCH/pi
 check "gen into a file: nothing on stderr" test ! -s "$SCRATCH/file-err"
 expect_ok "the data gen wrote verifies after a run" bash -c "'$A2AMM' run 512 1024 256 4 --dir '$d' && '$A2AMM' verify 512 256 4 --dir '$d'"
 
-# a perf run: the repetitions done, on a terminal only
-script -qec "'$A2AMM' run 512 1024 256 4 perf --iters 40 --dir '$d'" /dev/null >"$SCRATCH/perf-tty" 2>&1
-check "perf on a terminal: a progress line of the repetitions" grep -aq "perf repetition [0-9]* of 40" "$SCRATCH/perf-tty"
-check "perf on a terminal: the table is still printed" grep -aq "Status: SUCCESS" "$SCRATCH/perf-tty"
-script -qec "'$A2AMM' run 512 1024 256 4 perf --iters 40 --dir '$d' --quiet" /dev/null >"$SCRATCH/perf-quiet" 2>&1
+# a perf run: the repetitions done, on a terminal only (a small shape: the
+# line is drawn at the start and every 0.1 s, so even a short run shows it)
+p="$SCRATCH/p"
+"$A2AMM" gen 256 512 128 2 --dir "$p" --quiet >/dev/null
+perf="'$A2AMM' run 256 512 128 2 perf --iters 12 --dir '$p'"
+# shows the end of what a run under `script` printed, when a check on it fails
+tail_of() { tr '\r' '\n' <"$1" | tail -15 | sed 's/^/    /' >&2; }
+script -qec "$perf" /dev/null >"$SCRATCH/perf-tty" 2>&1
+echo "script exit $?" >>"$SCRATCH/perf-tty"
+check "perf on a terminal: a progress line of the repetitions" grep -aq "perf repetition [0-9]* of 12" "$SCRATCH/perf-tty" || tail_of "$SCRATCH/perf-tty"
+check "perf on a terminal: the table is still printed" grep -aq "Status: SUCCESS" "$SCRATCH/perf-tty" || tail_of "$SCRATCH/perf-tty"
+script -qec "$perf --quiet" /dev/null >"$SCRATCH/perf-quiet" 2>&1
 check "perf --quiet on a terminal: none" bash -c "! grep -aq 'perf repetition' '$SCRATCH/perf-quiet'"
-script -qec "'$A2AMM' run 512 1024 256 4 perf --iters 40 --dir '$d' --json" /dev/null >"$SCRATCH/perf-json" 2>&1
+check "perf --quiet on a terminal: the table" grep -aq "Status: SUCCESS" "$SCRATCH/perf-quiet" || tail_of "$SCRATCH/perf-quiet"
+script -qec "$perf --json" /dev/null >"$SCRATCH/perf-json" 2>&1
 check "perf --json on a terminal: none" bash -c "! grep -aq 'perf repetition' '$SCRATCH/perf-json'"
-"$A2AMM" run 512 1024 256 4 perf --iters 40 --dir "$d" 2>&1 | cat >"$SCRATCH/perf-pipe"
+"$A2AMM" run 256 512 128 2 perf --iters 12 --dir "$p" 2>&1 | cat >"$SCRATCH/perf-pipe"
 check "perf in a pipe: none" bash -c "! grep -aq 'perf repetition' '$SCRATCH/perf-pipe'"
+check "perf in a pipe: the table" grep -aq "Status: SUCCESS" "$SCRATCH/perf-pipe" || tail_of "$SCRATCH/perf-pipe"
 finish
