@@ -196,6 +196,12 @@ done:
     return rc;
 }
 
+void *bench_onednn_input(const bench_onednn *o)
+{
+    void *p = NULL;
+    return dnnl_memory_get_data_handle(o->a, &p) == dnnl_success ? p : NULL;
+}
+
 const void *bench_onednn_result(const bench_onednn *o)
 {
     void *p = NULL;

@@ -38,6 +38,9 @@ int bench_onednn_create(const uint16_t *a, const uint16_t *bt, const float *af, 
                         int64_t N, int64_t K, int threads, bench_onednn **out, a2amm_error *err);
 /* One matmul, waited for. */
 int bench_onednn_run(bench_onednn *o, a2amm_error *err);
+/* A [M, K] as the next run reads it: bf16 (uint16_t), or float where
+ * bench_onednn_is_f32; the caller may write new rows there between runs. */
+void *bench_onednn_input(const bench_onednn *o);
 /* The last run's C [M, N]: bf16 (uint16_t), or float where bench_onednn_is_f32. */
 const void *bench_onednn_result(const bench_onednn *o);
 int bench_onednn_is_f32(const bench_onednn *o);

@@ -22,7 +22,7 @@ typedef struct bench_entry {
 static const bench_entry BENCHES[] = {
     {"gemm", "M N K", "the MXFP8 matmul against the machine's ceiling, oneDNN bf16 and OpenBLAS sgemm", cmd_bench_gemm},
     /* bench_op.c */
-    {"op", "M K N R", "the fused run against the unfused run, the matmuls alone and the sgemm baseline",
+    {"op", "M K N R", "the fused run against the unfused run, the matmuls alone and the oneDNN baseline",
      cmd_bench_op},
     {"api", "M K N R", "the public API's in-memory call against a2amm run, and setting weights", cmd_bench_api},
     /* a new benchmark: one line here, its own file, its declaration in bench.h */

@@ -216,15 +216,20 @@ expect_ok "bench gemm help example: $ex" "$A2AMM" bench $ex
 
 # --- bench op: fused, unfused, in place and the baseline in one table
 expect_ok "bench op" "$A2AMM" bench op 40 128 24 2 --iters 2 --tile-m 16
-for row in "fused" "unfused" "matmul alone" "baseline (sgemm)" "exposed communication" "ratios (medians)"; do
+for row in "fused" "unfused" "matmul alone" "baseline " "exposed communication" "ratios (medians)"; do
     expect_output "bench op row: $row" "$row"
 done
+# the baseline is oneDNN's matmul with packed weights: bf16 where this CPU has one, else fp32, said
+expect_output "bench op: the baseline is oneDNN's" "a2amm_comm_alltoall, oneDNN "
+if [ "$bf16" = yes ]; then expect_output "bench op: oneDNN's bf16 matmul on this CPU" "bf16 matmul, weights packed once"
+else expect_output "bench op: oneDNN's fp32 matmul, said why" "fp32 matmul, weights packed once"; fi
 expect_ok "bench op --json, put path" "$A2AMM" bench op 40 96 24 3 --iters 2 --path put --json
 check "bench op --json has every variant" python3 -c "
 import json
 o=json.loads(open('$SCRATCH/out').read())
 assert o['path']=='put' and o['R']==3
-for k in ('run','unfused','matmul','baseline'): assert o[k]['median_s']>0"
+for k in ('run','unfused','matmul','baseline'): assert o[k]['median_s']>0
+assert 'oneDNN' in o['baseline_what'], o['baseline_what']"
 expect_fail "bench op: bad shape" "K / R must be a multiple of 32" "$A2AMM" bench op 40 100 24 2
 expect_fail "bench op: bad path" "--path must be direct or put" "$A2AMM" bench op 40 128 24 2 --path x
 check "bench op left no temporary folder" test -z "$(ls -A "$TMPDIR")"

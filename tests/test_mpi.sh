@@ -57,13 +57,15 @@ for R in 2 4; do
     expect_ok "R=$R perf over MPI" mpirun_hosts "$R" "$list" "$A2AMM" run 256 512 64 "$R" perf --iters 2 --dir "$d" \
         --transport mpi --tile-m 64 --baseline
     check "R=$R perf: a fused row" grep -Eq "^  fused +[0-9.]+" "$SCRATCH/out"
-    check "R=$R perf: a baseline row" grep -Eq "^  baseline \(sgemm\) +[0-9.]+" "$SCRATCH/out"
+    check "R=$R perf: a baseline row" grep -Eq "^  baseline +[0-9.]+" "$SCRATCH/out"
+    check "R=$R perf: the baseline exchanges with MPI_Alltoall" grep -q "MPI_Alltoall, OpenBLAS sgemm" "$SCRATCH/out"
     check "R=$R perf: one report (rank 0 speaks)" test "$(grep -c 'Status: SUCCESS' "$SCRATCH/out")" -eq 1
 done
 
 expect_ok "bench op over MPI across 2 hosts" mpirun_hosts 2 "$P-h1,$P-h2" "$A2AMM" bench op 256 512 64 2 --iters 2 \
     --transport mpi
 check "bench op over MPI: its ratios" grep -q "ratios (medians): fused / matmul alone" "$SCRATCH/out"
+check "bench op over MPI: the baseline is MPI_Alltoall + oneDNN" grep -q "MPI_Alltoall, oneDNN" "$SCRATCH/out"
 check "bench op over MPI: one report" test "$(grep -c 'ratios (medians)' "$SCRATCH/out")" -eq 1
 check "bench op over MPI: its scratch folders removed" test -z "$(ls "$TMPDIR" | grep a2amm-bench-op)"
 expect_fail "bench op without mpirun: says how to launch" "mpirun -np 2 a2amm bench op" \

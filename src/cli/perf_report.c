@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/perf_report.h"
+#include "cli/json.h"
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -34,7 +35,7 @@ void cli_print_op_perf(const a2amm_shape *s, const run_options *o, const run_res
     cli_summary v[RUN_VARIANTS];
     for (int i = 0; i < nv; i++) v[i] = cli_summarize(p->t[i], p->iters);
     const char *names[RUN_VARIANTS] = {o->unfused ? "unfused (as asked)" : "fused", "unfused", "matmul alone",
-                                       "alltoall alone", "baseline (sgemm)"};
+                                       "alltoall alone", "baseline"};
     double exposed = v[0].median - v[2].median;
     if (json) {
         printf("{\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%lld,\"a_type\":\"%s\",\"b_type\":\"%s\","
@@ -48,6 +49,7 @@ void cli_print_op_perf(const a2amm_shape *s, const run_options *o, const run_res
         for (int i = 0; i < nv; i++)
             printf(",\"%s\":{\"min_s\":%.6f,\"median_s\":%.6f,\"max_s\":%.6f,\"tflops\":%.4f}", keys[i], v[i].min,
                    v[i].median, v[i].max, flops / v[i].median / 1e12);
+        if (p->t[RUN_V_BASELINE]) cli_json_key_str("baseline_what", p->baseline_what);
         printf(",\"run_with_prepare_s\":%.6f,\"exposed_comm_s\":%.6f,\"exposed_comm_fraction\":%.4f,"
                "\"fused_over_max_alone\":%.4f}\n",
                v[0].median + p->prepare_s, exposed, exposed / v[0].median, v[0].median / fmax(v[2].median, v[3].median));
@@ -68,7 +70,7 @@ void cli_print_op_perf(const a2amm_shape *s, const run_options *o, const run_res
     printf("  fused / max(matmul alone, alltoall alone) = %.3f (1.0: the exchange fully hidden)\n",
            v[0].median / fmax(v[2].median, v[3].median));
     if (p->t[RUN_V_BASELINE])
-        printf("  baseline: the whole AllToAll, dequantize to fp32, OpenBLAS sgemm (fp32 weights prepared once)\n");
+        printf("  baseline: the whole AllToAll, dequantize to fp32, the matmul to bf16: %s\n", p->baseline_what);
     printf("  exposed communication: %.3f ms (median %s - median matmul alone; %.1f%% of the run)\n",
            exposed * 1e3, names[0], 100.0 * exposed / v[0].median);
     printf("  B preparation, once per rank before the repetitions: %.3f ms (slowest rank)\n", p->prepare_s * 1e3);

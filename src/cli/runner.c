@@ -10,6 +10,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +38,10 @@ typedef struct runner {
     int threads;   /* per rank, resolved */
     char tag[32];  /* outputs are staged as npu_out.bin.tmp.<tag>, committed as a set */
     double *times; /* shared with the ranks: [RUN_VARIANTS][iters][R], then prepare [R] */
+    char *baseline_what; /* shared, after the times: how rank 0 ran the baseline */
 } runner;
+
+#define BASELINE_WHAT_CHARS sizeof(((run_perf *)0)->baseline_what)
 
 static double *time_slot(const runner *rn, int v, int it, int r)
 {
@@ -65,9 +69,12 @@ typedef struct rank_state {
     uint8_t *b, *sb;   /* the weights as read, until prepared */
     /* perf: the matmul alone, on the rows the AllToAll brings: [M, K] and [M, K/32] */
     uint8_t *xa, *xsa;
-    /* perf baseline: received blocks [R][M*ka], [R][M*ska]; fp32 operands */
+    /* perf: received blocks [R][M*ka], [R][M*ska] (the AllToAll alone, the baseline) */
     uint8_t *ra, *rsa;
-    float *bl_x, *bl_b, *bl_c;
+    /* perf baseline: its matmul, and where A [M, K] goes dequantized */
+    const run_baseline_gemm *gemm;
+    void *gemm_ctx;
+    float *bl_x;
     fault_plan fault;
 } rank_state;
 
@@ -77,7 +84,7 @@ static void rank_state_free(rank_state *st)
     a2amm_op_destroy(st->op);
     a2amm_weights_destroy(st->w);
     free(st->out), free(st->b), free(st->sb), free(st->xa), free(st->xsa), free(st->ra), free(st->rsa);
-    free(st->bl_x), free(st->bl_b), free(st->bl_c);
+    if (st->gemm_ctx) st->gemm->destroy(st->gemm_ctx);
 }
 
 /* Reads this rank's files: A and its scales straight into the op's input, B and its scales aside. */
@@ -158,21 +165,97 @@ static uint16_t bf16_of(float f)
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-/* What a user writes today: the whole AllToAll, dequantize to fp32, OpenBLAS sgemm, round to bf16. */
+/* The command's baseline matmul: OpenBLAS sgemm on fp32, rounded to bf16. */
+typedef struct sgemm_baseline {
+    int64_t M, N, K;
+    float *x, *bt, *c;
+} sgemm_baseline;
+
+static void sgemm_destroy(void *ctx)
+{
+    sgemm_baseline *g = ctx;
+    if (g) free(g->x), free(g->bt), free(g->c);
+    free(g);
+}
+
+static int sgemm_create(const float *bt, int64_t M, int64_t N, int64_t K, int threads, void **ctx, float **x,
+                        const char **what, a2amm_error *err)
+{
+    sgemm_baseline *g = calloc(1, sizeof *g);
+    if (g) *g = (sgemm_baseline){M, N, K, malloc((size_t)(M * K) * sizeof(float)),
+                                 malloc((size_t)(N * K) * sizeof(float)), malloc((size_t)(M * N) * sizeof(float))};
+    if (!g || !g->x || !g->bt || !g->c) {
+        sgemm_destroy(g);
+        return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the baseline's fp32 operands");
+    }
+    memcpy(g->bt, bt, (size_t)(N * K) * sizeof(float));
+    openblas_set_num_threads(threads);
+    *ctx = g, *x = g->x, *what = "OpenBLAS sgemm on fp32 (weights dequantized once)";
+    return A2AMM_OK;
+}
+
+static int sgemm_run(void *ctx, uint16_t *out, a2amm_error *err)
+{
+    (void)err;
+    sgemm_baseline *g = ctx;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->M, (int)g->N, (int)g->K, 1.0f, g->x, (int)g->K,
+                g->bt, (int)g->K, 0.0f, g->c, (int)g->N);
+    for (int64_t i = 0; i < g->M * g->N; i++) out[i] = bf16_of(g->c[i]);
+    return A2AMM_OK;
+}
+
+static const run_baseline_gemm SGEMM_BASELINE = {sgemm_create, sgemm_run, NULL, sgemm_destroy};
+
+/* The baseline's exchange: over MPI what users write, MPI_Alltoall of the
+ * codes and of the scales; else the AllToAll alone. */
+static int baseline_exchange(rank_state *st, a2amm_error *err)
+{
+    if (st->rn->o.transport != RUN_MPI) return v_alltoall(st, err);
+    const a2amm_shape *s = &st->rn->s;
+    const a2amm_sizes *z = &st->rn->z;
+    uint8_t *a = NULL, *sa = NULL;
+    a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
+    int64_t counts[2] = {s->M * z->ka, s->M * z->ska};
+    uint8_t *send[2] = {a, sa}, *recv[2] = {st->ra, st->rsa};
+    for (int i = 0; i < 2; i++) {
+        if (counts[i] > INT32_MAX)
+            return a2amm_fail(err, A2AMM_E_INVAL, "baseline: MPI_Alltoall takes at most %d bytes per rank, "
+                              "this shape sends %lld", INT32_MAX, (long long)counts[i]);
+        if (MPI_Alltoall(send[i], (int)counts[i], MPI_BYTE, recv[i], (int)counts[i], MPI_BYTE, MPI_COMM_WORLD))
+            return a2amm_fail(err, A2AMM_E_SYS, "baseline: MPI_Alltoall failed");
+    }
+    return A2AMM_OK;
+}
+
+/* What a user writes today: the whole AllToAll, dequantize to fp32, the baseline's matmul, bf16 out. */
 static int v_baseline(rank_state *st, a2amm_error *err)
 {
     const a2amm_shape *s = &st->rn->s;
     const a2amm_sizes *z = &st->rn->z;
-    int rc = v_alltoall(st, err);
+    int rc = baseline_exchange(st, err);
     for (int j = 0; !rc && j < st->R; j++) /* block j is rank j's rows: columns j*ka.. of X */
         rc = a2amm_mx_dequantize_f32(st->ra + (size_t)j * (size_t)(s->M * z->ka), z->ka,
                                      st->rsa + (size_t)j * (size_t)(s->M * z->ska), z->ska, s->M, z->ka, s->a_type,
                                      st->bl_x + j * z->ka, s->K, err);
-    if (rc) return rc;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)s->M, (int)s->N, (int)s->K, 1.0f, st->bl_x, (int)s->K,
-                st->bl_b, (int)s->K, 0.0f, st->bl_c, (int)s->N);
-    for (int64_t i = 0; i < s->M * s->N; i++) st->out[i] = bf16_of(st->bl_c[i]);
-    return A2AMM_OK;
+    return rc ? rc : st->gemm->run(st->gemm_ctx, st->out, err);
+}
+
+/* The baseline's matmul made on the weights dequantized as read; rank 0 says how it runs. */
+static int baseline_setup(rank_state *st, a2amm_error *err)
+{
+    const a2amm_shape *s = &st->rn->s;
+    st->gemm = st->rn->o.gemm ? st->rn->o.gemm : &SGEMM_BASELINE;
+    float *bt = malloc((size_t)(s->N * s->K) * sizeof(float));
+    if (!bt) return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the baseline's fp32 weights");
+    const char *what = "";
+    a2amm_comm_say(st->comm, "perf: making the baseline's matmul");
+    int rc = a2amm_mx_dequantize_f32(st->b, s->K, st->sb, st->rn->z.sk, s->N, s->K, s->b_type, bt, s->K, err);
+    if (!rc) rc = st->gemm->create(bt, s->M, s->N, s->K, st->rn->threads, &st->gemm_ctx, &st->bl_x, &what, err);
+    free(bt);
+    if (!rc && st->me == 0)
+        snprintf(st->rn->baseline_what, BASELINE_WHAT_CHARS, "%s, %s",
+                 st->rn->o.transport == RUN_MPI ? "MPI_Alltoall" : "a2amm_comm_alltoall", what);
+    return rc;
 }
 
 /* The unfused op, the gathered rows for the matmul alone, the baseline's operands. */
@@ -197,12 +280,7 @@ static int perf_setup(rank_state *st, a2amm_error *err)
     st->rsa = malloc(z->sa_bytes);
     st->xa = malloc((size_t)(s->M * s->K));
     st->xsa = malloc((size_t)(s->M * (s->K / 32)));
-    if (rn->o.baseline) {
-        st->bl_x = malloc((size_t)(s->M * s->K) * sizeof(float));
-        st->bl_b = malloc((size_t)(s->N * s->K) * sizeof(float));
-        st->bl_c = malloc((size_t)(s->M * s->N) * sizeof(float));
-    }
-    if (!st->ra || !st->rsa || !st->xa || !st->xsa || (rn->o.baseline && (!st->bl_x || !st->bl_b || !st->bl_c)))
+    if (!st->ra || !st->rsa || !st->xa || !st->xsa)
         return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the perf variants' buffers");
     /* the rows of A the AllToAll brings, side by side along K: what the matmul alone multiplies */
     a2amm_comm_say(st->comm, "perf: gathering the rows for the matmul alone");
@@ -214,11 +292,7 @@ static int perf_setup(rank_state *st, a2amm_error *err)
             memcpy(st->xa + i * s->K + j * z->ka, st->ra + ((int64_t)j * s->M + i) * z->ka, (size_t)z->ka);
             memcpy(st->xsa + i * (s->K / 32) + j * bpr, st->rsa + ((int64_t)j * s->M + i) * z->ska, (size_t)bpr);
         }
-    if (rn->o.baseline) {
-        rc = a2amm_mx_dequantize_f32(st->b, s->K, st->sb, z->sk, s->N, s->K, s->b_type, st->bl_b, s->K, err);
-        openblas_set_num_threads(rn->threads);
-    }
-    return rc;
+    return rn->o.baseline ? baseline_setup(st, err) : A2AMM_OK;
 }
 
 static int rank_perf(rank_state *st, a2amm_error *err)
@@ -241,6 +315,7 @@ static int rank_perf(rank_state *st, a2amm_error *err)
             double t0 = cli_now();
             if (!rc) rc = variants[v](st, err);
             *time_slot(rn, v, it, st->me) = cli_now() - t0;
+            if (v == RUN_V_BASELINE && st->gemm->idle) st->gemm->idle(st->gemm_ctx);
         }
     if (!rc) rc = a2amm_comm_barrier(st->comm, rn->o.timeout_s, err);
     measure_flusher_free(&fl);
@@ -520,6 +595,7 @@ static int collect_perf(const runner *rn, run_perf *p, a2amm_error *err)
     for (int r = 0; r < rn->s.R; r++)
         p->prepare_s = fmax(p->prepare_s, rn->times[(size_t)RUN_VARIANTS * (size_t)p->iters * (size_t)rn->s.R + (size_t)r]);
     p->flush_bytes = (double)measure_flush_bytes((int)rn->s.R);
+    snprintf(p->baseline_what, sizeof p->baseline_what, "%s", rn->baseline_what);
     return A2AMM_OK;
 }
 
@@ -552,15 +628,16 @@ int run_files(const char *dir, const a2amm_shape *s, const run_options *opt, run
     res->ntiles = (s->M + tm - 1) / tm;
     res->ranks = calloc((size_t)R, sizeof *res->ranks);
     size_t tbytes = ((size_t)RUN_VARIANTS * (size_t)rn.o.iters + 1) * (size_t)R * sizeof(double);
-    rn.times = mmap(NULL, tbytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    rn.times = mmap(NULL, tbytes + BASELINE_WHAT_CHARS, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (!res->ranks || rn.times == MAP_FAILED) {
-        if (rn.times != MAP_FAILED) munmap(rn.times, tbytes);
+        if (rn.times != MAP_FAILED) munmap(rn.times, tbytes + BASELINE_WHAT_CHARS);
         return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the run's bookkeeping");
     }
+    rn.baseline_what = (char *)rn.times + tbytes;
     if (rn.o.transport == RUN_MPI) {
         rc = run_files_mpi(&rn, res, tbytes, err);
         if (!rc && rn.o.mode == RUN_PERF) rc = collect_perf(&rn, &res->perf, err);
-        munmap(rn.times, tbytes);
+        munmap(rn.times, tbytes + BASELINE_WHAT_CHARS);
         return rc;
     }
     a2amm_launch_options lo = {.heap_bytes = heap_bytes(&rn), .timeout_s = run_limit_s(&rn, res->ntiles),
@@ -578,7 +655,7 @@ int run_files(const char *dir, const a2amm_shape *s, const run_options *opt, run
         if (!rc) rc = settled;
     }
     if (!rc && rn.o.mode == RUN_PERF) rc = collect_perf(&rn, &res->perf, err);
-    munmap(rn.times, tbytes);
+    munmap(rn.times, tbytes + BASELINE_WHAT_CHARS);
     return rc;
 }
 

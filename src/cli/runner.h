@@ -20,6 +20,24 @@ typedef enum run_transport {
     RUN_MPI = 1  /* this process is one rank of an MPI job (mpirun -np R) */
 } run_transport;
 
+/*
+ * The matmul of the perf baseline (what a user writes today): the received
+ * rows dequantized to fp32, times the weights, to bf16. The command's own is
+ * OpenBLAS sgemm (run_options.gemm NULL); the benchmarks plug in oneDNN's.
+ * Each rank calls create once (untimed), run per repetition (timed), idle
+ * after it (untimed: lets the library's workers stop spinning), destroy.
+ */
+typedef struct run_baseline_gemm {
+    /* bt: B transposed [N, K] fp32 (may be freed after); *x: where the
+       caller writes A [M, K] fp32 before each run; *what: this rank's
+       description of the matmul ("oneDNN 2.6.3 fp32 matmul, packed weights") */
+    int (*create)(const float *bt, int64_t M, int64_t N, int64_t K, int threads, void **ctx, float **x,
+                  const char **what, a2amm_error *err);
+    int (*run)(void *ctx, uint16_t *out, a2amm_error *err); /* out: C [M, N] bf16 */
+    void (*idle)(void *ctx);                                /* may be NULL */
+    void (*destroy)(void *ctx);
+} run_baseline_gemm;
+
 typedef struct run_options {
     int64_t tile_m;   /* rows per tile (default 512) */
     int depth;        /* ring slots per source (default 4) */
@@ -31,7 +49,9 @@ typedef struct run_options {
     int iters;        /* perf repetitions (default 10) */
     int warmup;       /* perf warm-up runs of each variant (default 1) */
     int baseline;     /* perf: also time what a user writes today: the whole
-                         AllToAll, dequantize to fp32, OpenBLAS sgemm */
+                         AllToAll (MPI_Alltoall over MPI), dequantize to fp32,
+                         the baseline's matmul */
+    const run_baseline_gemm *gemm; /* the baseline's matmul (NULL: OpenBLAS sgemm) */
     run_transport transport;
     int progress;     /* perf: a progress line of the repetitions (the caller decides:
                          a terminal, not --quiet, not --json) */
@@ -57,6 +77,7 @@ typedef struct run_perf {
                                 scales); the baseline (NULL unless asked) */
     double prepare_s;        /* the slowest rank's weight preparation (once) */
     double flush_bytes;      /* bytes each rank passed over to flush caches */
+    char baseline_what[160]; /* how rank 0 ran the baseline: exchange and matmul */
 } run_perf;
 
 typedef struct run_result {
