@@ -34,7 +34,7 @@ BENCH_OBJ := $(BENCH_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps check check-opt check-san check-fuzz fuzz run clean bench install
-all: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.so $(BUILD)/liba2amm_mpi.a $(TEST_BIN)
+all: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.so $(BUILD)/liba2amm_mpi.a $(BUILD)/liba2amm_mpi.so $(TEST_BIN)
 
 deps:
 	@scripts/install-deps.sh
@@ -44,7 +44,7 @@ $(BUILD)/obj/%.o: %.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
 # What includes mpi.h: the MPI transport, and the command's and benchmarks' runner.
-$(BUILD)/obj/src/mpi/%.o $(BUILD)/obj/src/cli/%.o $(BUILD)/obj/bench/%.o: CPPFLAGS += $(MPI_CFLAGS)
+$(BUILD)/obj/src/mpi/%.o $(BUILD)/pic/src/mpi/%.o $(BUILD)/obj/src/cli/%.o $(BUILD)/obj/bench/%.o: CPPFLAGS += $(MPI_CFLAGS)
 
 $(BUILD)/liba2amm_mpi.a: $(MPI_OBJ)
 	@mkdir -p $(dir $@)
@@ -69,18 +69,35 @@ $(BUILD)/liba2amm.so.0: $(PIC_OBJ)
 $(BUILD)/liba2amm.so: $(BUILD)/liba2amm.so.0
 	ln -sf liba2amm.so.0 $@
 
+# The shared MPI variant: the whole library and the MPI transport in one
+# (the transport reaches into the comm layer, which liba2amm.so hides); a
+# program links it instead of liba2amm.so, never both.
+MPI_PIC_OBJ := $(MPI_SRC:%.c=$(BUILD)/pic/%.o)
+
+$(BUILD)/liba2amm_mpi.so.0: $(PIC_OBJ) $(MPI_PIC_OBJ)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,liba2amm_mpi.so.0 $^ -o $@ $(LDLIBS) $(MPI_LIBS)
+
+$(BUILD)/liba2amm_mpi.so: $(BUILD)/liba2amm_mpi.so.0
+	ln -sf liba2amm_mpi.so.0 $@
+
 # make install PREFIX=...: the headers, the libraries (liba2amm_mpi.a: the MPI
-# transport, linked with liba2amm.a and MPI), a2amm.pc and the commands.
+# transport, linked with liba2amm.a and MPI; liba2amm_mpi.so: both in one),
+# a2amm.pc, a2amm-mpi.pc and the commands.
 PREFIX ?= /usr/local
-install: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.a $(BUILD)/liba2amm.so $(BUILD)/liba2amm_mpi.a
+install: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.a $(BUILD)/liba2amm.so $(BUILD)/liba2amm_mpi.a \
+         $(BUILD)/liba2amm_mpi.so
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/a2amm.h include/a2amm_mpi.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/liba2amm.a $(BUILD)/liba2amm_mpi.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/liba2amm.so.0 $(DESTDIR)$(PREFIX)/lib/
 	ln -sf liba2amm.so.0 $(DESTDIR)$(PREFIX)/lib/liba2amm.so
+	install -m 755 $(BUILD)/liba2amm_mpi.so.0 $(DESTDIR)$(PREFIX)/lib/
+	ln -sf liba2amm_mpi.so.0 $(DESTDIR)$(PREFIX)/lib/liba2amm_mpi.so
 	install -m 755 $(BUILD)/a2amm $(BUILD)/a2amm-bench $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(BLAS_LIBS) -lm -pthread|' \
 		a2amm.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/a2amm.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(BLAS_LIBS) -lm -pthread|' \
+		a2amm-mpi.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/a2amm-mpi.pc
 
 $(BUILD)/a2amm: $(CLI_OBJ) $(BUILD)/liba2amm_mpi.a $(BUILD)/liba2amm.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(MPI_LIBS)

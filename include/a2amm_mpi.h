@@ -32,7 +32,7 @@ extern "C" {
  * made on the communicator (0: 1 GiB, reserved, not touched until used).
  * Free it with a2amm_comm_destroy before MPI_Finalize.
  */
-int a2amm_mpi_comm_create(MPI_Comm mpi_comm, size_t heap_bytes, a2amm_comm **comm, a2amm_error *err);
+A2AMM_API int a2amm_mpi_comm_create(MPI_Comm mpi_comm, size_t heap_bytes, a2amm_comm **comm, a2amm_error *err);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,7 @@
 root=$(cd "$(dirname "$0")/.." && pwd)
 prefix="$SCRATCH/prefix"
 expect_ok "make install PREFIX=..." make -C "$root" --no-print-directory install PREFIX="$prefix"
-for f in include/a2amm.h include/a2amm_mpi.h lib/liba2amm.a lib/liba2amm_mpi.a lib/liba2amm.so.0 lib/liba2amm.so lib/pkgconfig/a2amm.pc bin/a2amm bin/a2amm-bench; do
+for f in include/a2amm.h include/a2amm_mpi.h lib/liba2amm.a lib/liba2amm_mpi.a lib/liba2amm.so.0 lib/liba2amm.so lib/liba2amm_mpi.so.0 lib/liba2amm_mpi.so lib/pkgconfig/a2amm.pc lib/pkgconfig/a2amm-mpi.pc bin/a2amm bin/a2amm-bench; do
     check "installed: $f" test -e "$prefix/$f"
 done
 exported=$(nm -D --defined-only "$prefix/lib/liba2amm.so.0" | awk '{print $3}')
@@ -38,6 +38,21 @@ if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
     expect_ok "the MPI example runs under mpirun" env ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" \
         timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 --mca btl tcp,self "$SCRATCH/ex-mpi"
     expect_output "the MPI example checks its result" "fused_op: OK"
+    # shared: liba2amm_mpi.so is the whole library and the transport, found through a2amm-mpi.pc
+    mexported=$(nm -D --defined-only "$prefix/lib/liba2amm_mpi.so.0" | awk '{print $3}')
+    check "liba2amm_mpi.so exports a2amm_mpi_comm_create" grep -qx a2amm_mpi_comm_create <<<"$mexported"
+    check "liba2amm_mpi.so exports the core's calls too" grep -qx a2amm_op_run <<<"$mexported"
+    check "and nothing but a2amm_*" test -z "$(grep -v '^a2amm_' <<<"$mexported")"
+    check "pkg-config knows a2amm-mpi" pkg-config --exists a2amm-mpi
+    expect_ok "the MPI example builds against the installed shared library" \
+        mpicc -std=c11 -Wall -Wextra -Werror -DWITH_MPI "$root/examples/fused_op.c" $(pkg-config --cflags --libs a2amm-mpi) \
+        -lm -o "$SCRATCH/ex-mpi-so"
+    check "the MPI example is linked to the installed liba2amm_mpi.so.0" \
+        bash -c "LD_LIBRARY_PATH='$prefix/lib' ldd '$SCRATCH/ex-mpi-so' | grep -q '$prefix/lib/liba2amm_mpi.so.0'"
+    expect_ok "the shared MPI example runs under mpirun" env ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" \
+        timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 --mca btl tcp,self \
+        -x LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/ex-mpi-so"
+    expect_output "the shared MPI example checks its result" "fused_op: OK"
 else
     echo "SKIP: the MPI example: mpicc or mpirun is not installed" >&2
 fi
