@@ -327,22 +327,49 @@ A2AMM_API int a2amm_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint
 
 /*
  * Watching the pipeline. An observer, when set, is called on this rank's
- * thread that runs the call, at each event below, with the event's details;
- * it must be quick. Returning non-zero (a negative A2AMM_E_* status) stops
- * the call there: it fails with that status on this rank (and
- * A2AMM_E_PEER on the others), as a failure of this rank would.
+ * thread that runs the call, at each event below, with the event's details
+ * and the time it happened; it must be quick. Spans come as a _BEGIN and an
+ * _END event, properly nested on the rank's thread: CALL holds BARRIERs and
+ * TILEs (fused) or an EXCHANGE and TILEs (unfused); a TILE holds, for each
+ * source in turn, a WAIT for its rows (put path, other ranks) and a MATMUL of
+ * them; SENDs of later tiles and SIGNALs follow a tile's matmuls. Returning
+ * non-zero (a negative A2AMM_E_* status) at A2AMM_EVENT_TILE stops the call
+ * there: it fails with that status on this rank (and A2AMM_E_PEER on the
+ * others), as a failure of this rank would; the answer to any other event is
+ * ignored. Without an observer the call costs nothing more.
  */
 typedef enum a2amm_event_kind {
-    A2AMM_EVENT_TILE = 0 /* a tile of the call begins: tile, tiles, rows */
+    A2AMM_EVENT_TILE = 0,       /* a tile of the call begins: tile, tiles, rows */
+    A2AMM_EVENT_TILE_END,       /* its rows of the output are written */
+    A2AMM_EVENT_WAIT_BEGIN,     /* waiting for the tile's rows from `peer`: slot, signal (the value awaited) */
+    A2AMM_EVENT_WAIT_END,       /* they are here: bytes (codes and scales) */
+    A2AMM_EVENT_MATMUL_BEGIN,   /* the tile's rows from `peer` multiplied: rows, k (columns) */
+    A2AMM_EVENT_MATMUL_END,
+    A2AMM_EVENT_SEND_BEGIN,     /* tile's rows to `peer` (put path), slot, bytes; waits for the slot first */
+    A2AMM_EVENT_SEND_END,
+    A2AMM_EVENT_SIGNAL,         /* a signal set at `peer`: slot (-1: a slot's release), signal (the value) */
+    A2AMM_EVENT_EXCHANGE_BEGIN, /* unfused: the whole AllToAll, bytes received */
+    A2AMM_EVENT_EXCHANGE_END,
+    A2AMM_EVENT_BARRIER_BEGIN,  /* all ranks meet (the call's start and end) */
+    A2AMM_EVENT_BARRIER_END,
+    A2AMM_EVENT_CALL_BEGIN,     /* a2amm_op_run: rows (m), tiles */
+    A2AMM_EVENT_CALL_END,
+    A2AMM_EVENT_KINDS
 } a2amm_event_kind;
 
 typedef struct a2amm_event {
     a2amm_event_kind kind;
     int rank;          /* this rank */
     uint64_t call;     /* the call's number on this op, from 1 */
-    int64_t tile;      /* the tile's number in the call, from 0 */
+    int64_t tile;      /* the tile's number in the call, from 0 (-1: not a tile's event) */
     int64_t tiles;     /* tiles in the call */
-    int64_t rows;      /* rows of the tile */
+    int64_t rows;      /* rows of the tile (CALL: m) */
+    int peer;          /* the other rank (WAIT, MATMUL: the source; SEND, SIGNAL: the destination); else -1 */
+    int slot;          /* the ring slot, or -1 */
+    int64_t k;         /* MATMUL: the columns of A multiplied (K / R) */
+    int64_t bytes;     /* WAIT_END, SEND: bytes moved; EXCHANGE: bytes received */
+    uint64_t signal;   /* WAIT_BEGIN: the value awaited; SIGNAL: the value set */
+    int64_t time_ns;   /* CLOCK_MONOTONIC, ns: one clock for every rank of a machine */
 } a2amm_event;
 
 typedef int (*a2amm_observer_fn)(void *arg, const a2amm_event *event);

@@ -4,7 +4,8 @@
 # peer), oneDNN (a benchmark peer), python3 with numpy (shell tests read
 # binary outputs with it) and torch (the seed's own verify_result.py runs
 # with it in the tests), clang with libFuzzer (the fuzz targets), Open MPI
-# (liba2amm_mpi, --transport mpi) with iproute2 (the tests' namespace hosts).
+# (liba2amm_mpi, --transport mpi) with iproute2 (the tests' namespace hosts),
+# librsvg2-bin (the tests render timelines) and bsdutils (`script`).
 # Safe to run again: it does nothing when everything is present.
 set -euo pipefail
 # have PACKAGE: the Debian package is installed
@@ -18,6 +19,8 @@ have libdnnl-dev || need+=(libdnnl-dev) # oneDNN: the strongest peer `a2amm benc
 have libopenmpi-dev || need+=(libopenmpi-dev)
 have openmpi-bin || need+=(openmpi-bin)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v rsvg-convert >/dev/null 2>&1 || need+=(librsvg2-bin) # renders `a2amm timeline`'s SVG in the tests
+command -v script >/dev/null 2>&1 || need+=(bsdutils)          # a pseudo-terminal for the progress tests
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 have python3-numpy || need+=(python3-numpy)
 command -v clang >/dev/null 2>&1 || need+=(clang) # the fuzz targets (libFuzzer)

@@ -298,15 +298,18 @@ int a2amm_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, u
     }
     op->calls++;
     op->cfg_sym[CFG_WORDS] = m;
+    op->rk.call = op->calls;
+    op->rk.ntiles = (m + op->rk.tm - 1) / op->rk.tm;
+    op_observe(&op->rk, A2AMM_EVENT_CALL_BEGIN, -1, m, -1, -1, 0, 0);
     comm_set_doing(op->ctx, "a2amm_op_run call %llu: waiting for every rank", (unsigned long long)op->calls);
+    op_observe(&op->rk, A2AMM_EVENT_BARRIER_BEGIN, -1, m, -1, -1, 0, 0);
     rc = comm_barrier(op->ctx, comm_deadline_after(op->cfg.timeout_s), err);
+    op_observe(&op->rk, A2AMM_EVENT_BARRIER_END, -1, m, -1, -1, 0, 0);
     if (!rc) rc = compare_with_peers(op, CFG_WORDS + 1, "a2amm_op_run", err); /* the same m everywhere */
     if (!rc) {
         op->shape.M = m;
         op->rk.m = m;
-        op->rk.ntiles = (m + op->rk.tm - 1) / op->rk.tm;
         op->rk.out = out;
-        op->rk.call = op->calls;
         if (op->opt.unfused) rc = op_exec_unfused(&op->rk, err);
         else rc = op_exec_fused(&op->rk, op->tiles_done, err);
         op->tiles_done += (uint64_t)op->rk.ntiles;
@@ -314,7 +317,12 @@ int a2amm_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, u
     }
     /* nobody reads A, the ring or m once every rank is past this */
     comm_set_doing(op->ctx, "a2amm_op_run call %llu: done, waiting for every rank", (unsigned long long)op->calls);
-    if (!rc) rc = comm_barrier(op->ctx, comm_deadline_after(op->cfg.timeout_s), err);
+    if (!rc) {
+        op_observe(&op->rk, A2AMM_EVENT_BARRIER_BEGIN, -1, m, -1, -1, 0, 0);
+        rc = comm_barrier(op->ctx, comm_deadline_after(op->cfg.timeout_s), err);
+        op_observe(&op->rk, A2AMM_EVENT_BARRIER_END, -1, m, -1, -1, 0, 0);
+    }
+    if (!rc) op_observe(&op->rk, A2AMM_EVENT_CALL_END, -1, m, -1, -1, 0, 0);
     return rc ? fail_all(op, rc, err) : A2AMM_OK;
 }
 

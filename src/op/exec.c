@@ -120,17 +120,32 @@ static const uint8_t *rows_of(const op_rank *rk, const uint8_t *a_base, int dst,
     return a_base + ((int64_t)dst * rk->m_max + i0) * width;
 }
 
+void op_observe(const op_rank *rk, a2amm_event_kind kind, int64_t tile, int64_t rows, int peer, int slot,
+                int64_t bytes, uint64_t signal)
+{
+    if (!rk->observer) return;
+    a2amm_event ev = {.kind = kind, .rank = rk->me, .call = rk->call, .tile = tile, .tiles = rk->ntiles,
+                      .rows = rows, .peer = peer, .slot = slot, .k = kind == A2AMM_EVENT_MATMUL_BEGIN ||
+                      kind == A2AMM_EVENT_MATMUL_END ? rk->z->ka : 0, .bytes = bytes, .signal = signal,
+                      .time_ns = comm_now_ns()};
+    (void)rk->observer(rk->observer_arg, &ev);
+}
+
 /* Tells the caller's observer that tile t begins; its non-zero answer stops the call. */
 static int observe_tile(op_rank *rk, int64_t t, int64_t rows, a2amm_error *err)
 {
     if (!rk->observer) return A2AMM_OK;
-    a2amm_event ev = {A2AMM_EVENT_TILE, rk->me, rk->call, t, rk->ntiles, rows};
+    a2amm_event ev = {.kind = A2AMM_EVENT_TILE, .rank = rk->me, .call = rk->call, .tile = t, .tiles = rk->ntiles,
+                      .rows = rows, .peer = -1, .slot = -1, .time_ns = comm_now_ns()};
     int rc = rk->observer(rk->observer_arg, &ev);
     if (!rc) return A2AMM_OK;
     a2amm_fail(err, rc < 0 ? rc : A2AMM_E_INVAL, "rank %d: the observer stopped the call at tile %lld", rk->me,
                (long long)t);
     return comm_fail(rk->ctx, err ? err->code : A2AMM_E_INVAL, "%s", err ? err->msg : "the observer stopped the call");
 }
+
+/* The bytes of `rows` rows of codes and scales. */
+static int64_t row_bytes(const op_rank *rk, int64_t rows) { return rows * (rk->z->ka + rk->z->ska); }
 
 /* ---- The put path: sending tile t to every other rank ------------------- */
 
@@ -141,6 +156,7 @@ static int send_tile(op_rank *rk, uint64_t g, int64_t t, a2amm_error *err)
     int depth = rk->opt->depth, slot = (int)(g % (uint64_t)depth);
     for (int k = 1; k < rk->R; k++) {
         int d = (rk->me + k) % rk->R;
+        op_observe(rk, A2AMM_EVENT_SEND_BEGIN, t, rows, d, slot, row_bytes(rk, rows), 0);
         if (g >= (uint64_t)depth) {
             /* slot reuse: d must have consumed tile g - depth from me */
             uint64_t need = g - (uint64_t)depth + 1, seen = 0;
@@ -165,6 +181,8 @@ static int send_tile(op_rank *rk, uint64_t g, int64_t t, a2amm_error *err)
                                  COMM_SIGNAL_SET, d, err);
         if (rc) return comm_fail(rk->ctx, rc, "rank %d: put of tile %lld to rank %d failed: %s", rk->me,
                                  (long long)t, d, err ? err->msg : "");
+        op_observe(rk, A2AMM_EVENT_SIGNAL, t, rows, d, slot, 0, g + 1);
+        op_observe(rk, A2AMM_EVENT_SEND_END, t, rows, d, slot, row_bytes(rk, rows), 0);
     }
     return A2AMM_OK;
 }
@@ -199,11 +217,13 @@ static int send_tile_msg(op_rank *rk, uint64_t g, int64_t t, a2amm_error *err)
     for (int k = 1; k < rk->R; k++) {
         int d = (rk->me + k) % rk->R;
         comm_set_doing(rk->ctx, "sending tile %lld to rank %d (slot %d)", (long long)t, d, slot);
+        op_observe(rk, A2AMM_EVENT_SEND_BEGIN, t, rows, d, slot, row_bytes(rk, rows), 0);
         int rc = msg->send(comm_msg_state(rk->ctx), slot, d, rows_of(rk, rk->a, d, i0, z->ka), (size_t)(rows * z->ka),
                            rows_of(rk, rk->sa, d, i0, z->ska), (size_t)(rows * z->ska),
                            comm_deadline_after(rk->opt->timeout_s), err);
         if (rc) return comm_fail(rk->ctx, rc, "rank %d: sending tile %lld to rank %d (slot %d) failed: %s", rk->me,
                                  (long long)t, d, slot, err ? err->msg : "");
+        op_observe(rk, A2AMM_EVENT_SEND_END, t, rows, d, slot, row_bytes(rk, rows), 0);
     }
     return A2AMM_OK;
 }
@@ -268,9 +288,11 @@ int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err)
                 a = rows_of(rk, rk->a, rk->me, i0, z->ka);
                 sa = rows_of(rk, rk->sa, rk->me, i0, z->ska);
             } else if (put) {
+                op_observe(rk, A2AMM_EVENT_WAIT_BEGIN, t, rows, src, slot, 0, base + (uint64_t)t + 1);
                 int rc = msg ? wait_tile_msg(rk, base + (uint64_t)t, t, src, err)
                              : wait_tile(rk, base + (uint64_t)t, t, src, err);
                 if (rc) return rc;
+                op_observe(rk, A2AMM_EVENT_WAIT_END, t, rows, src, slot, row_bytes(rk, rows), base + (uint64_t)t + 1);
                 size_t off = ((size_t)slot * (size_t)rk->R + (size_t)src) * (size_t)rk->tm;
                 a = rk->ring + off * (size_t)z->ka;
                 sa = rk->ring_s + off * (size_t)z->ska;
@@ -285,8 +307,11 @@ int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err)
             }
             comm_set_doing(rk->ctx, "tile %lld/%lld: multiplying the rows of rank %d", (long long)t,
                            (long long)rk->ntiles, src);
+            op_observe(rk, A2AMM_EVENT_MATMUL_BEGIN, t, rows, src, put && src != rk->me ? slot : -1, 0, 0);
             multiply_source(rk, k, src, a, sa, i0, rows);
+            op_observe(rk, A2AMM_EVENT_MATMUL_END, t, rows, src, put && src != rk->me ? slot : -1, 0, 0);
         }
+        op_observe(rk, A2AMM_EVENT_TILE_END, t, rows, -1, -1, 0, 0);
         if (put && msg && t + rk->opt->depth < rk->ntiles) { /* the slot is free again: its next tile's receives */
             int rc = post_tile_msg(rk, base + (uint64_t)(t + rk->opt->depth), t + rk->opt->depth, err);
             if (rc) return rc;
@@ -296,6 +321,7 @@ int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err)
                 int src = (rk->me + k) % rk->R;
                 int rc = comm_signal_set(rk->ctx, &rk->released[rk->me], base + (uint64_t)t + 1, src, err);
                 if (rc) return rc;
+                op_observe(rk, A2AMM_EVENT_SIGNAL, t, rows, src, -1, 0, base + (uint64_t)t + 1);
             }
         }
         if (put && t + rk->opt->depth < rk->ntiles) {
@@ -327,9 +353,12 @@ static int exec_local(op_rank *rk, a2amm_error *err)
             /* my own rows are block `me` of my A; the others' are block `src` of xbuf */
             const uint8_t *abase = src == rk->me ? rk->a : rk->xbuf;
             const uint8_t *sbase = src == rk->me ? rk->sa : rk->xbuf_s;
+            op_observe(rk, A2AMM_EVENT_MATMUL_BEGIN, t, rows, src, -1, 0, 0);
             multiply_source(rk, k, src, rows_of(rk, abase, src, i0, z->ka), rows_of(rk, sbase, src, i0, z->ska), i0,
                             rows);
+            op_observe(rk, A2AMM_EVENT_MATMUL_END, t, rows, src, -1, 0, 0);
         }
+        op_observe(rk, A2AMM_EVENT_TILE_END, t, rows, -1, -1, 0, 0);
     }
     return A2AMM_OK;
 }
@@ -373,8 +402,11 @@ static int exchange_all(op_rank *rk, a2amm_error *err)
 
 int op_exec_unfused(op_rank *rk, a2amm_error *err)
 {
+    int64_t received = (int64_t)(rk->R - 1) * row_bytes(rk, rk->m);
+    op_observe(rk, A2AMM_EVENT_EXCHANGE_BEGIN, -1, rk->m, -1, -1, received, 0);
     int rc = exchange_all(rk, err);
     if (rc) return rc;
+    op_observe(rk, A2AMM_EVENT_EXCHANGE_END, -1, rk->m, -1, -1, received, 0);
     comm_set_doing(rk->ctx, "unfused: matmul");
     rc = exec_local(rk, err);
     comm_set_doing(rk->ctx, "unfused run done");

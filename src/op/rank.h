@@ -45,6 +45,10 @@ void op_rank_free(op_rank *rk);
 size_t op_rank_heap_bytes(const a2amm_shape *s, const a2amm_sizes *z, const op_options *opt,
                           int need_ring, int need_xbuf);
 
+/* Tells the caller's observer (if any) of an event of this rank (see a2amm_event). */
+void op_observe(const op_rank *rk, a2amm_event_kind kind, int64_t tile, int64_t rows, int peer, int slot,
+                int64_t bytes, uint64_t signal);
+
 /* The executions. The fused one numbers its tiles globally from `base`
  * (the tiles of every earlier fused execution on these buffers, the same on
  * every rank): a tile's ring slot and signal values follow from that
