@@ -46,6 +46,8 @@ static void bench_op_usage(FILE *f)
             "                     rank of an MPI job (mpirun -np R a2amm bench op ... --transport\n"
             "                     mpi): each rank generates and reads only its own inputs\n"
             "  --dir DIR          keep the generated inputs in DIR (default: a temporary folder)\n"
+            "  --trace FILE       every rank's pipeline over the repetitions as a Chrome trace\n"
+            "                     (JSON; a2amm timeline FILE draws it)\n"
             "  --json             one JSON object instead of the table\n"
             "\n"
             "example:\n"
@@ -156,6 +158,9 @@ int cmd_bench_op(int argc, char **argv)
             cli_summary b = cli_summarize(res.perf.t[RUN_V_BASELINE], res.perf.iters);
             printf("  ratios (medians): fused / matmul alone = %.3f; baseline / fused = %.2fx\n",
                    f.median / l.median, b.median / f.median);
+            if (o.trace_path)
+                printf("  trace: %s (draw it: a2amm timeline %s -o %s.svg)\n", o.trace_path, o.trace_path,
+                       o.trace_path);
         }
     } else {
         cli_print_error("bench op", &err);

@@ -50,6 +50,10 @@ static void run_usage(FILE *f)
             "                     terminal, never with --json)\n"
             "  --baseline         perf mode: also time the whole AllToAll + dequantize to fp32 +\n"
             "                     OpenBLAS sgemm (what a user writes today)\n"
+            "  --trace FILE       every rank's pipeline as a Chrome trace (JSON; open it in\n"
+            "                     Perfetto or chrome://tracing, or draw it: a2amm timeline FILE):\n"
+            "                     B preparation, each tile's waits per source, matmuls, sends,\n"
+            "                     signals, barriers, the output write; perf mode: every repetition\n"
             "  --transport shm|mpi  shm: fork R ranks here over shared memory (default);\n"
             "                     mpi: this process is one rank of an MPI job, across machines:\n"
             "                       mpirun -np R [--host h1,h2] a2amm run M K N R --transport mpi --dir D\n"
@@ -225,6 +229,8 @@ int cmd_run(int argc, char **argv)
         else if (!json)
             printf("  wrote %s/output/<0..%lld>/npu_out.bin in %.3f s (whole run: load, prepare, multiply, write)\n",
                    dir, (long long)s.R - 1, wall);
+        if (!json && o.trace_path)
+            printf("  trace: %s (draw it: a2amm timeline %s -o %s.svg)\n", o.trace_path, o.trace_path, o.trace_path);
         if (!json) printf("All workers finished. Status: SUCCESS\n");
     }
     run_result_free(&res);

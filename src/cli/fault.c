@@ -19,8 +19,7 @@ fault_kind fault_from_env(int rank)
     return FAULT_NONE;
 }
 
-/* The observer: the fault, once, as tile 1 (or the only tile) begins. */
-static int at_tile(void *arg, const a2amm_event *ev)
+int fault_observe(void *arg, const a2amm_event *ev)
 {
     fault_plan *p = arg;
     if (p->done || ev->kind != A2AMM_EVENT_TILE || ev->tile != (ev->tiles > 1 ? 1 : 0)) return A2AMM_OK;
@@ -40,10 +39,7 @@ static int at_tile(void *arg, const a2amm_event *ev)
     return A2AMM_OK;
 }
 
-void fault_arm(fault_plan *plan, a2amm_op *op)
-{
-    if (plan->kind != FAULT_NONE && plan->kind != FAULT_STALL_END) a2amm_op_set_observer(op, at_tile, plan);
-}
+int fault_in_pipeline(const fault_plan *plan) { return plan->kind != FAULT_NONE && plan->kind != FAULT_STALL_END; }
 
 void fault_at_end(const fault_plan *plan)
 {

@@ -20,8 +20,11 @@ typedef struct fault_plan {
 
 /* This rank's fault from the environment (FAULT_NONE for the other ranks). */
 fault_kind fault_from_env(int rank);
-/* Arms plan's fault (if one happens in the pipeline) on op. */
-void fault_arm(fault_plan *plan, a2amm_op *op);
+/* Whether plan's fault happens in the pipeline: then fault_observe (arg:
+ * the plan) must be the op's observer, or be called by it. */
+int fault_in_pipeline(const fault_plan *plan);
+/* The observer: the fault, once, as tile 1 (or the only tile) begins. */
+int fault_observe(void *arg, const a2amm_event *ev);
 /* A stall-end fault: never returns. Otherwise nothing. */
 void fault_at_end(const fault_plan *plan);
 

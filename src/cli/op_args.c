@@ -48,6 +48,15 @@ int cli_op_option(const char *cmd, int argc, char **argv, int *i, run_options *o
         }
         return 1;
     }
+    if ((m = cli_option(argc, argv, i, "--trace", &v))) {
+        if (m < 0) return -1;
+        if (!*v) {
+            fprintf(stderr, "a2amm %s: --trace needs a file name (FILE.json)\n", cmd);
+            return -1;
+        }
+        o->trace_path = v;
+        return 1;
+    }
     if ((m = cli_option(argc, argv, i, "--path", &v))) {
         if (m < 0) return -1;
         if (!strcmp(v, "direct")) o->path = A2AMM_PATH_DIRECT;

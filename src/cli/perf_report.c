@@ -27,6 +27,39 @@ cli_summary cli_summarize(const double *v, int n)
     return s;
 }
 
+/* Per rank, where a timed call of the configured op went (means over the repetitions). */
+static void print_breakdown(const run_perf *p, int R, const char *name)
+{
+    if (!p->ranks) return;
+    printf("  per rank, one %s call (mean of the timed ones): exposed = call - matmul\n", name);
+    printf("    %4s %10s %10s %10s %10s %10s %10s   %s\n", "rank", "call ms", "matmul ms", "waits ms", "sends ms",
+           "barrier ms", "exposed ms", "waits by source (ms)");
+    for (int r = 0; r < R; r++) {
+        const struct run_rank_breakdown *b = &p->ranks[r];
+        printf("    %4d %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f  ", r, b->call_s * 1e3, b->matmul_s * 1e3,
+               b->wait_s * 1e3, b->send_s * 1e3, b->barrier_s * 1e3, (b->call_s - b->matmul_s) * 1e3);
+        int any = 0;
+        for (int src = 0; src < R && R <= 16; src++)
+            if (src != r) printf(" %d: %.3f", src, b->wait_from_s[src] * 1e3), any = 1;
+        printf("%s\n", any ? "" : (R > 16 ? " (in --json)" : " -"));
+    }
+}
+
+static void print_breakdown_json(const run_perf *p, int R)
+{
+    if (!p->ranks) return;
+    printf(",\"ranks\":[");
+    for (int r = 0; r < R; r++) {
+        const struct run_rank_breakdown *b = &p->ranks[r];
+        printf("%s{\"rank\":%d,\"call_s\":%.9f,\"matmul_s\":%.9f,\"wait_s\":%.9f,\"send_s\":%.9f,"
+               "\"barrier_s\":%.9f,\"exposed_s\":%.9f,\"wait_from_s\":[",
+               r ? "," : "", r, b->call_s, b->matmul_s, b->wait_s, b->send_s, b->barrier_s, b->call_s - b->matmul_s);
+        for (int src = 0; src < R; src++) printf("%s%.9f", src ? "," : "", b->wait_from_s[src]);
+        printf("]}");
+    }
+    printf("]");
+}
+
 void cli_print_op_perf(const a2amm_shape *s, const run_options *o, const run_result *res, int json)
 {
     const run_perf *p = &res->perf;
@@ -50,6 +83,7 @@ void cli_print_op_perf(const a2amm_shape *s, const run_options *o, const run_res
             printf(",\"%s\":{\"min_s\":%.6f,\"median_s\":%.6f,\"max_s\":%.6f,\"tflops\":%.4f}", keys[i], v[i].min,
                    v[i].median, v[i].max, flops / v[i].median / 1e12);
         if (p->t[RUN_V_BASELINE]) cli_json_key_str("baseline_what", p->baseline_what);
+        print_breakdown_json(p, (int)s->R);
         printf(",\"run_with_prepare_s\":%.6f,\"exposed_comm_s\":%.6f,\"exposed_comm_fraction\":%.4f,"
                "\"fused_over_max_alone\":%.4f}\n",
                v[0].median + p->prepare_s, exposed, exposed / v[0].median, v[0].median / fmax(v[2].median, v[3].median));
@@ -77,5 +111,6 @@ void cli_print_op_perf(const a2amm_shape *s, const run_options *o, const run_res
     printf("  %s with B prepared on every call instead: %.3f ms, %.1f GFLOP/s (median + preparation)\n", names[0],
            (v[0].median + p->prepare_s) * 1e3, flops / (v[0].median + p->prepare_s) / 1e9);
     printf("  time %.3f ms, %.1f GFLOP/s (median %s)\n", v[0].median * 1e3, flops / v[0].median / 1e9, names[0]);
+    print_breakdown(p, (int)s->R, names[0]);
 }
 

@@ -24,6 +24,8 @@
 #include "cli/fault.h"
 #include "cli/progress.h"
 #include "cli/measure.h"
+#include "cli/run_trace.h"
+#include "cli/trace.h"
 #include "common/error.h"
 #include "common/pool.h"
 #include "io/io.h"
@@ -37,9 +39,21 @@ typedef struct runner {
     run_options o;
     int threads;   /* per rank, resolved */
     char tag[32];  /* outputs are staged as npu_out.bin.tmp.<tag>, committed as a set */
-    double *times; /* shared with the ranks: [RUN_VARIANTS][iters][R], then prepare [R] */
+    double *times; /* shared with the ranks: [RUN_VARIANTS][iters][R], prepare [R], then
+                      the breakdown [RUN_BD_FIELDS + R][R] (see breakdown_slot) */
     char *baseline_what; /* shared, after the times: how rank 0 ran the baseline */
+    trace_rank *trace;   /* this process's rank's spans and sums (each rank its own copy) */
 } runner;
+
+/* perf mode's per-rank breakdown of a fused call, in the shared times after
+ * the preparations: call, matmul, waits, sends, barriers, then waits by source */
+enum { RUN_BD_CALL, RUN_BD_MATMUL, RUN_BD_WAIT, RUN_BD_SEND, RUN_BD_BARRIER, RUN_BD_FIELDS };
+
+static double *breakdown_slot(const runner *rn, int field, int r)
+{
+    size_t base = ((size_t)RUN_VARIANTS * (size_t)rn->o.iters + 1) * (size_t)rn->s.R;
+    return &rn->times[base + (size_t)field * (size_t)rn->s.R + (size_t)r];
+}
 
 #define BASELINE_WHAT_CHARS sizeof(((run_perf *)0)->baseline_what)
 
@@ -116,9 +130,11 @@ static int prepare_weights(rank_state *st, a2amm_error *err)
 {
     const runner *rn = st->rn;
     a2amm_comm_say(st->comm, "preparing B");
-    double t0 = cli_now();
+    int64_t t0 = trace_now_ns();
     int rc = a2amm_weights_create(st->b, st->sb, rn->s.N, rn->s.K, rn->z.sk, rn->s.b_type, rn->threads, &st->w, err);
-    rn->times[(size_t)RUN_VARIANTS * (size_t)rn->o.iters * (size_t)rn->s.R + (size_t)st->me] = cli_now() - t0;
+    int64_t t1 = trace_now_ns();
+    trace_span(rn->trace, TRACE_PREPARE, t0, t1, -1);
+    rn->times[(size_t)RUN_VARIANTS * (size_t)rn->o.iters * (size_t)rn->s.R + (size_t)st->me] = (double)(t1 - t0) * 1e-9;
     if (!rc) rc = a2amm_op_use_weights(st->op, st->w, err);
     return rc;
 }
@@ -312,13 +328,22 @@ static int rank_perf(rank_state *st, a2amm_error *err)
             measure_flush(&fl);
             a2amm_comm_say(st->comm, "perf repetition %d, variant %d", it, v);
             rc = a2amm_comm_barrier(st->comm, rn->o.timeout_s, err);
-            double t0 = cli_now();
+            rn->trace->counting = v == RUN_V_CONFIGURED;
+            int64_t t0 = trace_now_ns();
             if (!rc) rc = variants[v](st, err);
-            *time_slot(rn, v, it, st->me) = cli_now() - t0;
+            int64_t t1 = trace_now_ns();
+            rn->trace->counting = 0;
+            *time_slot(rn, v, it, st->me) = (double)(t1 - t0) * 1e-9;
+            trace_span(rn->trace, TRACE_VARIANT, t0, t1, v);
             if (v == RUN_V_BASELINE && st->gemm->idle) st->gemm->idle(st->gemm_ctx);
         }
     if (!rc) rc = a2amm_comm_barrier(st->comm, rn->o.timeout_s, err);
     measure_flusher_free(&fl);
+    const trace_rank *tr = rn->trace; /* the breakdown: per fused call, this rank */
+    double calls = tr->calls > 0 ? (double)tr->calls : 1.0;
+    int fields[RUN_BD_FIELDS] = {TRACE_CALL, TRACE_MATMUL, TRACE_WAIT, TRACE_SEND, TRACE_BARRIER};
+    for (int f = 0; f < RUN_BD_FIELDS; f++) *breakdown_slot(rn, f, st->me) = tr->sum_s[fields[f]] / calls;
+    for (int src = 0; src < st->R; src++) *breakdown_slot(rn, RUN_BD_FIELDS + src, st->me) = tr->wait_from_s[src] / calls;
     return rc;
 }
 
@@ -331,8 +356,10 @@ static int rank_precision(rank_state *st, a2amm_error *err)
     if (!rc) {
         char path[IO_PATH_MAX];
         a2amm_comm_say(st->comm, "writing npu_out.bin (staged)");
+        int64_t t0 = trace_now_ns();
         rc = io_rank_path(path, sizeof path, rn->dir, "output", st->me, "npu_out.bin", err);
         if (!rc) rc = io_write_staged(path, rn->tag, st->out, rn->z.out_bytes, err);
+        trace_span(rn->trace, TRACE_WRITE, t0, trace_now_ns(), -1);
     }
     a2amm_comm_say(st->comm, "waiting at the end barrier");
     if (!rc) rc = a2amm_comm_barrier(st->comm, rn->o.timeout_s, err);
@@ -356,21 +383,32 @@ static int rank_main(a2amm_comm *comm, void *arg)
     a2amm_error err = {0, ""};
     rank_state st = {.comm = comm, .rn = rn, .me = a2amm_comm_rank(comm), .R = a2amm_comm_size(comm)};
     st.fault = (fault_plan){fault_from_env(st.me), comm, 0};
+    int rc = trace_rank_init(rn->trace, st.me, st.R, rn->o.trace_path != NULL, &err);
     a2amm_comm_say(comm, "making the op");
     a2amm_op_config c = config_of(rn, rn->o.unfused);
-    int rc = a2amm_op_create(comm, &c, &st.op, &err);
+    if (!rc) rc = a2amm_op_create(comm, &c, &st.op, &err);
     if (!rc) rc = load_inputs(&st, &err);
     if (!rc) rc = prepare_weights(&st, &err);
     if (!rc && rn->o.mode == RUN_PERF) rc = perf_setup(&st, &err); /* the baseline dequantizes B as read */
     free(st.b), free(st.sb);
     st.b = st.sb = NULL;
-    if (!rc) fault_arm(&st.fault, st.op);
+    if (!rc && (rn->o.trace_path || rn->o.mode == RUN_PERF)) { /* the spans, or perf mode's breakdown */
+        rn->trace->next = fault_in_pipeline(&st.fault) ? fault_observe : NULL;
+        rn->trace->next_arg = &st.fault;
+        rc = a2amm_op_set_observer(st.op, trace_observe, rn->trace);
+    } else if (!rc && fault_in_pipeline(&st.fault)) {
+        rc = a2amm_op_set_observer(st.op, fault_observe, &st.fault);
+    }
     if (!rc && rn->o.mode == RUN_PERF) {
         rc = rank_perf(&st, &err);
     } else if (!rc) {
         rc = rank_precision(&st, &err);
     }
     if (!rc) fault_at_end(&st.fault);
+    if (!rc && rn->o.trace_path && rn->o.transport != RUN_MPI) { /* the spans to the launcher */
+        a2amm_comm_say(comm, "saving the trace's spans");
+        rc = run_trace_save_part(rn->trace, rn->o.trace_path, rn->tag, &err);
+    }
     if (rc) rank_failed(&st, rc, &err);
     else a2amm_comm_say(comm, "done");
     rank_state_free(&st);
@@ -405,6 +443,24 @@ static int check_inputs(const char *dir, const a2amm_shape *s, const a2amm_sizes
     return A2AMM_OK;
 }
 
+/* --trace FILE: a file (not a folder) in a folder this process may write, checked before any rank starts. */
+static int check_trace_path(const char *path, a2amm_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return a2amm_fail(err, A2AMM_E_INVAL, "--trace %s: is a folder; name a file, e.g. %s/trace.json", path, path);
+    char folder[4096];
+    const char *slash = strrchr(path, '/');
+    int n = slash ? snprintf(folder, sizeof folder, "%.*s", slash == path ? 1 : (int)(slash - path), path)
+                  : snprintf(folder, sizeof folder, ".");
+    if (n < 0 || (size_t)n >= sizeof folder) return a2amm_fail(err, A2AMM_E_INVAL, "--trace: the path is too long");
+    if (stat(folder, &st) != 0 || !S_ISDIR(st.st_mode))
+        return a2amm_fail(err, A2AMM_E_IO, "--trace %s: the folder %s does not exist", path, folder);
+    if (access(folder, W_OK) != 0)
+        return a2amm_fail(err, A2AMM_E_IO, "--trace %s: cannot write in %s", path, folder);
+    return A2AMM_OK;
+}
+
 static int check_options(const a2amm_shape *s, const run_options *o, a2amm_error *err)
 {
     if (o->tile_m < 1) return a2amm_fail(err, A2AMM_E_INVAL, "--tile-m must be at least 1 (got %lld)", (long long)o->tile_m);
@@ -415,7 +471,7 @@ static int check_options(const a2amm_shape *s, const run_options *o, a2amm_error
     if (o->iters < 1 || o->warmup < 0)
         return a2amm_fail(err, A2AMM_E_INVAL, "--iters must be at least 1 and --warmup at least 0");
     if (s->R > 1024) return a2amm_fail(err, A2AMM_E_INVAL, "R must be at most 1024 (got %lld)", (long long)s->R);
-    return A2AMM_OK;
+    return o->trace_path ? check_trace_path(o->trace_path, err) : A2AMM_OK;
 }
 
 /*
@@ -540,7 +596,7 @@ static int share_times(a2amm_comm *comm, runner *rn, size_t tbytes, a2amm_error 
     return rc;
 }
 
-static int run_files_mpi(runner *rn, run_result *res, size_t tbytes, a2amm_error *err)
+static int run_files_mpi(runner *rn, run_result *res, size_t tbytes, int64_t *offsets, a2amm_error *err)
 {
     int inited = 0, provided = 0, rank = 0, size = 0;
     MPI_Initialized(&inited);
@@ -551,6 +607,7 @@ static int run_files_mpi(runner *rn, run_result *res, size_t tbytes, a2amm_error
     if (size != rn->s.R)
         return a2amm_fail(err, A2AMM_E_INVAL, "mpirun started %d ranks, the shape's R is %lld: run mpirun -np %lld",
                           size, (long long)rn->s.R, (long long)rn->s.R);
+    if (rn->o.trace_path) run_trace_mpi_offsets(size, rank, offsets); /* before anything is timed */
     a2amm_comm *comm = NULL;
     int rc = a2amm_mpi_comm_create(MPI_COMM_WORLD, heap_bytes(rn), &comm, err);
     if (!rc) {
@@ -595,8 +652,63 @@ static int collect_perf(const runner *rn, run_perf *p, a2amm_error *err)
     for (int r = 0; r < rn->s.R; r++)
         p->prepare_s = fmax(p->prepare_s, rn->times[(size_t)RUN_VARIANTS * (size_t)p->iters * (size_t)rn->s.R + (size_t)r]);
     p->flush_bytes = (double)measure_flush_bytes((int)rn->s.R);
+    int R = (int)rn->s.R;
+    if (!(p->ranks = calloc((size_t)R, sizeof *p->ranks)))
+        return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the perf figures");
+    for (int r = 0; r < R; r++) {
+        struct run_rank_breakdown *b = &p->ranks[r];
+        b->call_s = *breakdown_slot(rn, RUN_BD_CALL, r), b->matmul_s = *breakdown_slot(rn, RUN_BD_MATMUL, r);
+        b->wait_s = *breakdown_slot(rn, RUN_BD_WAIT, r), b->send_s = *breakdown_slot(rn, RUN_BD_SEND, r);
+        b->barrier_s = *breakdown_slot(rn, RUN_BD_BARRIER, r);
+        if (!(b->wait_from_s = calloc((size_t)R, sizeof *b->wait_from_s)))
+            return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the perf figures");
+        for (int src = 0; src < R; src++) b->wait_from_s[src] = *breakdown_slot(rn, RUN_BD_FIELDS + src, r);
+    }
     snprintf(p->baseline_what, sizeof p->baseline_what, "%s", rn->baseline_what);
     return A2AMM_OK;
+}
+
+static double median_of(const double *t, int n)
+{
+    double *c = malloc((size_t)n * sizeof *c), m = 0;
+    if (!c || n < 1) {
+        free(c);
+        return 0;
+    }
+    memcpy(c, t, (size_t)n * sizeof *c);
+    for (int i = 1; i < n; i++) /* insertion sort: a few repetitions */
+        for (int j = i; j > 0 && c[j] < c[j - 1]; j--) {
+            double x = c[j];
+            c[j] = c[j - 1], c[j - 1] = x;
+        }
+    m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+    free(c);
+    return m;
+}
+
+/* What the trace file says it holds; perf mode's figures for its title. */
+static trace_meta meta_of(const runner *rn, const run_result *res, const int64_t *offsets, char *summary, size_t size)
+{
+    static const char *const variant_names[RUN_VARIANTS] = {"configured op", "unfused", "matmul alone",
+                                                            "alltoall alone", "baseline"};
+    trace_meta m = {.s = &rn->s, .mode = rn->o.mode == RUN_PERF ? "perf" : "precision",
+                    .transport = rn->o.transport == RUN_MPI ? "mpi" : "shm", .path = run_path_name(rn->o.path),
+                    .tile_m = rn->o.tile_m, .depth = rn->o.depth, .threads = rn->threads, .unfused = rn->o.unfused,
+                    .variant_names = variant_names, .offset_ns = offsets};
+    const run_perf *p = &res->perf;
+    if (rn->o.mode == RUN_PERF && p->t[RUN_V_CONFIGURED]) {
+        m.fused_s = median_of(p->t[RUN_V_CONFIGURED], p->iters);
+        m.matmul_s = median_of(p->t[RUN_V_MATMUL], p->iters);
+        m.alltoall_s = median_of(p->t[RUN_V_ALLTOALL], p->iters);
+        double exposed = m.fused_s - m.matmul_s;
+        snprintf(summary, size, "%s %.3f ms vs matmul alone %.3f ms, alltoall alone %.3f ms (medians): "
+                 "exposed communication %.3f ms (%.1f%%), %s / max(alone) = %.3f",
+                 rn->o.unfused ? "unfused" : "fused", m.fused_s * 1e3, m.matmul_s * 1e3, m.alltoall_s * 1e3,
+                 exposed * 1e3, 100.0 * exposed / m.fused_s, rn->o.unfused ? "unfused" : "fused",
+                 m.fused_s / fmax(m.matmul_s, m.alltoall_s));
+        m.summary = summary;
+    }
+    return m;
 }
 
 int run_files(const char *dir, const a2amm_shape *s, const run_options *opt, run_result *res, a2amm_error *err)
@@ -627,16 +739,28 @@ int run_files(const char *dir, const a2amm_shape *s, const run_options *opt, run
     res->threads = rn.threads;
     res->ntiles = (s->M + tm - 1) / tm;
     res->ranks = calloc((size_t)R, sizeof *res->ranks);
-    size_t tbytes = ((size_t)RUN_VARIANTS * (size_t)rn.o.iters + 1) * (size_t)R * sizeof(double);
+    size_t tbytes = ((size_t)RUN_VARIANTS * (size_t)rn.o.iters + 1 + RUN_BD_FIELDS + (size_t)R) * (size_t)R * sizeof(double);
     rn.times = mmap(NULL, tbytes + BASELINE_WHAT_CHARS, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (!res->ranks || rn.times == MAP_FAILED) {
         if (rn.times != MAP_FAILED) munmap(rn.times, tbytes + BASELINE_WHAT_CHARS);
         return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the run's bookkeeping");
     }
     rn.baseline_what = (char *)rn.times + tbytes;
+    res->nranks = R;
+    trace_rank trace = {0};
+    rn.trace = &trace; /* each rank process its own */
     if (rn.o.transport == RUN_MPI) {
-        rc = run_files_mpi(&rn, res, tbytes, err);
+        int64_t *offsets = calloc((size_t)R, sizeof *offsets);
+        rc = offsets ? run_files_mpi(&rn, res, tbytes, offsets, err)
+                     : a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the run's bookkeeping");
         if (!rc && rn.o.mode == RUN_PERF) rc = collect_perf(&rn, &res->perf, err);
+        if (!rc && rn.o.trace_path) {
+            char summary[300];
+            trace_meta meta = meta_of(&rn, res, offsets, summary, sizeof summary);
+            rc = run_trace_mpi_write(&trace, rn.o.trace_path, R, res->rank, &meta, err);
+        }
+        trace_rank_free(&trace);
+        free(offsets);
         munmap(rn.times, tbytes + BASELINE_WHAT_CHARS);
         return rc;
     }
@@ -655,12 +779,20 @@ int run_files(const char *dir, const a2amm_shape *s, const run_options *opt, run
         if (!rc) rc = settled;
     }
     if (!rc && rn.o.mode == RUN_PERF) rc = collect_perf(&rn, &res->perf, err);
+    if (rn.o.trace_path) { /* the ranks' parts into one file; only removed after a failure */
+        char summary[300];
+        trace_meta meta = meta_of(&rn, res, NULL, summary, sizeof summary);
+        int traced = run_trace_merge_parts(rn.o.trace_path, rn.tag, R, rc == A2AMM_OK, &meta, err);
+        if (!rc) rc = traced;
+    }
     munmap(rn.times, tbytes + BASELINE_WHAT_CHARS);
     return rc;
 }
 
 void run_result_free(run_result *r)
 {
+    for (int i = 0; r->perf.ranks && i < r->nranks; i++) free(r->perf.ranks[i].wait_from_s);
+    free(r->perf.ranks);
     free(r->ranks);
     for (int v = 0; v < RUN_VARIANTS; v++) free(r->perf.t[v]);
     memset(r, 0, sizeof *r);

@@ -55,6 +55,7 @@ typedef struct run_options {
     run_transport transport;
     int progress;     /* perf: a progress line of the repetitions (the caller decides:
                          a terminal, not --quiet, not --json) */
+    const char *trace_path; /* --trace FILE: every rank's spans as Chrome trace JSON, or NULL */
     const volatile sig_atomic_t *stop; /* when set, non-zero stops the run (the
                          caller's SIGINT/SIGTERM handler): nothing is written,
                          run_files returns A2AMM_E_INTERRUPTED */
@@ -78,6 +79,10 @@ typedef struct run_perf {
     double prepare_s;        /* the slowest rank's weight preparation (once) */
     double flush_bytes;      /* bytes each rank passed over to flush caches */
     char baseline_what[160]; /* how rank 0 ran the baseline: exchange and matmul */
+    struct run_rank_breakdown { /* per rank, a timed call of the configured op on average */
+        double call_s, matmul_s, wait_s, send_s, barrier_s;
+        double *wait_from_s; /* [R]: waiting for each source's rows */
+    } *ranks;                /* [R] */
 } run_perf;
 
 typedef struct run_result {
@@ -86,6 +91,7 @@ typedef struct run_result {
     const char *kernel;       /* kernel level used */
     int64_t ntiles;           /* tiles of a call */
     a2amm_rank_report *ranks; /* [R] */
+    int nranks;               /* R */
     run_perf perf;            /* filled in perf mode */
 } run_result;
 
