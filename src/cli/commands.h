@@ -8,5 +8,6 @@ int cmd_verify(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv); /* runs a2amm-bench, the benchmarks' own binary (cmd_bench.c) */
 int cmd_cpu(int argc, char **argv);   /* what this CPU runs (cmd_cpu.c) */
+int cmd_timeline(int argc, char **argv); /* a trace drawn as SVG (cmd_timeline.c) */
 
 #endif

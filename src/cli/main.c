@@ -21,6 +21,7 @@ static void main_usage(FILE *f)
             "  verify M N R     check every rank's npu_out.bin against its golden (the seed's test)\n"
             "  bench gemm|op    benchmarks: the matmul vs the CPU's ceiling, oneDNN, OpenBLAS; the fused op\n"
             "  cpu              what a2amm finds on this CPU: features, kernel levels, the one it uses\n"
+            "  timeline TRACE   draw a --trace file as SVG: ranks as rows, time across, stalls in red\n"
             "\n"
             "environment:\n"
             "  A2AMM_ISA=ref|avx2|avx512|amx   force a kernel level (default: the best this CPU runs)\n"
@@ -40,6 +41,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "gen")) return cmd_gen(argc - 1, argv + 1);
     if (!strcmp(argv[1], "verify")) return cmd_verify(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "timeline")) return cmd_timeline(argc - 1, argv + 1);
     int forks = !strcmp(argv[1], "run") || (argv[1][0] >= '0' && argv[1][0] <= '9') ||
                 (!strcmp(argv[1], "bench") && argc > 2 && !strcmp(argv[2], "op"));
     if (forks) cli_without_blas_threads(argv);

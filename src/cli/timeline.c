@@ -1,0 +1,389 @@
+/* The trace drawn as SVG (see timeline.h). */
+#include "cli/timeline.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/json_read.h"
+#include "common/error.h"
+
+/* What is drawn, in drawing order; each has a band of its rank's row and a colour. */
+typedef enum tl_kind {
+    TL_VARIANT, TL_CALL, TL_TILE, TL_BARRIER, TL_EXCHANGE, TL_PREPARE, TL_WRITE, TL_MATMUL, TL_WAIT, TL_STALL,
+    TL_SEND, TL_SIGNAL, TL_KINDS
+} tl_kind;
+
+static const struct {
+    const char *cat;    /* the trace's category */
+    const char *legend; /* NULL: not in the legend */
+    const char *colour;
+    int band;           /* 0: calls, 1: tiles, 2: the rank's work and waits, 3: sends and signals */
+} KIND[TL_KINDS] = {
+    [TL_VARIANT] = {"variant", "perf variant", "#cfd8dc", 0},
+    [TL_CALL] = {"call", "op call", "#78909c", 0},
+    [TL_TILE] = {"tile", "tile (numbered)", "#ffe082", 1},
+    [TL_BARRIER] = {"barrier", "barrier", "#9e9e9e", 2},
+    [TL_EXCHANGE] = {"exchange", "AllToAll (unfused)", "#8e24aa", 2},
+    [TL_PREPARE] = {"prepare", "B preparation", "#6d4c41", 2},
+    [TL_WRITE] = {"write", "output write", "#00897b", 2},
+    [TL_MATMUL] = {"matmul", "matmul", "#43a047", 2},
+    [TL_WAIT] = {"wait", "wait for rows", "#fb8c00", 2},
+    [TL_STALL] = {NULL, "stalled wait", "#e53935", 2},
+    [TL_SEND] = {"send", "send", "#1e88e5", 3},
+    [TL_SIGNAL] = {"signal", "signal", "#0d47a1", 3},
+};
+
+enum { BANDS = 4 };
+static const double BAND_Y[BANDS] = {0.00, 0.16, 0.46, 0.86}; /* of the row's height */
+static const double BAND_H[BANDS] = {0.13, 0.28, 0.38, 0.12};
+
+typedef struct tl_span {
+    double t0, t1; /* us */
+    int rank, kind;
+    long long tile, call;
+    const char *variant; /* TL_VARIANT: its name (points into the parsed JSON) */
+} tl_span;
+
+typedef struct tl_picture {
+    tl_span *spans;
+    size_t n;
+    int ranks;
+    double from, to; /* us */
+    int width, height, left, top, row_h;
+    FILE *f;
+    size_t shapes, stalls;
+} tl_picture;
+
+static double px_of(const tl_picture *p, double t)
+{
+    return p->left + (t - p->from) / (p->to - p->from) * (double)(p->width - p->left - 20);
+}
+
+static int kind_of_cat(const char *cat)
+{
+    for (int k = 0; k < TL_KINDS; k++)
+        if (KIND[k].cat && cat && !strcmp(KIND[k].cat, cat)) return k;
+    return -1;
+}
+
+static int read_file(const char *path, char **text, size_t *len, a2amm_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return a2amm_fail(err, A2AMM_E_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return a2amm_fail(err, A2AMM_E_IO, "%s: not a regular file", path);
+    }
+    *len = (size_t)st.st_size;
+    *text = malloc(*len + 1);
+    int ok = *text && fread(*text, 1, *len, f) == *len;
+    fclose(f);
+    if (!ok) {
+        free(*text);
+        return a2amm_fail(err, A2AMM_E_IO, "cannot read %s (%zu bytes)", path, *len);
+    }
+    (*text)[*len] = '\0';
+    return A2AMM_OK;
+}
+
+/* The spans of the trace's events (those of kinds drawn here); the ranks seen. */
+static int collect_spans(const json_value *events, const char *path, tl_picture *p, a2amm_error *err)
+{
+    p->spans = calloc(events->n ? events->n : 1, sizeof *p->spans);
+    if (!p->spans) return a2amm_fail(err, A2AMM_E_NOMEM, "out of memory for %zu events", events->n);
+    for (size_t i = 0; i < events->n; i++) {
+        const json_value *e = &events->items[i];
+        const char *ph = json_string(json_get(e, "ph"));
+        int kind = kind_of_cat(json_string(json_get(e, "cat")));
+        if (!ph || kind < 0 || (strcmp(ph, "X") && strcmp(ph, "i"))) continue;
+        double pid = json_number(json_get(e, "pid"), -1), ts = json_number(json_get(e, "ts"), NAN);
+        double dur = json_number(json_get(e, "dur"), 0);
+        if (pid < 0 || pid > 65535 || pid != floor(pid) || !isfinite(ts) || !(dur >= 0))
+            return a2amm_fail(err, A2AMM_E_FORMAT, "%s: event %zu has no valid pid (a rank), ts or dur", path, i);
+        const json_value *args = json_get(e, "args");
+        tl_span *s = &p->spans[p->n++];
+        *s = (tl_span){ts, ts + dur, (int)pid, kind, (long long)json_number(json_get(args, "tile"), -1),
+                       (long long)json_number(json_get(args, "call"), -1), NULL};
+        if (kind == TL_VARIANT) {
+            const char *name = json_string(json_get(e, "name"));
+            s->variant = name && !strncmp(name, "perf: ", 6) ? name + 6 : name;
+        }
+        if (s->rank + 1 > p->ranks) p->ranks = s->rank + 1;
+    }
+    if (p->n == 0) return a2amm_fail(err, A2AMM_E_FORMAT, "%s: no spans a2amm draws (is it an a2amm --trace file?)", path);
+    return A2AMM_OK;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* A quarter of the median tile's length, at least 20 us. */
+static double auto_stall_us(const tl_picture *p)
+{
+    size_t nt = 0;
+    double *d = malloc(p->n * sizeof *d);
+    for (size_t i = 0; d && i < p->n; i++)
+        if (p->spans[i].kind == TL_TILE) d[nt++] = p->spans[i].t1 - p->spans[i].t0;
+    double med = 0;
+    if (nt) {
+        qsort(d, nt, sizeof *d, cmp_double);
+        med = d[nt / 2];
+    }
+    free(d);
+    return fmax(20.0, 0.25 * med);
+}
+
+static int cmp_span(const void *a, const void *b)
+{
+    const tl_span *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank - y->rank;
+    if (x->kind != y->kind) return x->kind - y->kind;
+    return (x->t0 > y->t0) - (x->t0 < y->t0);
+}
+
+static void xml_text(FILE *f, const char *s)
+{
+    for (; s && *s; s++) {
+        if (*s == '<') fputs("&lt;", f);
+        else if (*s == '>') fputs("&gt;", f);
+        else if (*s == '&') fputs("&amp;", f);
+        else if (*s == '"') fputs("&quot;", f);
+        else if ((unsigned char)*s >= 0x20) fputc(*s, f);
+    }
+}
+
+static void rect(tl_picture *p, double x0, double x1, double y, double h, const char *fill, const char *extra)
+{
+    double w = x1 - x0 < 1.0 ? 1.0 : x1 - x0;
+    fprintf(p->f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"%s/>\n", x0, y, w, h, fill,
+            extra ? extra : "");
+    p->shapes++;
+}
+
+/* The spans of one rank and kind, [a, b), sorted by start: each at least a
+ * pixel wide alone, the narrower ones merged with their neighbours. */
+static void draw_run(tl_picture *p, const tl_span *s, size_t a, size_t b)
+{
+    int kind = s[a].kind, band = KIND[kind].band;
+    double y = p->top + s[a].rank * p->row_h + BAND_Y[band] * p->row_h, h = BAND_H[band] * p->row_h;
+    double mx0 = 0, mx1 = -1; /* the pending merged rectangle */
+    for (size_t i = a; i < b; i++) {
+        double x0 = px_of(p, fmax(s[i].t0, p->from)), x1 = px_of(p, fmin(s[i].t1, p->to));
+        if (s[i].t1 < p->from || s[i].t0 > p->to) continue;
+        if (kind == TL_SIGNAL) x1 = x0; /* an instant: merges with its neighbours, drawn a pixel wide */
+        if (x1 - x0 < 1.0 && mx1 >= 0 && x0 <= mx1 + 1.0) { /* joins the pending one */
+            mx1 = fmax(mx1, x1);
+            continue;
+        }
+        if (mx1 >= 0) rect(p, mx0, mx1, y, h, kind == TL_TILE ? "#bdbdbd" : KIND[kind].colour, NULL), mx1 = -1;
+        if (x1 - x0 < 1.0) { /* starts a merged one */
+            mx0 = x0, mx1 = x1;
+            continue;
+        }
+        const char *fill = KIND[kind].colour, *extra = NULL;
+        if (kind == TL_TILE && s[i].tile % 2) fill = "#ffca28";
+        if (kind == TL_STALL) extra = " stroke=\"#7f0000\" stroke-width=\"0.8\"";
+        rect(p, x0, x1, y, h, fill, extra);
+        char label[64] = "";
+        if (kind == TL_TILE && s[i].tile >= 0) snprintf(label, sizeof label, "%lld", s[i].tile);
+        if (kind == TL_VARIANT && s[i].variant) snprintf(label, sizeof label, "%s", s[i].variant);
+        if (kind == TL_CALL && s[i].call >= 0) snprintf(label, sizeof label, "call %lld", s[i].call);
+        double fs = fmin(11.0, h * 0.9);
+        if (label[0] && x1 - x0 >= (double)strlen(label) * fs * 0.6 + 4 && fs >= 6) {
+            fprintf(p->f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"%.1f\" text-anchor=\"middle\">", (x0 + x1) / 2,
+                    y + h / 2 + fs * 0.35, fs);
+            xml_text(p->f, label);
+            fputs("</text>\n", p->f);
+        }
+    }
+    if (mx1 >= 0) rect(p, mx0, mx1, y, h, kind == TL_TILE ? "#bdbdbd" : KIND[kind].colour, NULL);
+}
+
+/* A red mark above each stall, so that a stalled rank stands out at any zoom (one per pixel). */
+static void draw_stall_marks(tl_picture *p, const tl_span *s, size_t a, size_t b)
+{
+    double last = -10;
+    double y = p->top + s[a].rank * p->row_h + BAND_Y[2] * p->row_h;
+    for (size_t i = a; i < b; i++) {
+        if (s[i].t1 < p->from || s[i].t0 > p->to) continue;
+        double x = px_of(p, fmax(s[i].t0, p->from));
+        p->stalls++;
+        if (x - last < 3) continue;
+        fprintf(p->f, "<path d=\"M%.1f %.1fl-3 -5h6z\" fill=\"#e53935\"/>\n", x, y - 0.5);
+        last = x;
+        p->shapes++;
+    }
+}
+
+/* A tick step of 1, 2 or 5 x 10^k us giving about `want` ticks. */
+static double tick_step(double span_us, int want)
+{
+    double raw = span_us / want, pow10 = pow(10, floor(log10(raw)));
+    double m = raw / pow10;
+    return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * pow10;
+}
+
+static void draw_axis(tl_picture *p)
+{
+    double y = p->top + p->ranks * p->row_h + 6;
+    fprintf(p->f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#424242\"/>\n", p->left, y,
+            p->width - 20, y);
+    double step = tick_step(p->to - p->from, 10);
+    int ms = step >= 1000;
+    for (double t = ceil(p->from / step) * step; t <= p->to + 1e-9; t += step) {
+        double x = px_of(p, t);
+        fprintf(p->f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#424242\"/>\n", x, y, x, y + 5);
+        fprintf(p->f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eeeeee\"/>\n", x, p->top, x, y);
+        double v = ms ? t / 1000 : t;
+        int prec = ms ? (step >= 10000 ? 0 : step >= 1000 ? 1 : 2) : (step >= 1 ? 0 : 2);
+        fprintf(p->f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">%.*f</text>\n", x, y + 17,
+                prec, v);
+    }
+    fprintf(p->f, "<text x=\"%d\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">time (%s, from the trace's "
+                  "first span)</text>\n",
+            p->width - 20, y + 32, ms ? "ms" : "us");
+}
+
+static void draw_legend(tl_picture *p, double stall_us)
+{
+    double x = 10, y = 50;
+    for (int k = 0; k < TL_KINDS; k++) {
+        char text[96];
+        if (k == TL_STALL) snprintf(text, sizeof text, "stalled wait (>= %.0f us, marked)", stall_us);
+        else snprintf(text, sizeof text, "%s", KIND[k].legend);
+        fprintf(p->f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"10\" fill=\"%s\"/>", x, y, KIND[k].colour);
+        fprintf(p->f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">", x + 16, y + 9);
+        xml_text(p->f, text);
+        fputs("</text>\n", p->f);
+        x += 24 + (double)strlen(text) * 6.2;
+        if (x > p->width - 160 && k + 1 < TL_KINDS) x = 10, y += 16;
+    }
+}
+
+static void draw_title(tl_picture *p, const json_value *meta, const char *json_path)
+{
+    char line[512];
+    double M = json_number(json_get(meta, "M"), 0), K = json_number(json_get(meta, "K"), 0);
+    double N = json_number(json_get(meta, "N"), 0);
+    const char *mode = json_string(json_get(meta, "mode")), *transport = json_string(json_get(meta, "transport"));
+    const char *path = json_string(json_get(meta, "path")), *sched = json_string(json_get(meta, "schedule"));
+    if (M > 0)
+        snprintf(line, sizeof line, "a2amm: M=%.0f K=%.0f N=%.0f R=%d, %s mode, %s, path %s, tile %.0f rows, depth "
+                 "%.0f, transport %s",
+                 M, K, N, p->ranks, mode ? mode : "?", sched ? sched : "?", path ? path : "?",
+                 json_number(json_get(meta, "tile_m"), 0), json_number(json_get(meta, "depth"), 0),
+                 transport ? transport : "?");
+    else
+        snprintf(line, sizeof line, "a2amm timeline of %s (%d ranks)", json_path, p->ranks);
+    fputs("<text x=\"10\" y=\"18\" font-size=\"14\" font-weight=\"bold\">", p->f);
+    xml_text(p->f, line);
+    fputs("</text>\n", p->f);
+    const char *summary = json_string(json_get(meta, "summary"));
+    fputs("<text x=\"10\" y=\"36\" font-size=\"12\">", p->f);
+    xml_text(p->f, summary ? summary : "(precision mode: one call; perf mode's trace carries its figures here)");
+    fputs("</text>\n", p->f);
+}
+
+static int draw(tl_picture *p, const json_value *meta, const char *json_path, double stall_us)
+{
+    fprintf(p->f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+                  "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+                  "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+            p->width, p->height, p->width, p->height);
+    draw_title(p, meta, json_path);
+    draw_legend(p, stall_us);
+    int label_every = p->row_h >= 12 ? 1 : (int)ceil(12.0 / p->row_h);
+    for (int r = 0; r < p->ranks; r++) {
+        double y = p->top + r * p->row_h;
+        if (r % 2) fprintf(p->f, "<rect x=\"0\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"#fafafa\"/>\n", y, p->width,
+                           p->row_h);
+        if (r % label_every == 0)
+            fprintf(p->f, "<text x=\"%d\" y=\"%.1f\" font-size=\"%.1f\" text-anchor=\"end\">rank %d</text>\n",
+                    p->left - 8, y + p->row_h * 0.6, fmin(12.0, p->row_h * 0.8), r);
+    }
+    qsort(p->spans, p->n, sizeof *p->spans, cmp_span);
+    for (size_t a = 0, b; a < p->n; a = b) {
+        for (b = a + 1; b < p->n && p->spans[b].rank == p->spans[a].rank && p->spans[b].kind == p->spans[a].kind;) b++;
+        draw_run(p, p->spans, a, b);
+        if (p->spans[a].kind == TL_STALL) draw_stall_marks(p, p->spans, a, b);
+    }
+    draw_axis(p);
+    fputs("</svg>\n", p->f);
+    return ferror(p->f) ? -1 : 0;
+}
+
+/* The window: every span, or one call's (its CALL spans on every rank). */
+static int choose_window(tl_picture *p, int64_t call, const char *path, a2amm_error *err)
+{
+    p->from = INFINITY, p->to = -INFINITY;
+    for (size_t i = 0; i < p->n; i++) {
+        const tl_span *s = &p->spans[i];
+        if (call > 0 && !(s->kind == TL_CALL && s->call == call)) continue;
+        p->from = fmin(p->from, s->t0), p->to = fmax(p->to, s->t1);
+    }
+    if (!isfinite(p->from))
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: no call %lld in the trace", path, (long long)call);
+    if (p->to <= p->from) p->to = p->from + 1;
+    return A2AMM_OK;
+}
+
+int timeline_render(const char *json_path, const char *svg_path, const timeline_options *o, timeline_stats *stats,
+                    a2amm_error *err)
+{
+    memset(stats, 0, sizeof *stats);
+    char *text = NULL, why[160];
+    size_t len = 0;
+    int rc = read_file(json_path, &text, &len, err);
+    if (rc) return rc;
+    json_value root;
+    if (json_parse(text, len, &root, why, sizeof why)) {
+        free(text);
+        return a2amm_fail(err, A2AMM_E_FORMAT, "%s: not JSON: %s", json_path, why);
+    }
+    free(text);
+    const json_value *events = root.type == JSON_ARRAY ? &root : json_get(&root, "traceEvents");
+    tl_picture p = {.width = o->width > 0 ? o->width : 1400, .left = 70};
+    if (!events || events->type != JSON_ARRAY)
+        rc = a2amm_fail(err, A2AMM_E_FORMAT, "%s: no \"traceEvents\" array (a Chrome trace, as --trace writes, "
+                        "has one)", json_path);
+    if (!rc) rc = collect_spans(events, json_path, &p, err);
+    if (!rc && p.width < 300) rc = a2amm_fail(err, A2AMM_E_INVAL, "--width must be at least 300 (got %d)", p.width);
+    if (!rc) rc = choose_window(&p, o->call, json_path, err);
+    double stall_us = o->stall_us > 0 ? o->stall_us : rc ? 0 : auto_stall_us(&p);
+    for (size_t i = 0; !rc && i < p.n; i++)
+        if (p.spans[i].kind == TL_WAIT && p.spans[i].t1 - p.spans[i].t0 >= stall_us) p.spans[i].kind = TL_STALL;
+    if (!rc) {
+        p.row_h = p.ranks <= 32 ? 36 : (int)fmax(6.0, 1152.0 / p.ranks);
+        p.top = 92;
+        p.height = p.top + p.ranks * p.row_h + 48;
+        stats->ranks = p.ranks, stats->spans = p.n, stats->from_us = p.from, stats->to_us = p.to;
+        stats->stall_us = stall_us;
+        char tmp[4200];
+        int w = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", svg_path, (long)getpid());
+        if (w < 0 || (size_t)w >= sizeof tmp) rc = a2amm_fail(err, A2AMM_E_INVAL, "-o: the path is too long");
+        else if (!(p.f = fopen(tmp, "w")))
+            rc = a2amm_fail(err, A2AMM_E_IO, "cannot write %s: %s", tmp, strerror(errno));
+        if (!rc) {
+            int bad = draw(&p, json_get(&root, "otherData"), json_path, stall_us);
+            if (fclose(p.f) != 0) bad = -1;
+            if (bad || rename(tmp, svg_path) != 0) {
+                int e = errno;
+                unlink(tmp);
+                rc = a2amm_fail(err, A2AMM_E_IO, "cannot write %s: %s", svg_path, strerror(e));
+            }
+        }
+        stats->shapes = p.shapes, stats->stalls = p.stalls;
+    }
+    free(p.spans);
+    json_free(&root);
+    return rc;
+}

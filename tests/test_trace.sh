@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# --trace FILE and `a2amm timeline`: the trace is valid Chrome trace JSON
+# with a span for every (rank, tile, source), waits on the put path, nested
+# spans in order, the bytes received as a counter and what ran in its
+# metadata; tracing changes no output; perf mode breaks a call down per rank;
+# the timeline is well-formed SVG that a real renderer (rsvg-convert) turns
+# into a PNG, also at R = 16 and at thousands of tiles; bad input is refused
+# with a message that names it.
+. "$(dirname "$0")/lib.sh"
+d="$SCRATCH/d"
+"$A2AMM" gen 100 192 40 3 --dir "$d" --quiet >/dev/null
+
+# check_trace FILE R TILES PATH SCHED: the trace's structure, in python
+check_trace() {
+    python3 - "$@" <<'EOF'
+import json, sys
+path, R, tiles, route, sched = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+o = json.load(open(path))
+ev, meta = o["traceEvents"], o["otherData"]
+bad = []
+def need(cond, what):
+    if not cond: bad.append(what)
+need(meta["R"] == R and meta["path"] == route and meta["schedule"] == sched, "metadata: %r" % meta)
+need(len(meta["clock_offsets_ns"]) == R, "a clock offset per rank")
+names = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "process_name"}
+need(names == {r: "rank %d" % r for r in range(R)}, "one process per rank: %r" % names)
+X = [e for e in ev if e.get("ph") == "X"]
+for r in range(R):
+    mine = sorted((e for e in X if e["pid"] == r), key=lambda e: (e["ts"], -e["dur"]))
+    calls = [e for e in mine if e["cat"] == "call"]
+    need(len(calls) >= 1, "rank %d: a call span" % r)
+    for c in calls:
+        inside = [e for e in mine if e["args"].get("call") == c["args"]["call"]]
+        got = {(e["args"]["tile"], e["args"]["source"]) for e in inside if e["cat"] == "matmul"}
+        need(got == {(t, s) for t in range(tiles) for s in range(R)},
+             "rank %d call %d: a matmul span per (tile, source): %d of %d" % (r, c["args"]["call"], len(got), tiles * R))
+        waits = {(e["args"]["tile"], e["args"]["source"]) for e in inside if e["cat"] == "wait"}
+        want = {(t, s) for t in range(tiles) for s in range(R) if s != r} if route == "put" and sched == "fused" else set()
+        need(waits == want, "rank %d: waits per (tile, other source) on the put path only: %d, want %d" % (r, len(waits), len(want)))
+        if sched == "unfused":
+            need(sum(e["cat"] == "exchange" for e in inside) == 1, "rank %d: one exchange span" % r)
+        for e in inside:
+            if e["cat"] in ("matmul", "wait"):
+                need(c["ts"] <= e["ts"] and e["ts"] + e["dur"] <= c["ts"] + c["dur"] + 0.002, "a %s inside its call" % e["cat"])
+    # proper nesting on the rank's one track: each span inside the open one or after it
+    stack = []
+    for e in mine:
+        while stack and e["ts"] >= stack[-1] - 0.0015:
+            stack.pop()
+        if stack and e["ts"] + e["dur"] > stack[-1] + 0.0015:
+            bad.append("rank %d: %s at %.3f overlaps its enclosing span" % (r, e["name"], e["ts"])); break
+        stack.append(e["ts"] + e["dur"])
+    if route == "put" and sched == "fused" and R > 1:
+        cnt = [e["args"]["bytes"] for e in sorted((e for e in ev if e.get("ph") == "C" and e["pid"] == r), key=lambda e: e["ts"])]
+        need(cnt and cnt == sorted(cnt) and cnt[-1] > 0, "rank %d: a growing bytes-received counter" % r)
+        need(any(e.get("ph") == "i" and e["pid"] == r and e["cat"] == "signal" for e in ev), "rank %d: signal instants" % r)
+    need(any(e["cat"] == "prepare" for e in mine), "rank %d: B preparation span" % r)
+for b in bad[:10]: print("  " + b, file=sys.stderr)
+sys.exit(1 if bad else 0)
+EOF
+}
+
+# --- precision mode, each path: the spans, and the same outputs as without tracing
+"$A2AMM" run 100 192 40 3 --dir "$d" --path put --tile-m 16 >/dev/null
+cp "$d/output/1/npu_out.bin" "$SCRATCH/untraced.bin"
+expect_ok "run --trace, put path" "$A2AMM" run 100 192 40 3 --dir "$d" --path put --tile-m 16 --trace "$SCRATCH/put.json"
+expect_output "run says where the trace went" "trace: $SCRATCH/put.json"
+check "the trace is complete JSON with a span per (rank, tile, source) and waits (put)" check_trace "$SCRATCH/put.json" 3 7 put fused
+check "tracing changes no output" cmp -s "$d/output/1/npu_out.bin" "$SCRATCH/untraced.bin"
+check "the trace has an output-write span per rank" python3 -c "
+import json; e=json.load(open('$SCRATCH/put.json'))['traceEvents']
+assert sorted(x['pid'] for x in e if x.get('cat')=='write')==[0,1,2]"
+check "no part files left beside the trace" test -z "$(ls "$SCRATCH" | grep 'put.json.rank')"
+expect_ok "run --trace, direct path" "$A2AMM" run 100 192 40 3 --dir "$d" --tile-m 32 --trace "$SCRATCH/direct.json"
+check "direct path: a span per (rank, tile, source), no waits" check_trace "$SCRATCH/direct.json" 3 4 direct fused
+expect_ok "run --trace, unfused" "$A2AMM" run 100 192 40 3 --dir "$d" --unfused --path put --tile-m 50 --trace "$SCRATCH/unf.json"
+check "unfused: one exchange per rank, then the matmuls" check_trace "$SCRATCH/unf.json" 3 2 put unfused
+
+# --- perf mode: every repetition traced, the summary in the metadata, the per-rank breakdown
+expect_ok "run perf --trace" "$A2AMM" run 100 192 40 3 perf --iters 3 --dir "$d" --path put --tile-m 16 --trace "$SCRATCH/perf.json"
+expect_output "perf: the per-rank breakdown" "waits by source (ms)"
+check "perf trace: the calls of every repetition, the summary" python3 -c "
+import json; o=json.load(open('$SCRATCH/perf.json'))
+calls={x['args']['call'] for x in o['traceEvents'] if x.get('cat')=='call' and x['pid']==0}
+assert len(calls)>=4, calls
+assert 'exposed communication' in o['otherData']['summary'] and o['otherData']['perf']['fused_median_s']>0"
+check "perf trace: complete" check_trace "$SCRATCH/perf.json" 3 7 put fused
+expect_ok "run perf --json" "$A2AMM" run 100 192 40 3 perf --iters 3 --dir "$d" --path put --tile-m 16 --json
+check "perf --json: per rank, call = matmul + waits + the rest, waits by source" python3 -c "
+import json; o=json.loads(open('$SCRATCH/out').read())
+rs=o['ranks']; assert len(rs)==3
+for r in rs:
+    assert r['call_s']>0 and 0<r['matmul_s']<=r['call_s'] and r['wait_s']<=r['call_s'], r
+    assert abs(r['exposed_s']-(r['call_s']-r['matmul_s']))<1e-8 and len(r['wait_from_s'])==3
+    assert r['wait_from_s'][r['rank']]==0 and abs(sum(r['wait_from_s'])-r['wait_s'])<1e-6, r"
+
+# --- bench op --trace
+expect_ok "bench op --trace" "$A2AMM" bench op 64 192 40 3 --iters 2 --path put --tile-m 16 --trace "$SCRATCH/bench.json"
+check "bench op's trace: complete" check_trace "$SCRATCH/bench.json" 3 4 put fused
+
+# --- the timeline
+command -v rsvg-convert >/dev/null || echo "SKIP-NOTE: rsvg-convert missing (make check installs librsvg2-bin)" >&2
+expect_ok "timeline draws the perf trace" "$A2AMM" timeline "$SCRATCH/perf.json" -o "$SCRATCH/perf.svg"
+expect_output "timeline says what it drew" "3 ranks"
+# svg_ok SVG: well-formed XML, a row per rank, a legend, the summary in the title
+svg_ok() {
+    python3 - "$@" <<'EOF'
+import sys, xml.etree.ElementTree as ET
+svg, R = sys.argv[1], int(sys.argv[2])
+root = ET.parse(svg).getroot()
+texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
+assert root.tag.endswith("svg"), root.tag
+assert all("rank %d" % r in texts for r in range(R)), "a row label per rank"
+assert any("stalled wait" in t for t in texts) and any(t == "matmul" for t in texts), "a legend"
+assert any(t.startswith("a2amm: M=") for t in texts), "a title"
+assert any("time (" in t for t in texts), "a time axis"
+EOF
+}
+check "timeline: well-formed SVG with rows, legend, title and axis" svg_ok "$SCRATCH/perf.svg" 3
+check "timeline: perf's figures in the title" grep -q "exposed communication" "$SCRATCH/perf.svg"
+# png_width PNG: its width from the header
+png_width() { python3 -c "import struct,sys; d=open(sys.argv[1],'rb').read(24); assert d[:8]==b'\x89PNG\r\n\x1a\n'; print(struct.unpack('>I',d[16:20])[0])" "$1"; }
+if command -v rsvg-convert >/dev/null; then
+    expect_ok "rsvg-convert renders the timeline" rsvg-convert "$SCRATCH/perf.svg" -o "$SCRATCH/perf.png"
+    check "the PNG is the picture's width" test "$(png_width "$SCRATCH/perf.png")" = 1400
+fi
+expect_ok "timeline --call 2 --width 900" "$A2AMM" timeline "$SCRATCH/perf.json" -o "$SCRATCH/call2.svg" --call 2 --width 900
+check "timeline --call: well-formed" svg_ok "$SCRATCH/call2.svg" 3
+expect_ok "timeline's default output name" "$A2AMM" timeline "$SCRATCH/put.json"
+check "TRACE.json -> TRACE.svg" test -s "$SCRATCH/put.svg"
+
+# thousands of tiles: spans narrower than a pixel merge
+"$A2AMM" gen 3000 64 8 2 --dir "$SCRATCH/big" --quiet --no-golden >/dev/null
+expect_ok "a run of 3000 tiles, traced" "$A2AMM" run 3000 64 8 2 --dir "$SCRATCH/big" --path put --tile-m 1 --trace "$SCRATCH/big.json"
+expect_ok "timeline of 3000 tiles" "$A2AMM" timeline "$SCRATCH/big.json" -o "$SCRATCH/big.svg" --width 1000
+check "3000 tiles x 2 ranks (~30000 spans) drawn in under 4000 shapes" python3 -c "
+import re,sys; t=open('$SCRATCH/out').read(); m=re.search(r'(\d+) spans over [0-9.]+ ms drawn as (\d+) shapes', t)
+assert m and int(m.group(1))>20000 and int(m.group(2))<4000, t"
+check "3000 tiles: well-formed" svg_ok "$SCRATCH/big.svg" 2
+[ -x "$(command -v rsvg-convert)" ] && expect_ok "3000 tiles: rendered" rsvg-convert "$SCRATCH/big.svg" -o "$SCRATCH/big.png"
+
+# R = 16: a row per rank, still readable
+"$A2AMM" gen 32 512 8 16 --dir "$SCRATCH/r16" --quiet --no-golden >/dev/null
+expect_ok "R=16 traced" "$A2AMM" run 32 512 8 16 --dir "$SCRATCH/r16" --path put --tile-m 8 --trace "$SCRATCH/r16.json"
+check "R=16: complete" check_trace "$SCRATCH/r16.json" 16 4 put fused
+expect_ok "R=16 timeline" "$A2AMM" timeline "$SCRATCH/r16.json" -o "$SCRATCH/r16.svg"
+check "R=16: a labelled row per rank" svg_ok "$SCRATCH/r16.svg" 16
+[ -x "$(command -v rsvg-convert)" ] && expect_ok "R=16: rendered" rsvg-convert "$SCRATCH/r16.svg" -o "$SCRATCH/r16.png"
+
+# --- refusals: each names what is wrong
+expect_fail "--trace to a folder" "is a folder" "$A2AMM" run 100 192 40 3 --dir "$d" --trace "$SCRATCH"
+expect_fail "--trace into a missing folder" "does not exist" "$A2AMM" run 100 192 40 3 --dir "$d" --trace "$SCRATCH/none/t.json"
+expect_fail "--trace with no name" "--trace" "$A2AMM" run 100 192 40 3 --dir "$d" --trace ""
+expect_fail "timeline of a missing file" "cannot open $SCRATCH/missing.json" "$A2AMM" timeline "$SCRATCH/missing.json"
+printf '{"traceEvents": [{"ph": "X",}]}' >"$SCRATCH/broken.json"
+expect_fail "timeline of broken JSON: the file and the place" "broken.json: not JSON: line 1, column" "$A2AMM" timeline "$SCRATCH/broken.json"
+echo '{"other": 1}' >"$SCRATCH/other.json"
+expect_fail "timeline of JSON that is not a trace" "no \"traceEvents\" array" "$A2AMM" timeline "$SCRATCH/other.json"
+expect_fail "timeline --call beyond the trace" "no call 999" "$A2AMM" timeline "$SCRATCH/perf.json" --call 999
+expect_fail "timeline without a file" "expected a trace file" "$A2AMM" timeline
+check "the refused timelines wrote nothing" test ! -e "$SCRATCH/broken.svg" -a ! -e "$SCRATCH/other.svg" -a ! -e "$SCRATCH/missing.svg"
+
+# a failed run writes no trace and leaves no parts
+A2AMM_FAULT_RANK=1 A2AMM_FAULT=error "$A2AMM" run 100 192 40 3 --dir "$d" --path put --tile-m 16 --trace "$SCRATCH/failed.json" >/dev/null 2>&1
+check "a failed run: no trace" test ! -e "$SCRATCH/failed.json"
+check "a failed run: no part files" test -z "$(ls "$SCRATCH" | grep 'failed.json')"
+finish
