@@ -25,6 +25,7 @@
 #include "io/io.h"
 #include "cli/measure.h"
 #include "cli/runner.h"
+#include "cli/trace.h"
 
 static void bench_api_usage(FILE *f)
 {
@@ -38,6 +39,8 @@ static void bench_api_usage(FILE *f)
             "  set_weights         a2amm_op_set_weights on fresh weights (the preparation a\n"
             "                      training step pays on every call)\n"
             "  in-memory + weights the call with its weights set anew every time\n"
+            "  in-memory, traced   the call with --trace's recorder as its observer (every\n"
+            "                      span kept), right after each untraced call\n"
             "in ROUNDS rounds of ITERS repetitions each, alternating the two, caches flushed\n"
             "before every repetition, a repetition's time the slowest rank's.\n"
             "\n"
@@ -62,7 +65,7 @@ typedef struct api_bench {
     run_options o;
     int iters;
     io_rank_inputs *in;   /* every rank's inputs (inherited by the ranks through fork) */
-    double *t_call, *t_weights; /* shared: [iters][R] */
+    double *t_call, *t_weights, *t_traced; /* shared: [iters][R] */
     size_t flush_bytes;
 } api_bench;
 
@@ -81,6 +84,8 @@ static int api_rank(a2amm_comm *comm, void *arg)
     int rc = measure_flusher_init(&fl, NULL, b->flush_bytes, &err);
     if (!rc) rc = out ? a2amm_op_create(comm, &cfg, &op, &err) : a2amm_fail(&err, A2AMM_E_NOMEM, "out of memory");
     const io_rank_inputs *in = &b->in[me];
+    trace_rank tr = {0};
+    if (!rc) rc = trace_rank_init(&tr, me, R, 1, &err);
     for (int w = 0; !rc && w < 1; w++) { /* one warm-up */
         rc = a2amm_op_set_weights(op, in->b, in->sb, b->z.sk, &err);
         if (!rc) rc = a2amm_op_run(op, b->s.M, in->a, in->sa, out, &err);
@@ -95,7 +100,17 @@ static int api_rank(a2amm_comm *comm, void *arg)
         t0 = cli_now();
         if (!rc) rc = a2amm_op_run(op, b->s.M, in->a, in->sa, out, &err);
         b->t_call[(size_t)it * (size_t)R + (size_t)me] = cli_now() - t0;
+        /* the same call traced: every span kept, as --trace does */
+        tr.n = 0;
+        if (!rc) rc = a2amm_op_set_observer(op, trace_observe, &tr);
+        measure_flush(&fl);
+        if (!rc) rc = a2amm_comm_barrier(comm, b->o.timeout_s, &err);
+        t0 = cli_now();
+        if (!rc) rc = a2amm_op_run(op, b->s.M, in->a, in->sa, out, &err);
+        b->t_traced[(size_t)it * (size_t)R + (size_t)me] = cli_now() - t0;
+        if (!rc) rc = a2amm_op_set_observer(op, NULL, NULL);
     }
+    trace_rank_free(&tr);
     a2amm_op_destroy(op);
     free(out);
     measure_flusher_free(&fl);
@@ -168,14 +183,16 @@ int cmd_bench_api(int argc, char **argv)
     gen_options g = {GEN_DIST_NORMAL, 1, MX_SCALE_FLOOR};
     b.in = calloc((size_t)R, sizeof *b.in);
     size_t tbytes = (size_t)b.iters * (size_t)R * sizeof(double);
-    b.t_call = mmap(NULL, 2 * tbytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    b.t_call = mmap(NULL, 3 * tbytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     double *all_run = calloc((size_t)(rounds * b.iters), sizeof(double));
     double *all_call = calloc((size_t)(rounds * b.iters), sizeof(double));
     double *all_w = calloc((size_t)(rounds * b.iters), sizeof(double));
-    int rc = b.in && b.t_call != MAP_FAILED && all_run && all_call && all_w ? gen_write_inputs(dir, &b.s, &b.z, &g, b.in, &err)
+    double *all_traced = calloc((size_t)(rounds * b.iters), sizeof(double));
+    int rc = b.in && b.t_call != MAP_FAILED && all_run && all_call && all_w && all_traced ? gen_write_inputs(dir, &b.s, &b.z, &g, b.in, &err)
                                                                           : a2amm_fail(&err, A2AMM_E_NOMEM, "out of memory");
     if (b.t_call != MAP_FAILED) b.t_weights = b.t_call + (size_t)b.iters * (size_t)R;
-    int n_run = 0, n_call = 0, n_w = 0;
+    if (b.t_call != MAP_FAILED) b.t_traced = b.t_weights + (size_t)b.iters * (size_t)R;
+    int n_run = 0, n_call = 0, n_w = 0, n_traced = 0;
     a2amm_op_config heap_cfg = {.max_m = b.s.M, .k = b.s.K, .n = b.s.N, .a_type = b.s.a_type, .b_type = b.s.b_type,
                                 .tile_m = b.o.tile_m, .depth = b.o.depth,
                                 .path = b.o.path};
@@ -190,11 +207,12 @@ int cmd_bench_api(int argc, char **argv)
         if (!rc) {
             slowest(b.t_call, b.iters, R, all_call, &n_call);
             slowest(b.t_weights, b.iters, R, all_w, &n_w);
+            slowest(b.t_traced, b.iters, R, all_traced, &n_traced);
         }
     }
     if (!rc) {
         cli_summary run = cli_summarize(all_run, n_run), call = cli_summarize(all_call, n_call),
-                    w = cli_summarize(all_w, n_w);
+                    w = cli_summarize(all_w, n_w), traced = cli_summarize(all_traced, n_traced);
         double flop = 2.0 * (double)b.s.M * (double)b.s.N * (double)b.s.K * (double)R;
         if (json) {
             printf("{\"command\":\"bench api\",\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%d,\"iters\":%d,\"rounds\":%d",
@@ -204,6 +222,8 @@ int cmd_bench_api(int argc, char **argv)
             cli_json_key_num("set_weights_median_s", "%.6g", w.median);
             cli_json_key_num("call_with_weights_s", "%.6g", call.median + w.median);
             cli_json_key_num("call_over_run", "%.4g", call.median / run.median);
+            cli_json_key_num("traced_call_median_s", "%.6g", traced.median);
+            cli_json_key_num("traced_over_call", "%.4g", traced.median / call.median);
             printf("}\n");
         } else {
             printf("a2amm bench api: M=%lld K=%lld N=%lld R=%d, %d rounds of %d repetitions, %.1f GFLOP each\n",
@@ -217,15 +237,19 @@ int cmd_bench_api(int argc, char **argv)
                    w.max * 1e3);
             printf("  %-34s %10s %10.3f %10s %10.1f\n", "in-memory, weights set every call", "-",
                    (call.median + w.median) * 1e3, "-", flop / (call.median + w.median) / 1e9);
+            printf("  %-34s %10.3f %10.3f %10.3f %10.1f\n", "in-memory call, traced (recorder)", traced.min * 1e3,
+                   traced.median * 1e3, traced.max * 1e3, flop / traced.median / 1e9);
             printf("  in-memory call / a2amm run (medians): %.3f\n", call.median / run.median);
+            printf("  traced / untraced call (medians): %.3f (the cost of --trace's recorder)\n",
+                   traced.median / call.median);
         }
     } else {
         fprintf(stderr, "a2amm bench api: %s\n", err.msg);
     }
     for (int r = 0; b.in && r < R; r++) io_rank_inputs_free(&b.in[r]);
     free(b.in);
-    free(all_run), free(all_call), free(all_w);
-    if (b.t_call != MAP_FAILED) munmap(b.t_call, 2 * tbytes);
+    free(all_run), free(all_call), free(all_w), free(all_traced);
+    if (b.t_call != MAP_FAILED) munmap(b.t_call, 3 * tbytes);
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "a2amm bench api: could not remove %s\n", dir);
