@@ -130,7 +130,7 @@ check-san:
 FUZZ_CC    ?= clang
 FUZZ_BUILD := build-fuzz
 FUZZ_SAN   := -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
-FUZZ_SRC   := $(LIB_SRC) src/cli/args.c src/cli/op_args.c
+FUZZ_SRC   := $(LIB_SRC) src/cli/args.c src/cli/op_args.c src/cli/json_read.c
 FUZZ_OBJ   := $(FUZZ_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_BIN   := $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(wildcard tests/fuzz/fuzz_*.c))
 

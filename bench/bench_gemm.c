@@ -17,6 +17,7 @@
 #include "cli/json.h"
 #include "bench/bench.h"
 #include "cli/perf_report.h"
+#include "cli/progress.h"
 #include "common/error.h"
 #include "common/hugemem.h"
 #include "common/llc.h"
@@ -90,6 +91,7 @@ static void gemm_usage(FILE *f)
             "  --warmup N    untimed runs of each before them (default 1)\n"
             "  --no-flush    do not flush the caches before each repetition\n"
             "  --json        print the figures as one JSON object, nothing else on stdout\n"
+            "  --quiet       no progress line (it shows only when stderr is a terminal)\n"
             "\n"
             "A2AMM_ISA=ref|avx2|avx512|amx forces a2amm's kernel level (default: the best this CPU\n"
             "runs). A2AMM_CPU_HIDE=amx,avx512bf16,avx512,avx2 hides CPU features as on a CPU\n"
@@ -104,7 +106,7 @@ static void gemm_usage(FILE *f)
 
 typedef struct gemm_opts {
     int64_t M, N, K;
-    int threads, iters, warmup, flush, json;
+    int threads, iters, warmup, flush, json, quiet;
 } gemm_opts;
 
 /* Parses the arguments; 0 to go on, else the exit code (0 after --help). */
@@ -112,7 +114,7 @@ static int gemm_parse(int argc, char **argv, gemm_opts *o, int *exit_code)
 {
     const char *pos[3];
     int npos = 0;
-    *o = (gemm_opts){0, 0, 0, pool_cpu_count(), 10, 1, 1, 0};
+    *o = (gemm_opts){0, 0, 0, pool_cpu_count(), 10, 1, 1, 0, 0};
     *exit_code = 2;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -134,6 +136,7 @@ static int gemm_parse(int argc, char **argv, gemm_opts *o, int *exit_code)
             o->warmup = (int)x;
         } else if (!strcmp(argv[i], "--no-flush")) o->flush = 0;
         else if (!strcmp(argv[i], "--json")) o->json = 1;
+        else if (!strcmp(argv[i], "--quiet")) o->quiet = 1;
         else if (argv[i][0] == '-' && argv[i][1] != '\0' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             fprintf(stderr, "a2amm bench gemm: unknown option '%s' (see a2amm bench gemm --help)\n", argv[i]);
             return -1;
@@ -909,7 +912,12 @@ int cmd_bench_gemm(int argc, char **argv)
     /* The ceiling before any library has threads of its own, and again at
      * the end: on a shared machine the less disturbed probe counts. */
     if (!rc) rc = measure_ceiling(&g.r, CEILING_PROBE_S, &g.r.ceil_first, &err);
+    cli_progress progress;
+    cli_progress_start(&progress, o->quiet, o->json);
+    measure_show_progress(progress.on ? &progress : NULL, "a2amm bench gemm");
     if (!rc) rc = gemm_time_contenders(&g, &err);
+    measure_show_progress(NULL, NULL);
+    cli_progress_end(&progress);
     if (!rc) rc = measure_ceiling(&g.r, CEILING_PROBE_S, &g.r.ceil_last, &err);
     if (!rc) {
         gemm_set_ceiling(&g.r);

@@ -49,6 +49,7 @@ static void bench_op_usage(FILE *f)
             "  --trace FILE       every rank's pipeline over the repetitions as a Chrome trace\n"
             "                     (JSON; a2amm timeline FILE draws it)\n"
             "  --json             one JSON object instead of the table\n"
+            "  --quiet            no progress line (it shows only when stderr is a terminal)\n"
             "\n"
             "example:\n"
             "  a2amm bench op 512 2048 896 4 --iters 3\n"
@@ -71,7 +72,7 @@ int cmd_bench_op(int argc, char **argv)
     o.gemm = &bench_onednn_baseline;
     const char *dir = NULL;
     char *pos[4];
-    int npos = 0, json = 0;
+    int npos = 0, json = 0, quiet = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         int m;
@@ -79,6 +80,7 @@ int cmd_bench_op(int argc, char **argv)
         if ((m = cli_option(argc, argv, &i, "--dir", &v))) { if (m < 0) return 2; dir = v; }
         else if ((m = cli_op_option("bench op", argc, argv, &i, &o))) { if (m < 0) return 2; }
         else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else if (argv[i][0] == '-' && argv[i][1] != '\0' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             fprintf(stderr, "a2amm bench op: unknown option '%s' (see a2amm bench op --help)\n", argv[i]);
             return 2;
@@ -122,6 +124,7 @@ int cmd_bench_op(int argc, char **argv)
         fprintf(stderr, "a2amm bench op: cannot make a temporary folder %s: %s\n", tmp, strerror(errno));
         return 1;
     }
+    o.progress = !quiet && !json && isatty(STDERR_FILENO) && o.transport != RUN_MPI; /* the repetitions done */
     o.stop = cli_catch_stop_signals(); /* Ctrl-C: stop the ranks, remove the scratch folder, exit 130 */
     a2amm_error err = {0, ""};
     gen_options g = {GEN_DIST_NORMAL, 1, MX_SCALE_FLOOR};

@@ -62,6 +62,20 @@ for R in 2 4; do
     check "R=$R perf: one report (rank 0 speaks)" test "$(grep -c 'Status: SUCCESS' "$SCRATCH/out")" -eq 1
 done
 
+# --trace over MPI: rank 0 gathers every rank's spans, with each one's clock offset measured by pings
+expect_ok "R=4 traced over MPI" mpirun_hosts 4 "$P-h1,$P-h2,$P-h3,$P-h4" "$A2AMM" run 256 512 64 4 --dir "$SCRATCH/d4" \
+    --transport mpi --tile-m 32 --depth 2 --trace "$SCRATCH/mpi-trace.json"
+check "the MPI trace: every rank's matmul spans per (tile, source), offsets measured" python3 -c "
+import json; o=json.load(open('$SCRATCH/mpi-trace.json')); m=o['otherData']
+assert m['transport']=='mpi' and len(m['clock_offsets_ns'])==4 and 'ping' in m['clock_offsets_how'], m
+mm={(e['pid'],e['args']['tile'],e['args']['source']) for e in o['traceEvents'] if e.get('cat')=='matmul'}
+assert mm=={(r,t,s) for r in range(4) for t in range(8) for s in range(4)}, len(mm)
+w={(e['pid'],e['args']['tile'],e['args']['source']) for e in o['traceEvents'] if e.get('cat')=='wait'}
+assert len(w)==4*8*3, len(w)
+# one machine's clock: the offsets measured are small (under 50 ms)
+assert all(abs(x)<5e7 for x in m['clock_offsets_ns']), m['clock_offsets_ns']"
+expect_ok "the MPI trace draws" "$A2AMM" timeline "$SCRATCH/mpi-trace.json" -o "$SCRATCH/mpi-trace.svg"
+
 expect_ok "bench op over MPI across 2 hosts" mpirun_hosts 2 "$P-h1,$P-h2" "$A2AMM" bench op 256 512 64 2 --iters 2 \
     --transport mpi
 check "bench op over MPI: its ratios" grep -q "ratios (medians): fused / matmul alone" "$SCRATCH/out"

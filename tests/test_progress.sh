@@ -39,4 +39,17 @@ check "perf --json on a terminal: none" bash -c "! grep -aq 'perf repetition' '$
 "$A2AMM" run 256 512 128 2 perf --iters 12 --dir "$p" 2>&1 | cat >"$SCRATCH/perf-pipe"
 check "perf in a pipe: none" bash -c "! grep -aq 'perf repetition' '$SCRATCH/perf-pipe'"
 check "perf in a pipe: the table" grep -aq "Status: SUCCESS" "$SCRATCH/perf-pipe" || tail_of "$SCRATCH/perf-pipe"
+
+# the benchmarks: the same line on a terminal, none with --json or --quiet
+script -qec "'$A2AMM' bench gemm 64 64 64 --iters 3 --threads 1" /dev/null >"$SCRATCH/gemm-tty" 2>&1
+check "bench gemm on a terminal: a progress line" grep -aq "a2amm bench gemm: repetition [0-9] of 3" "$SCRATCH/gemm-tty" || tail_of "$SCRATCH/gemm-tty"
+check "bench gemm on a terminal: its table" grep -aq "OpenBLAS" "$SCRATCH/gemm-tty"
+script -qec "'$A2AMM' bench gemm 64 64 64 --iters 3 --threads 1 --json" /dev/null >"$SCRATCH/gemm-json" 2>&1
+check "bench gemm --json on a terminal: none" bash -c "! grep -aq 'repetition [0-9] of' '$SCRATCH/gemm-json'"
+script -qec "'$A2AMM' bench gemm 64 64 64 --iters 3 --threads 1 --quiet" /dev/null >"$SCRATCH/gemm-quiet" 2>&1
+check "bench gemm --quiet on a terminal: none" bash -c "! grep -aq 'repetition [0-9] of' '$SCRATCH/gemm-quiet'"
+script -qec "'$A2AMM' bench op 64 256 32 2 --iters 4" /dev/null >"$SCRATCH/op-tty" 2>&1
+check "bench op on a terminal: a progress line" grep -aq "perf repetition [0-9] of 4" "$SCRATCH/op-tty" || tail_of "$SCRATCH/op-tty"
+"$A2AMM" bench op 64 256 32 2 --iters 4 2>&1 | cat >"$SCRATCH/op-pipe"
+check "bench op in a pipe: none" bash -c "! grep -aq 'perf repetition' '$SCRATCH/op-pipe'"
 finish

@@ -99,7 +99,7 @@ expect_ok "bench op --trace" "$A2AMM" bench op 64 192 40 3 --iters 2 --path put 
 check "bench op's trace: complete" check_trace "$SCRATCH/bench.json" 3 4 put fused
 
 # --- the timeline
-check "rsvg-convert is installed (make check installs librsvg2-bin)" command -v rsvg-convert
+check "rsvg-convert is installed (make check installs librsvg2-bin)" bash -c "command -v rsvg-convert >/dev/null"
 expect_ok "timeline draws the perf trace" "$A2AMM" timeline "$SCRATCH/perf.json" -o "$SCRATCH/perf.svg"
 expect_output "timeline says what it drew" "3 ranks"
 # svg_ok SVG: well-formed XML, a row per rank, a legend, the summary in the title

@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/measure.h"
+#include "cli/progress.h"
 
 size_t measure_flush_bytes(int sharers)
 {
@@ -46,6 +47,11 @@ void measure_flush(measure_flusher *f)
 }
 
 
+static struct cli_progress *shown;
+static const char *shown_what;
+
+void measure_show_progress(struct cli_progress *p, const char *what) { shown = p, shown_what = what; }
+
 void measure_interleaved(measure_contender *c, int n, int warmup, int iters, measure_flusher *fl)
 {
     for (int i = 0; i < n; i++)
@@ -55,6 +61,7 @@ void measure_interleaved(measure_contender *c, int n, int warmup, int iters, mea
         }
     for (int it = 0; it < iters; it++)
         for (int k = 0; k < n; k++) {
+            if (shown && k == 0) cli_progress_say(shown, "%s: repetition %d of %d", shown_what, it + 1, iters);
             measure_contender *x = &c[(it + k) % n];
             if (x->rc) continue;
             measure_flush(fl);

@@ -35,6 +35,11 @@ typedef void (*measure_after_fn)(void *ctx);
 int measure_runs(measure_fn run, measure_after_fn reset, void *ctx, int warmup, int iters, measure_flusher *fl,
                     double *t, a2amm_error *err);
 
+/* A progress line for the timed loops below (a terminal's, see progress.h):
+ * "WHAT: repetition I of N"; NULL turns it off. */
+struct cli_progress;
+void measure_show_progress(struct cli_progress *p, const char *what);
+
 /* One contender of an interleaved timing: its call, its times [iters], and
  * its first failure (after which it is left out of the rounds). */
 typedef struct measure_contender {

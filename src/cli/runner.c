@@ -532,7 +532,7 @@ static void *watch_progress(void *arg)
     while (!atomic_load(&w->stop)) {
         int done = 0;
         for (int it = 0; it < rn->o.iters; it++) done += *time_slot(rn, RUN_V_CONFIGURED, it, 0) > 0;
-        cli_progress_say(&p, "a2amm run: perf repetition %d of %d", done, rn->o.iters);
+        cli_progress_say(&p, "a2amm: perf repetition %d of %d", done, rn->o.iters);
         struct timespec pause = {0, 100000000};
         nanosleep(&pause, NULL);
     }
