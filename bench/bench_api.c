@@ -24,6 +24,7 @@
 #include "gen/gen.h"
 #include "io/io.h"
 #include "cli/measure.h"
+#include "cli/progress.h"
 #include "cli/runner.h"
 #include "cli/trace.h"
 
@@ -53,6 +54,7 @@ static void bench_api_usage(FILE *f)
             "  --path direct|put  how rows travel (default direct)\n"
             "  --timeout SECONDS  deadline of every wait between ranks (default 60)\n"
             "  --json             one JSON object instead of the table\n"
+            "  --quiet            no progress line (it shows only when stderr is a terminal)\n"
             "\n"
             "example:\n"
             "  a2amm bench api 512 2048 896 4 --iters 3\n"
@@ -135,7 +137,7 @@ int cmd_bench_api(int argc, char **argv)
     run_options_default(&b.o);
     b.o.mode = RUN_PERF;
     b.iters = 3;
-    int rounds = 2, json = 0, npos = 0;
+    int rounds = 2, json = 0, quiet = 0, npos = 0;
     char *pos[4];
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -151,6 +153,7 @@ int cmd_bench_api(int argc, char **argv)
             if (m < 0 || cli_parse_i64("bench api", "--rounds", v, 1, 1000, &x)) return 2;
             rounds = (int)x;
         } else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else if (argv[i][0] == '-' && argv[i][1] && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             fprintf(stderr, "a2amm bench api: unknown option '%s' (see a2amm bench api --help)\n", argv[i]);
             return 2;
@@ -197,7 +200,10 @@ int cmd_bench_api(int argc, char **argv)
                                 .tile_m = b.o.tile_m, .depth = b.o.depth,
                                 .path = b.o.path};
     a2amm_launch_options lo = {.heap_bytes = a2amm_op_heap_bytes(&heap_cfg, R) + (1u << 20)};
+    cli_progress progress;
+    cli_progress_start(&progress, quiet, json);
     for (int round = 0; !rc && round < rounds; round++) {
+        cli_progress_say(&progress, "a2amm bench api: round %d of %d", round + 1, rounds);
         run_result res;
         rc = run_files(dir, &b.s, &b.o, &res, &err);
         if (!rc)
@@ -210,6 +216,7 @@ int cmd_bench_api(int argc, char **argv)
             slowest(b.t_traced, b.iters, R, all_traced, &n_traced);
         }
     }
+    cli_progress_end(&progress);
     if (!rc) {
         cli_summary run = cli_summarize(all_run, n_run), call = cli_summarize(all_call, n_call),
                     w = cli_summarize(all_w, n_w), traced = cli_summarize(all_traced, n_traced);

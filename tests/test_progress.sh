@@ -52,4 +52,8 @@ script -qec "'$A2AMM' bench op 64 256 32 2 --iters 4" /dev/null >"$SCRATCH/op-tt
 check "bench op on a terminal: a progress line" grep -aq "perf repetition [0-9] of 4" "$SCRATCH/op-tty" || tail_of "$SCRATCH/op-tty"
 "$A2AMM" bench op 64 256 32 2 --iters 4 2>&1 | cat >"$SCRATCH/op-pipe"
 check "bench op in a pipe: none" bash -c "! grep -aq 'perf repetition' '$SCRATCH/op-pipe'"
+script -qec "'$A2AMM' bench api 64 256 32 2 --iters 1 --rounds 2" /dev/null >"$SCRATCH/api-tty" 2>&1
+check "bench api on a terminal: a progress line of its rounds" grep -aq "bench api: round 2 of 2" "$SCRATCH/api-tty" || tail_of "$SCRATCH/api-tty"
+script -qec "'$A2AMM' bench api 64 256 32 2 --iters 1 --rounds 2 --quiet" /dev/null >"$SCRATCH/api-quiet" 2>&1
+check "bench api --quiet: none" bash -c "! grep -aq 'round 2 of 2' '$SCRATCH/api-quiet'"
 finish

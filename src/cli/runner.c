@@ -139,6 +139,15 @@ static int prepare_weights(rank_state *st, a2amm_error *err)
     return rc;
 }
 
+/* A barrier of the command's own, as a span of the trace. */
+static int traced_barrier(rank_state *st, a2amm_error *err)
+{
+    int64_t t0 = trace_now_ns();
+    int rc = a2amm_comm_barrier(st->comm, st->rn->o.timeout_s, err);
+    trace_span(st->rn->trace, TRACE_BARRIER, t0, trace_now_ns(), -1);
+    return rc;
+}
+
 /* ---- perf mode: the variants ---------------------------------------------- */
 
 typedef int (*variant_fn)(rank_state *st, a2amm_error *err);
@@ -327,7 +336,7 @@ static int rank_perf(rank_state *st, a2amm_error *err)
         for (int v = 0; !rc && v < nvariants; v++) {
             measure_flush(&fl);
             a2amm_comm_say(st->comm, "perf repetition %d, variant %d", it, v);
-            rc = a2amm_comm_barrier(st->comm, rn->o.timeout_s, err);
+            rc = traced_barrier(st, err);
             rn->trace->counting = v == RUN_V_CONFIGURED;
             int64_t t0 = trace_now_ns();
             if (!rc) rc = variants[v](st, err);
@@ -337,7 +346,7 @@ static int rank_perf(rank_state *st, a2amm_error *err)
             trace_span(rn->trace, TRACE_VARIANT, t0, t1, v);
             if (v == RUN_V_BASELINE && st->gemm->idle) st->gemm->idle(st->gemm_ctx);
         }
-    if (!rc) rc = a2amm_comm_barrier(st->comm, rn->o.timeout_s, err);
+    if (!rc) rc = traced_barrier(st, err);
     measure_flusher_free(&fl);
     const trace_rank *tr = rn->trace; /* the breakdown: per fused call, this rank */
     double calls = tr->calls > 0 ? (double)tr->calls : 1.0;
@@ -362,7 +371,7 @@ static int rank_precision(rank_state *st, a2amm_error *err)
         trace_span(rn->trace, TRACE_WRITE, t0, trace_now_ns(), -1);
     }
     a2amm_comm_say(st->comm, "waiting at the end barrier");
-    if (!rc) rc = a2amm_comm_barrier(st->comm, rn->o.timeout_s, err);
+    if (!rc) rc = traced_barrier(st, err);
     return rc;
 }
 
