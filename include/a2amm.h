@@ -332,7 +332,9 @@ A2AMM_API int a2amm_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint
  * _END event, properly nested on the rank's thread: CALL holds BARRIERs and
  * TILEs (fused) or an EXCHANGE and TILEs (unfused); a TILE holds, for each
  * source in turn, a WAIT for its rows (put path, other ranks) and a MATMUL of
- * them; SENDs of later tiles and SIGNALs follow a tile's matmuls. Returning
+ * them; SENDs of later tiles and SIGNALs follow a tile's matmuls. Inside each
+ * MATMUL span, once its work is done, come WORK events: one per piece of it a
+ * compute thread ran, with that thread's number and times. Returning
  * non-zero (a negative A2AMM_E_* status) at A2AMM_EVENT_TILE stops the call
  * there: it fails with that status on this rank (and A2AMM_E_PEER on the
  * others), as a failure of this rank would; the answer to any other event is
@@ -354,6 +356,8 @@ typedef enum a2amm_event_kind {
     A2AMM_EVENT_BARRIER_END,
     A2AMM_EVENT_CALL_BEGIN,     /* a2amm_op_run: rows (m), tiles */
     A2AMM_EVENT_CALL_END,
+    A2AMM_EVENT_WORK,           /* a compute thread's share of the matmul just done, reported after it
+                                   (on the rank's thread): thread, time_ns (its start), duration_ns, rows */
     A2AMM_EVENT_KINDS
 } a2amm_event_kind;
 
@@ -370,6 +374,8 @@ typedef struct a2amm_event {
     int64_t bytes;     /* WAIT_END, SEND: bytes moved; EXCHANGE: bytes received */
     uint64_t signal;   /* WAIT_BEGIN: the value awaited; SIGNAL: the value set */
     int64_t time_ns;   /* CLOCK_MONOTONIC, ns: one clock for every rank of a machine */
+    int thread;        /* WORK: 0 the rank's own thread (it computes too), 1.. its compute threads */
+    int64_t duration_ns; /* WORK: how long that thread computed */
 } a2amm_event;
 
 typedef int (*a2amm_observer_fn)(void *arg, const a2amm_event *event);

@@ -3,7 +3,8 @@
  * events over fused calls (direct and put paths) and unfused calls, checked
  * for what a trace is built from: spans properly nested and in time order,
  * a MATMUL span for every (tile, source), a WAIT before it for every other
- * source on the put path, a SEND for every (tile, destination), the right
+ * source on the put path, a SEND for every (tile, destination), WORK
+ * events of the compute threads inside every MATMUL, the right
  * rows, columns and bytes, and the same output bits with an observer as
  * without one.
  */
@@ -15,7 +16,7 @@
 #include "a2amm.h"
 #include "check.h"
 
-enum { R = 3, K = 3 * 64, N = 24, MAX_M = 40, MAX_EVENTS = 4096, CALLS = 2 };
+enum { R = 3, K = 3 * 64, N = 24, MAX_M = 40, MAX_EVENTS = 8192, CALLS = 2, THREADS = 2 };
 static const int64_t CALL_M[CALLS] = {MAX_M, 9};
 
 typedef struct config_case {
@@ -64,7 +65,7 @@ static int rank_main(a2amm_comm *comm, void *arg)
     int me = a2amm_comm_rank(comm);
     a2amm_error err = {0, ""};
     a2amm_op_config cfg = CASES[sh->config].cfg;
-    cfg.max_m = MAX_M, cfg.k = K, cfg.n = N, cfg.a_type = A2AMM_E4M3, cfg.b_type = A2AMM_E4M3, cfg.threads = 1;
+    cfg.max_m = MAX_M, cfg.k = K, cfg.n = N, cfg.a_type = A2AMM_E4M3, cfg.b_type = A2AMM_E4M3, cfg.threads = THREADS;
     a2amm_op *op = NULL;
     size_t a_bytes = (size_t)R * MAX_M * (K / R), sa_bytes = (size_t)R * MAX_M * 2;
     uint8_t *a = malloc(a_bytes), *sa = malloc(sa_bytes), *b = malloc((size_t)N * K), *sb = malloc((size_t)N * K / 32);
@@ -123,13 +124,29 @@ static void check_call(const config_case *cc, int me, const a2amm_event *ev, int
     const int64_t tm = cc->cfg.tile_m, tiles = (m + tm - 1) / tm, ka = K / R, ska = 2;
     CHECK(n >= 2 && ev[0].kind == A2AMM_EVENT_CALL_BEGIN && ev[n - 1].kind == A2AMM_EVENT_CALL_END,
           "%s, rank %d, m %lld: the call's events open and close with CALL", cc->name, me, (long long)m);
-    int stack[16], depth = 0, nested = 1, ordered = 1, tile_begins = 0, exchanges = 0;
+    int stack[16], depth = 0, nested = 1, ordered = 1, tile_begins = 0, exchanges = 0, stack_peer = -1;
     int matmuls[8][R], waits[8][R], sends[8][R], wait_before_matmul = 1, right_sizes = 1;
     memset(matmuls, 0, sizeof matmuls), memset(waits, 0, sizeof waits), memset(sends, 0, sizeof sends);
-    int64_t cur_tile = -1;
+    int64_t cur_tile = -1, last_ns = 0, matmul_t0 = 0;
+    int works_in_matmul = 0, works_inside = 1, work_threads_ok = 1, every_matmul_worked = 1;
     for (int i = 0; i < n; i++) {
         const a2amm_event *e = &ev[i];
-        if (i && e->time_ns < ev[i - 1].time_ns) ordered = 0;
+        if (e->kind == A2AMM_EVENT_WORK) { /* reported after its work, stamped with its start */
+            works_in_matmul++;
+            if (depth == 0 || stack[depth - 1] != A2AMM_EVENT_MATMUL_BEGIN || e->time_ns < matmul_t0 ||
+                e->duration_ns < 0)
+                works_inside = 0;
+            if (e->thread < 0 || e->thread >= THREADS || e->peer != stack_peer) work_threads_ok = 0;
+            continue;
+        }
+        if (i && e->time_ns < last_ns) ordered = 0;
+        last_ns = e->time_ns;
+        if (e->kind == A2AMM_EVENT_MATMUL_BEGIN) matmul_t0 = e->time_ns, works_in_matmul = 0, stack_peer = e->peer;
+        if (e->kind == A2AMM_EVENT_MATMUL_END) {
+            if (works_in_matmul < 1 || works_in_matmul > THREADS) every_matmul_worked = 0;
+            for (int j = i - works_in_matmul; j < i; j++) /* each piece ended before the span did */
+                if (ev[j].time_ns + ev[j].duration_ns > e->time_ns) works_inside = 0;
+        }
         if (e->rank != me || e->call != ev[0].call) nested = 0;
         if (is_begin(e->kind)) {
             if (depth == 16) { nested = 0; break; }
@@ -174,6 +191,11 @@ static void check_call(const config_case *cc, int me, const a2amm_event *ev, int
     CHECK(nested && depth == 0, "%s, rank %d, m %lld: spans properly nested (depth left %d)", cc->name, me,
           (long long)m, depth);
     CHECK(ordered, "%s, rank %d, m %lld: event times never go back", cc->name, me, (long long)m);
+    CHECK(every_matmul_worked, "%s, rank %d, m %lld: 1 to %d WORK events in every MATMUL span", cc->name, me,
+          (long long)m, THREADS);
+    CHECK(works_inside, "%s, rank %d, m %lld: each WORK lies inside its MATMUL span", cc->name, me, (long long)m);
+    CHECK(work_threads_ok, "%s, rank %d, m %lld: WORK names a thread of the op and the MATMUL's source", cc->name,
+          me, (long long)m);
     CHECK(right_sizes, "%s, rank %d, m %lld: tiles, rows, columns and bytes as the call has them", cc->name, me,
           (long long)m);
     CHECK(tile_begins == tiles, "%s, rank %d, m %lld: %d tiles seen, %lld expected", cc->name, me, (long long)m,

@@ -42,14 +42,26 @@ for r in range(R):
         for e in inside:
             if e["cat"] in ("matmul", "wait"):
                 need(c["ts"] <= e["ts"] and e["ts"] + e["dur"] <= c["ts"] + c["dur"] + 0.002, "a %s inside its call" % e["cat"])
-    # proper nesting on the rank's one track: each span inside the open one or after it
-    stack = []
+    # proper nesting on each of the rank's tracks: each span inside the open one or after it
+    for tid in sorted({e["tid"] for e in mine}):
+        stack = []
+        for e in (e for e in mine if e["tid"] == tid):
+            while stack and e["ts"] >= stack[-1] - 0.0015:
+                stack.pop()
+            if stack and e["ts"] + e["dur"] > stack[-1] + 0.0015:
+                bad.append("rank %d track %d: %s at %.3f overlaps its enclosing span" % (r, tid, e["name"], e["ts"])); break
+            stack.append(e["ts"] + e["dur"])
+    # the compute threads' pieces: each inside a matmul of the same tile and source, on a named track
+    threads = {e["tid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "thread_name" and e["pid"] == r}
+    mm = {}
     for e in mine:
-        while stack and e["ts"] >= stack[-1] - 0.0015:
-            stack.pop()
-        if stack and e["ts"] + e["dur"] > stack[-1] + 0.0015:
-            bad.append("rank %d: %s at %.3f overlaps its enclosing span" % (r, e["name"], e["ts"])); break
-        stack.append(e["ts"] + e["dur"])
+        if e["cat"] == "matmul": mm.setdefault((e["args"]["call"], e["args"]["tile"], e["args"]["source"]), []).append(e)
+    work = [e for e in mine if e["cat"] == "work"]
+    need(work, "rank %d: compute threads' work spans" % r)
+    for w in work:
+        key = (w["args"]["call"], w["args"]["tile"], w["args"]["source"])
+        need(w["tid"] in threads and any(m["ts"] - 0.002 <= w["ts"] and w["ts"] + w["dur"] <= m["ts"] + m["dur"] + 0.002
+                                         for m in mm.get(key, [])), "rank %d: work %r inside its matmul, on a named track" % (r, key))
     if route == "put" and sched == "fused" and R > 1:
         cnt = [e["args"]["bytes"] for e in sorted((e for e in ev if e.get("ph") == "C" and e["pid"] == r), key=lambda e: e["ts"])]
         need(cnt and cnt == sorted(cnt) and cnt[-1] > 0, "rank %d: a growing bytes-received counter" % r)
@@ -72,6 +84,16 @@ import json; e=json.load(open('$SCRATCH/put.json'))['traceEvents']
 assert sorted(x['pid'] for x in e if x.get('cat')=='write')==[0,1,2]"
 check "no part files left beside the trace" test -z "$(ls "$SCRATCH" | grep 'put.json.rank')"
 expect_ok "run --trace, direct path" "$A2AMM" run 100 192 40 3 --dir "$d" --tile-m 32 --trace "$SCRATCH/direct.json"
+# two compute threads on matmuls big enough to split (64 x 256 x 256 a piece)
+"$A2AMM" gen 128 768 256 3 --dir "$SCRATCH/w" --quiet --no-golden >/dev/null
+expect_ok "run --trace, 2 compute threads" "$A2AMM" run 128 768 256 3 --dir "$SCRATCH/w" --tile-m 64 --threads 2 \
+    --path put --trace "$SCRATCH/threads.json"
+check "2 compute threads: complete" check_trace "$SCRATCH/threads.json" 3 2 put fused
+check "two compute threads: a track for each, named" python3 -c "
+import json; e=json.load(open('$SCRATCH/threads.json'))['traceEvents']
+for r in range(3):
+    assert {x['tid'] for x in e if x.get('cat')=='work' and x['pid']==r}=={0,1}, r
+    assert any(x.get('name')=='thread_name' and x['pid']==r and x['tid']==1 and 'compute thread 1' in x['args']['name'] for x in e)"
 check "direct path: a span per (rank, tile, source), no waits" check_trace "$SCRATCH/direct.json" 3 4 direct fused
 expect_ok "run --trace, unfused" "$A2AMM" run 100 192 40 3 --dir "$d" --unfused --path put --tile-m 50 --trace "$SCRATCH/unf.json"
 check "unfused: one exchange per rank, then the matmuls" check_trace "$SCRATCH/unf.json" 3 2 put unfused

@@ -11,7 +11,7 @@
 #include "common/error.h"
 
 static const char *const KIND_NAMES[TRACE_KINDS] = {"call", "barrier", "tile",     "wait",    "matmul",  "send",
-                                                    "signal", "exchange", "prepare", "write", "variant"};
+                                                    "signal", "exchange", "prepare", "write", "variant", "work"};
 
 const char *trace_kind_name(trace_kind k) { return k >= 0 && k < TRACE_KINDS ? KIND_NAMES[k] : "?"; }
 
@@ -88,7 +88,12 @@ int trace_observe(void *arg, const a2amm_event *ev)
     trace_kind kind;
     a2amm_event_kind begin;
     if (ev->kind >= 0 && ev->kind < A2AMM_EVENT_KINDS) t->open[ev->kind] = *ev;
-    if (ev->kind == A2AMM_EVENT_SIGNAL) {
+    if (ev->kind == A2AMM_EVENT_WORK) { /* a compute thread's piece of a matmul: a span of its own track */
+        trace_rec r = {.t0_ns = ev->time_ns, .t1_ns = ev->time_ns + ev->duration_ns, .kind = TRACE_WORK,
+                       .peer = ev->peer, .slot = -1, .variant = ev->thread, .call = (int64_t)ev->call,
+                       .tile = ev->tile, .rows = ev->rows, .k = ev->k};
+        keep(t, &r);
+    } else if (ev->kind == A2AMM_EVENT_SIGNAL) {
         trace_rec r = {.t0_ns = ev->time_ns, .t1_ns = ev->time_ns, .kind = TRACE_SIGNAL, .peer = ev->peer,
                        .slot = ev->slot, .variant = -1, .call = (int64_t)ev->call, .tile = ev->tile,
                        .rows = ev->rows, .signal = ev->signal};
@@ -180,6 +185,7 @@ static void span_name(char *buf, size_t size, const trace_rec *r, const trace_me
     case TRACE_EXCHANGE: snprintf(buf, size, "alltoall (unfused)"); break;
     case TRACE_PREPARE: snprintf(buf, size, "B preparation"); break;
     case TRACE_WRITE: snprintf(buf, size, "output write"); break;
+    case TRACE_WORK: snprintf(buf, size, "compute tile %lld <- rank %d", (long long)r->tile, r->peer); break;
     case TRACE_VARIANT:
         snprintf(buf, size, "perf: %s", m->variant_names && r->variant >= 0 ? m->variant_names[r->variant] : "?");
         break;
@@ -252,11 +258,18 @@ static int write_events(FILE *f, int R, trace_rec *const *recs, const size_t *n,
                 r ? "" : "", r, r);
         fprintf(f, "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"args\":{\"sort_index\":%d}},\n", r, r);
         fprintf(f, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d's "
-                   "thread: waits, matmul calls, sends\"}}",
+                   "thread: waits, matmul calls (and its share of them), sends\"}}",
                 r, r);
         int64_t off = m->offset_ns ? m->offset_ns[r] : 0, received = 0;
+        int threads = 1; /* a track named for each compute thread seen */
+        for (size_t i = 0; i < n[r]; i++)
+            if (recs[r][i].kind == TRACE_WORK && recs[r][i].variant + 1 > threads) threads = recs[r][i].variant + 1;
+        for (int th = 1; th < threads; th++)
+            fprintf(f, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":"
+                       "\"rank %d's compute thread %d\"}}", r, th, r, th);
         for (size_t i = 0; i < n[r]; i++) {
             const trace_rec *s = &recs[r][i];
+            int tid = s->kind == TRACE_WORK ? s->variant : 0;
             char name[96];
             span_name(name, sizeof name, s, m);
             double ts = (double)(s->t0_ns - off - origin) / 1e3, dur = (double)(s->t1_ns - s->t0_ns) / 1e3;
@@ -264,8 +277,8 @@ static int write_events(FILE *f, int R, trace_rec *const *recs, const size_t *n,
                 fprintf(f, ",\n{\"ph\":\"i\",\"s\":\"t\",\"name\":\"%s\",\"cat\":\"signal\",\"pid\":%d,\"tid\":0,"
                            "\"ts\":%.3f,", name, r, ts);
             else
-                fprintf(f, ",\n{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,"
-                           "\"dur\":%.3f,", name, trace_kind_name((trace_kind)s->kind), r, ts, dur);
+                fprintf(f, ",\n{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
+                           "\"dur\":%.3f,", name, trace_kind_name((trace_kind)s->kind), r, tid, ts, dur);
             span_args(f, s);
             fputc('}', f);
             if ((s->kind == TRACE_WAIT || s->kind == TRACE_EXCHANGE) && s->bytes) {

@@ -16,17 +16,18 @@
 
 typedef enum trace_kind {
     TRACE_CALL, TRACE_BARRIER, TRACE_TILE, TRACE_WAIT, TRACE_MATMUL, TRACE_SEND, TRACE_SIGNAL, TRACE_EXCHANGE,
-    TRACE_PREPARE, TRACE_WRITE, TRACE_VARIANT, TRACE_KINDS
+    TRACE_PREPARE, TRACE_WRITE, TRACE_VARIANT, TRACE_WORK, TRACE_KINDS
 } trace_kind;
 
 /* "call", "barrier", "tile", "wait", "matmul", "send", "signal", "exchange",
- * "prepare", "write", "variant": the spans' category in the JSON. */
+ * "prepare", "write", "variant", "work": the spans' category in the JSON. */
 const char *trace_kind_name(trace_kind k);
 
 /* One span (t1 == t0 for an instant), in CLOCK_MONOTONIC ns of its rank. */
 typedef struct trace_rec {
     int64_t t0_ns, t1_ns;
-    int32_t kind, peer, slot, variant; /* peer, slot: -1 when none; variant: TRACE_VARIANT's index */
+    int32_t kind, peer, slot, variant; /* peer, slot: -1 when none; variant: TRACE_VARIANT's index;
+                                          TRACE_WORK: the compute thread (0: the rank's own) */
     int64_t call, tile, rows, k, bytes;
     uint64_t signal;
 } trace_rec;
@@ -78,7 +79,8 @@ typedef struct trace_meta {
 /*
  * Writes the spans of R ranks (recs[r][0..n[r]-1]) as Chrome trace-event
  * JSON at `path` (through a temporary name, renamed when complete): one
- * process per rank, a track for its thread, "X" spans with their details in
+ * process per rank, a track for its thread (the pipeline and its own share
+ * of each matmul) and one for each of its compute threads, "X" spans with their details in
  * args, "i" instants for signals, a "bytes received" counter; times in us
  * from the earliest span, each rank's corrected by its offset; what was run
  * in "otherData".

@@ -31,7 +31,12 @@ struct pool {
     void *arg;
     int ntasks;
     atomic_int next; /* next task to hand out */
+    atomic_int started; /* workers that have taken their index */
 };
+
+static _Thread_local int thread_index; /* 0: not a worker */
+
+int pool_thread_index(void) { return thread_index; }
 
 static void run_tasks(pool *p)
 {
@@ -81,6 +86,7 @@ static int spin_for_idle(atomic_int *busy)
 static void *worker(void *vp)
 {
     pool *p = vp;
+    thread_index = atomic_fetch_add(&p->started, 1) + 1;
     unsigned long seen = 0;
     for (;;) {
         if (!spin_for_generation(&p->generation, seen)) {

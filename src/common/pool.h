@@ -19,6 +19,11 @@ void pool_destroy(pool *p);
 int pool_threads(const pool *p);
 void pool_run(pool *p, pool_task_fn fn, void *arg, int ntasks);
 
+/* Which of its pool's threads runs this: 0 on the thread that calls
+ * pool_run (and on any thread not a pool's), 1..nthreads-1 in the workers
+ * (in the order they started). For traces of who ran what. */
+int pool_thread_index(void);
+
 /* The number of cores this process may run on. */
 int pool_cpu_count(void);
 

@@ -57,6 +57,8 @@ void op_rank_free(op_rank *rk)
     pool_destroy(rk->pool);
     free(rk->c);
     free(rk->out);
+    free(rk->work);
+    rk->work = NULL;
     rk->b = NULL, rk->owned_b = NULL, rk->pool = NULL, rk->c = NULL, rk->out = NULL;
 }
 
@@ -70,11 +72,13 @@ typedef struct tile_job {
     int threads;
     int first;     /* the tile's first source: C = product (gemm_multiply), not C += */
     uint16_t *out; /* the tile's last source: its bf16 rows of the output (C is then left unspecified) */
+    int64_t *work; /* observed: per task, the thread that ran it, its start and end (ns); else NULL */
 } tile_job;
 
 static void tile_task(void *arg, int task)
 {
     const tile_job *j = arg;
+    int64_t t0 = j->work ? comm_now_ns() : 0;
     const gemm_b *b = j->rk->b;
     int64_t N = j->rk->s->N, ka = j->rk->z->ka;
     gemm_split p = gemm_split_task(j->rows, N, ka, j->threads, task);
@@ -88,6 +92,22 @@ static void tile_task(void *arg, int task)
     else if (out) gemm_accumulate_store(b, &slab, rows, j->k0, ka, p.n0, p.n1, c, N, out, N);
     else if (j->first) gemm_multiply(b, &slab, rows, j->k0, ka, p.n0, p.n1, c, N);
     else gemm_accumulate(b, &slab, rows, j->k0, ka, p.n0, p.n1, c, N);
+    if (j->work) {
+        int64_t *w = j->work + 3 * task;
+        w[0] = pool_thread_index(), w[1] = t0, w[2] = comm_now_ns();
+    }
+}
+
+/* Tells the observer which thread ran each of the `tasks` pieces of a matmul. */
+static void observe_work(const op_rank *rk, const tile_job *job, int tasks, int64_t t, int src)
+{
+    for (int i = 0; i < tasks; i++) {
+        const int64_t *w = job->work + 3 * i;
+        a2amm_event ev = {.kind = A2AMM_EVENT_WORK, .rank = rk->me, .call = rk->call, .tile = t,
+                          .tiles = rk->ntiles, .rows = job->rows, .peer = src, .slot = -1, .k = rk->z->ka,
+                          .time_ns = w[1], .thread = (int)w[0], .duration_ns = w[2] - w[1]};
+        (void)rk->observer(rk->observer_arg, &ev);
+    }
 }
 
 /*
@@ -96,10 +116,11 @@ static void tile_task(void *arg, int task)
  * (k == R - 1) the tile's rows of the output, from row i0, hold bf16(C).
  */
 static void multiply_source(op_rank *rk, int k, int src, const uint8_t *a, const uint8_t *sa, int64_t i0,
-                            int64_t rows)
+                            int64_t t, int64_t rows)
 {
     int64_t N = rk->s->N, ka = rk->z->ka, ska = rk->z->ska;
     int T = pool_threads(rk->pool);
+    if (rk->observer && !rk->work) rk->work = malloc((size_t)T * 3 * sizeof *rk->work); /* no trace of it if NULL */
     const comm_msg_ops *msg = comm_msg(rk->ctx);
     /* over a message transport the engine moves data only while called: the
      * rows go in slices with a progress call between (rows are independent,
@@ -108,8 +129,10 @@ static void multiply_source(op_rank *rk, int k, int src, const uint8_t *a, const
     for (int64_t r0 = 0; r0 < rows; r0 += slice) {
         int64_t n = rows - r0 < slice ? rows - r0 : slice;
         tile_job job = {rk,     {a + r0 * ka, sa + r0 * ska, ka, ska, rk->s->a_type}, n, src * ka, rk->c + r0 * N, T,
-                        k == 0, k == rk->R - 1 ? rk->out + (i0 + r0) * N : NULL};
-        pool_run(rk->pool, tile_task, &job, gemm_split_count(n, N, ka, T));
+                        k == 0, k == rk->R - 1 ? rk->out + (i0 + r0) * N : NULL, rk->observer ? rk->work : NULL};
+        int tasks = gemm_split_count(n, N, ka, T);
+        pool_run(rk->pool, tile_task, &job, tasks);
+        if (job.work) observe_work(rk, &job, tasks, t, src);
         if (msg) msg->progress(comm_msg_state(rk->ctx));
     }
 }
@@ -308,7 +331,7 @@ int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err)
             comm_set_doing(rk->ctx, "tile %lld/%lld: multiplying the rows of rank %d", (long long)t,
                            (long long)rk->ntiles, src);
             op_observe(rk, A2AMM_EVENT_MATMUL_BEGIN, t, rows, src, put && src != rk->me ? slot : -1, 0, 0);
-            multiply_source(rk, k, src, a, sa, i0, rows);
+            multiply_source(rk, k, src, a, sa, i0, t, rows);
             op_observe(rk, A2AMM_EVENT_MATMUL_END, t, rows, src, put && src != rk->me ? slot : -1, 0, 0);
         }
         op_observe(rk, A2AMM_EVENT_TILE_END, t, rows, -1, -1, 0, 0);
@@ -355,7 +378,7 @@ static int exec_local(op_rank *rk, a2amm_error *err)
             const uint8_t *sbase = src == rk->me ? rk->sa : rk->xbuf_s;
             op_observe(rk, A2AMM_EVENT_MATMUL_BEGIN, t, rows, src, -1, 0, 0);
             multiply_source(rk, k, src, rows_of(rk, abase, src, i0, z->ka), rows_of(rk, sbase, src, i0, z->ska), i0,
-                            rows);
+                            t, rows);
             op_observe(rk, A2AMM_EVENT_MATMUL_END, t, rows, src, -1, 0, 0);
         }
         op_observe(rk, A2AMM_EVENT_TILE_END, t, rows, -1, -1, 0, 0);

@@ -34,6 +34,7 @@ typedef struct op_rank {
     a2amm_observer_fn observer;  /* the caller's, or NULL */
     void *observer_arg;
     uint64_t call;               /* the current call's number */
+    int64_t *work;               /* observed: [threads][3] who ran each piece of a matmul, when */
 } op_rank;
 
 /* Allocates the symmetric regions (same order on every rank) and the local
