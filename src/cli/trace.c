@@ -254,8 +254,7 @@ static int write_events(FILE *f, int R, trace_rec *const *recs, const size_t *n,
     if (origin == INT64_MAX) origin = 0;
     fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
     for (int r = 0; r < R; r++) {
-        fprintf(f, "%s{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n",
-                r ? "" : "", r, r);
+        fprintf(f, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n", r, r);
         fprintf(f, "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"args\":{\"sort_index\":%d}},\n", r, r);
         fprintf(f, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d's "
                    "thread: waits, matmul calls (and its share of them), sends\"}}",
