@@ -1,11 +1,11 @@
 /*
  * run_files: the operator over the seed's files through the public API.
  * The launcher side checks, launches and settles the outputs; each rank
- * loads, prepares and runs once or times the perf variants.
+ * loads, prepares and runs once or times the perf variants (run_perf.c);
+ * over MPI this process is one rank (run_mpi.c).
  */
 #include "cli/runner.h"
 
-#include <cblas.h>
 #include <pthread.h>
 #include <math.h>
 #include <signal.h>
@@ -19,11 +19,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "a2amm_mpi.h"
 #include "cli/args.h"
 #include "cli/fault.h"
 #include "cli/progress.h"
 #include "cli/measure.h"
+#include "cli/run_rank.h"
 #include "cli/run_trace.h"
 #include "cli/trace.h"
 #include "common/error.h"
@@ -32,65 +32,7 @@
 
 static const char *const INPUT_NAMES[4] = {"input_a.bin", "input_scaleA.bin", "input_b.bin", "input_scaleB.bin"};
 
-typedef struct runner {
-    const char *dir;
-    a2amm_shape s;
-    a2amm_sizes z;
-    run_options o;
-    int threads;   /* per rank, resolved */
-    char tag[32];  /* outputs are staged as npu_out.bin.tmp.<tag>, committed as a set */
-    double *times; /* shared with the ranks: [RUN_VARIANTS][iters][R], prepare [R], then
-                      the breakdown [RUN_BD_FIELDS + R][R] (see breakdown_slot) */
-    char *baseline_what; /* shared, after the times: how rank 0 ran the baseline */
-    trace_rank *trace;   /* this process's rank's spans and sums (each rank its own copy) */
-} runner;
-
-/* perf mode's per-rank breakdown of a fused call, in the shared times after
- * the preparations: call, matmul, waits, sends, barriers, then waits by source */
-enum { RUN_BD_CALL, RUN_BD_MATMUL, RUN_BD_WAIT, RUN_BD_SEND, RUN_BD_BARRIER, RUN_BD_FIELDS };
-
-static double *breakdown_slot(const runner *rn, int field, int r)
-{
-    size_t base = ((size_t)RUN_VARIANTS * (size_t)rn->o.iters + 1) * (size_t)rn->s.R;
-    return &rn->times[base + (size_t)field * (size_t)rn->s.R + (size_t)r];
-}
-
-#define BASELINE_WHAT_CHARS sizeof(((run_perf *)0)->baseline_what)
-
-static double *time_slot(const runner *rn, int v, int it, int r)
-{
-    return &rn->times[((size_t)v * (size_t)rn->o.iters + (size_t)it) * (size_t)rn->s.R + (size_t)r];
-}
-
-static a2amm_op_config config_of(const runner *rn, int unfused)
-{
-    return (a2amm_op_config){.max_m = rn->s.M, .k = rn->s.K, .n = rn->s.N, .a_type = rn->s.a_type,
-                             .b_type = rn->s.b_type, .tile_m = rn->o.tile_m, .depth = rn->o.depth,
-                             .threads = rn->threads, .path = rn->o.path, .timeout_s = rn->o.timeout_s,
-                             .schedule = unfused ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED};
-}
-
 /* ---- one rank ------------------------------------------------------------ */
-
-typedef struct rank_state {
-    a2amm_comm *comm;
-    const runner *rn;
-    int me, R;
-    a2amm_op *op;      /* the configured op */
-    a2amm_op *op_u;    /* perf: the unfused op (op itself when that is what was asked) */
-    a2amm_weights *w;  /* prepared once, used by every op and the matmul alone */
-    uint16_t *out;     /* [M, N] */
-    uint8_t *b, *sb;   /* the weights as read, until prepared */
-    /* perf: the matmul alone, on the rows the AllToAll brings: [M, K] and [M, K/32] */
-    uint8_t *xa, *xsa;
-    /* perf: received blocks [R][M*ka], [R][M*ska] (the AllToAll alone, the baseline) */
-    uint8_t *ra, *rsa;
-    /* perf baseline: its matmul, and where A [M, K] goes dequantized */
-    const run_baseline_gemm *gemm;
-    void *gemm_ctx;
-    float *bl_x;
-    fault_plan fault;
-} rank_state;
 
 static void rank_state_free(rank_state *st)
 {
@@ -140,219 +82,11 @@ static int prepare_weights(rank_state *st, a2amm_error *err)
 }
 
 /* A barrier of the command's own, as a span of the trace. */
-static int traced_barrier(rank_state *st, a2amm_error *err)
+int run_traced_barrier(rank_state *st, a2amm_error *err)
 {
     int64_t t0 = trace_now_ns();
     int rc = a2amm_comm_barrier(st->comm, st->rn->o.timeout_s, err);
     trace_span(st->rn->trace, TRACE_BARRIER, t0, trace_now_ns(), -1);
-    return rc;
-}
-
-/* ---- perf mode: the variants ---------------------------------------------- */
-
-typedef int (*variant_fn)(rank_state *st, a2amm_error *err);
-
-static int v_configured(rank_state *st, a2amm_error *err)
-{
-    return a2amm_op_run(st->op, st->rn->s.M, NULL, NULL, st->out, err);
-}
-
-static int v_unfused(rank_state *st, a2amm_error *err)
-{
-    return a2amm_op_run(st->op_u, st->rn->s.M, NULL, NULL, st->out, err);
-}
-
-static int v_matmul(rank_state *st, a2amm_error *err)
-{
-    const a2amm_shape *s = &st->rn->s;
-    return a2amm_matmul(st->w, st->xa, s->K, st->xsa, s->K / 32, s->M, s->a_type, st->out, s->N, st->rn->threads,
-                        err);
-}
-
-/* The AllToAll alone: A and its scales, as the op moves them, with no matmul. */
-static int v_alltoall(rank_state *st, a2amm_error *err)
-{
-    const a2amm_shape *s = &st->rn->s;
-    const a2amm_sizes *z = &st->rn->z;
-    uint8_t *a = NULL, *sa = NULL;
-    a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
-    int rc = a2amm_comm_alltoall(st->comm, a, st->ra, (size_t)(s->M * z->ka), st->rn->o.timeout_s, err);
-    if (!rc) rc = a2amm_comm_alltoall(st->comm, sa, st->rsa, (size_t)(s->M * z->ska), st->rn->o.timeout_s, err);
-    return rc;
-}
-
-/* fp32 to bf16, rounded to nearest even (NaN stays NaN). */
-static uint16_t bf16_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-/* The command's baseline matmul: OpenBLAS sgemm on fp32, rounded to bf16. */
-typedef struct sgemm_baseline {
-    int64_t M, N, K;
-    float *x, *bt, *c;
-} sgemm_baseline;
-
-static void sgemm_destroy(void *ctx)
-{
-    sgemm_baseline *g = ctx;
-    if (g) free(g->x), free(g->bt), free(g->c);
-    free(g);
-}
-
-static int sgemm_create(const float *bt, int64_t M, int64_t N, int64_t K, int threads, void **ctx, float **x,
-                        const char **what, a2amm_error *err)
-{
-    sgemm_baseline *g = calloc(1, sizeof *g);
-    if (g) *g = (sgemm_baseline){M, N, K, malloc((size_t)(M * K) * sizeof(float)),
-                                 malloc((size_t)(N * K) * sizeof(float)), malloc((size_t)(M * N) * sizeof(float))};
-    if (!g || !g->x || !g->bt || !g->c) {
-        sgemm_destroy(g);
-        return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the baseline's fp32 operands");
-    }
-    memcpy(g->bt, bt, (size_t)(N * K) * sizeof(float));
-    openblas_set_num_threads(threads);
-    *ctx = g, *x = g->x, *what = "OpenBLAS sgemm on fp32 (weights dequantized once)";
-    return A2AMM_OK;
-}
-
-static int sgemm_run(void *ctx, uint16_t *out, a2amm_error *err)
-{
-    (void)err;
-    sgemm_baseline *g = ctx;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->M, (int)g->N, (int)g->K, 1.0f, g->x, (int)g->K,
-                g->bt, (int)g->K, 0.0f, g->c, (int)g->N);
-    for (int64_t i = 0; i < g->M * g->N; i++) out[i] = bf16_of(g->c[i]);
-    return A2AMM_OK;
-}
-
-static const run_baseline_gemm SGEMM_BASELINE = {sgemm_create, sgemm_run, NULL, sgemm_destroy};
-
-/* The baseline's exchange: over MPI what users write, MPI_Alltoall of the
- * codes and of the scales; else the AllToAll alone. */
-static int baseline_exchange(rank_state *st, a2amm_error *err)
-{
-    if (st->rn->o.transport != RUN_MPI) return v_alltoall(st, err);
-    const a2amm_shape *s = &st->rn->s;
-    const a2amm_sizes *z = &st->rn->z;
-    uint8_t *a = NULL, *sa = NULL;
-    a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
-    int64_t counts[2] = {s->M * z->ka, s->M * z->ska};
-    uint8_t *send[2] = {a, sa}, *recv[2] = {st->ra, st->rsa};
-    for (int i = 0; i < 2; i++) {
-        if (counts[i] > INT32_MAX)
-            return a2amm_fail(err, A2AMM_E_INVAL, "baseline: MPI_Alltoall takes at most %d bytes per rank, "
-                              "this shape sends %lld", INT32_MAX, (long long)counts[i]);
-        if (MPI_Alltoall(send[i], (int)counts[i], MPI_BYTE, recv[i], (int)counts[i], MPI_BYTE, MPI_COMM_WORLD))
-            return a2amm_fail(err, A2AMM_E_SYS, "baseline: MPI_Alltoall failed");
-    }
-    return A2AMM_OK;
-}
-
-/* What a user writes today: the whole AllToAll, dequantize to fp32, the baseline's matmul, bf16 out. */
-static int v_baseline(rank_state *st, a2amm_error *err)
-{
-    const a2amm_shape *s = &st->rn->s;
-    const a2amm_sizes *z = &st->rn->z;
-    int rc = baseline_exchange(st, err);
-    for (int j = 0; !rc && j < st->R; j++) /* block j is rank j's rows: columns j*ka.. of X */
-        rc = a2amm_mx_dequantize_f32(st->ra + (size_t)j * (size_t)(s->M * z->ka), z->ka,
-                                     st->rsa + (size_t)j * (size_t)(s->M * z->ska), z->ska, s->M, z->ka, s->a_type,
-                                     st->bl_x + j * z->ka, s->K, err);
-    return rc ? rc : st->gemm->run(st->gemm_ctx, st->out, err);
-}
-
-/* The baseline's matmul made on the weights dequantized as read; rank 0 says how it runs. */
-static int baseline_setup(rank_state *st, a2amm_error *err)
-{
-    const a2amm_shape *s = &st->rn->s;
-    st->gemm = st->rn->o.gemm ? st->rn->o.gemm : &SGEMM_BASELINE;
-    float *bt = malloc((size_t)(s->N * s->K) * sizeof(float));
-    if (!bt) return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the baseline's fp32 weights");
-    const char *what = "";
-    a2amm_comm_say(st->comm, "perf: making the baseline's matmul");
-    int rc = a2amm_mx_dequantize_f32(st->b, s->K, st->sb, st->rn->z.sk, s->N, s->K, s->b_type, bt, s->K, err);
-    if (!rc) rc = st->gemm->create(bt, s->M, s->N, s->K, st->rn->threads, &st->gemm_ctx, &st->bl_x, &what, err);
-    free(bt);
-    if (!rc && st->me == 0)
-        snprintf(st->rn->baseline_what, BASELINE_WHAT_CHARS, "%s, %s",
-                 st->rn->o.transport == RUN_MPI ? "MPI_Alltoall" : "a2amm_comm_alltoall", what);
-    return rc;
-}
-
-/* The unfused op, the gathered rows for the matmul alone, the baseline's operands. */
-static int perf_setup(rank_state *st, a2amm_error *err)
-{
-    const runner *rn = st->rn;
-    const a2amm_shape *s = &rn->s;
-    const a2amm_sizes *z = &rn->z;
-    int rc = A2AMM_OK;
-    if (rn->o.unfused) st->op_u = st->op;
-    else {
-        a2amm_op_config cu = config_of(rn, 1);
-        rc = a2amm_op_create(st->comm, &cu, &st->op_u, err);
-        if (!rc) rc = a2amm_op_use_weights(st->op_u, st->w, err);
-        uint8_t *a = NULL, *sa = NULL, *ua = NULL, *usa = NULL;
-        a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
-        if (!rc) a2amm_op_input(st->op_u, &ua, &usa, NULL, NULL, NULL);
-        if (!rc) memcpy(ua, a, z->a_bytes), memcpy(usa, sa, z->sa_bytes);
-    }
-    if (rc) return rc;
-    st->ra = malloc(z->a_bytes);
-    st->rsa = malloc(z->sa_bytes);
-    st->xa = malloc((size_t)(s->M * s->K));
-    st->xsa = malloc((size_t)(s->M * (s->K / 32)));
-    if (!st->ra || !st->rsa || !st->xa || !st->xsa)
-        return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the perf variants' buffers");
-    /* the rows of A the AllToAll brings, side by side along K: what the matmul alone multiplies */
-    a2amm_comm_say(st->comm, "perf: gathering the rows for the matmul alone");
-    rc = v_alltoall(st, err);
-    if (rc) return rc;
-    int64_t bpr = z->ka / 32; /* scale bytes a block of a row carries (ska may pad past them) */
-    for (int j = 0; j < st->R; j++)
-        for (int64_t i = 0; i < s->M; i++) {
-            memcpy(st->xa + i * s->K + j * z->ka, st->ra + ((int64_t)j * s->M + i) * z->ka, (size_t)z->ka);
-            memcpy(st->xsa + i * (s->K / 32) + j * bpr, st->rsa + ((int64_t)j * s->M + i) * z->ska, (size_t)bpr);
-        }
-    return rn->o.baseline ? baseline_setup(st, err) : A2AMM_OK;
-}
-
-static int rank_perf(rank_state *st, a2amm_error *err)
-{
-    const runner *rn = st->rn;
-    variant_fn variants[RUN_VARIANTS] = {v_configured, v_unfused, v_matmul, v_alltoall, v_baseline};
-    int nvariants = rn->o.baseline ? RUN_VARIANTS : RUN_V_BASELINE;
-    measure_flusher fl;
-    int rc = measure_flusher_init(&fl, NULL, measure_flush_bytes((int)rn->s.R), err);
-    for (int w = 0; !rc && w < rn->o.warmup; w++)
-        for (int v = 0; !rc && v < nvariants; v++) {
-            a2amm_comm_say(st->comm, "perf warm-up %d, variant %d", w, v);
-            rc = variants[v](st, err);
-        }
-    for (int it = 0; !rc && it < rn->o.iters; it++)
-        for (int v = 0; !rc && v < nvariants; v++) {
-            measure_flush(&fl);
-            a2amm_comm_say(st->comm, "perf repetition %d, variant %d", it, v);
-            rc = traced_barrier(st, err);
-            rn->trace->counting = v == RUN_V_CONFIGURED;
-            int64_t t0 = trace_now_ns();
-            if (!rc) rc = variants[v](st, err);
-            int64_t t1 = trace_now_ns();
-            rn->trace->counting = 0;
-            *time_slot(rn, v, it, st->me) = (double)(t1 - t0) * 1e-9;
-            trace_span(rn->trace, TRACE_VARIANT, t0, t1, v);
-            if (v == RUN_V_BASELINE && st->gemm->idle) st->gemm->idle(st->gemm_ctx);
-        }
-    if (!rc) rc = traced_barrier(st, err);
-    measure_flusher_free(&fl);
-    const trace_rank *tr = rn->trace; /* the breakdown: per fused call, this rank */
-    double calls = tr->calls > 0 ? (double)tr->calls : 1.0;
-    int fields[RUN_BD_FIELDS] = {TRACE_CALL, TRACE_MATMUL, TRACE_WAIT, TRACE_SEND, TRACE_BARRIER};
-    for (int f = 0; f < RUN_BD_FIELDS; f++) *breakdown_slot(rn, f, st->me) = tr->sum_s[fields[f]] / calls;
-    for (int src = 0; src < st->R; src++) *breakdown_slot(rn, RUN_BD_FIELDS + src, st->me) = tr->wait_from_s[src] / calls;
     return rc;
 }
 
@@ -371,7 +105,7 @@ static int rank_precision(rank_state *st, a2amm_error *err)
         trace_span(rn->trace, TRACE_WRITE, t0, trace_now_ns(), -1);
     }
     a2amm_comm_say(st->comm, "waiting at the end barrier");
-    if (!rc) rc = traced_barrier(st, err);
+    if (!rc) rc = run_traced_barrier(st, err);
     return rc;
 }
 
@@ -386,7 +120,7 @@ static int rank_failed(rank_state *st, int rc, const a2amm_error *err)
     return rc;
 }
 
-static int rank_main(a2amm_comm *comm, void *arg)
+int run_rank_main(a2amm_comm *comm, void *arg)
 {
     const runner *rn = arg;
     a2amm_error err = {0, ""};
@@ -398,7 +132,7 @@ static int rank_main(a2amm_comm *comm, void *arg)
     if (!rc) rc = a2amm_op_create(comm, &c, &st.op, &err);
     if (!rc) rc = load_inputs(&st, &err);
     if (!rc) rc = prepare_weights(&st, &err);
-    if (!rc && rn->o.mode == RUN_PERF) rc = perf_setup(&st, &err); /* the baseline dequantizes B as read */
+    if (!rc && rn->o.mode == RUN_PERF) rc = run_perf_setup(&st, &err); /* the baseline dequantizes B as read */
     free(st.b), free(st.sb);
     st.b = st.sb = NULL;
     if (!rc && (rn->o.trace_path || rn->o.mode == RUN_PERF)) { /* the spans, or perf mode's breakdown */
@@ -409,7 +143,7 @@ static int rank_main(a2amm_comm *comm, void *arg)
         rc = a2amm_op_set_observer(st.op, fault_observe, &st.fault);
     }
     if (!rc && rn->o.mode == RUN_PERF) {
-        rc = rank_perf(&st, &err);
+        rc = run_rank_perf(&st, &err);
     } else if (!rc) {
         rc = rank_precision(&st, &err);
     }
@@ -501,7 +235,7 @@ static int settle_outputs(const runner *rn, int success, a2amm_error *err)
 }
 
 /* Symmetric memory per rank: the op(s), and in perf mode the AllToAll's staging. */
-static size_t heap_bytes(const runner *rn)
+size_t run_heap_bytes(const runner *rn)
 {
     a2amm_op_config c = config_of(rn, rn->o.unfused), cu = config_of(rn, 1);
     size_t bytes = a2amm_op_heap_bytes(&c, (int)rn->s.R) + (64u << 10);
@@ -547,134 +281,6 @@ static void *watch_progress(void *arg)
     }
     cli_progress_end(&p);
     return NULL;
-}
-
-/* ---- this process as one rank of an MPI job -------------------------------- */
-
-int run_under_mpirun(void)
-{
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
-}
-
-int run_mpi_rank(void)
-{
-    static const char *const names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (getenv(names[i])) return atoi(getenv(names[i]));
-    return -1;
-}
-
-void run_mpi_finalize(void)
-{
-    int inited = 0, finalized = 0;
-    MPI_Initialized(&inited);
-    MPI_Finalized(&finalized);
-    if (inited && !finalized) MPI_Finalize();
-}
-
-/* mpirun stops the other ranks with SIGTERM when one fails or dies: each
- * says what it was doing (write(2) only: this runs in a signal handler). */
-static a2amm_comm *stopped_comm;
-static int stopped_rank;
-
-static void say_stopped(int sig)
-{
-    (void)sig;
-    char head[96];
-    int n = snprintf(head, sizeof head, "a2amm: rank %d stopped by mpirun (another rank failed) while: ", stopped_rank);
-    const char *doing = stopped_comm ? a2amm_comm_doing(stopped_comm) : "";
-    ssize_t w = write(2, head, (size_t)n);
-    w += write(2, doing, strnlen(doing, 160));
-    w += write(2, "\n", 1);
-    (void)w;
-    _exit(143);
-}
-
-/* Every rank's column of the times into everyone's copy (each rank wrote only its own). */
-static int share_times(a2amm_comm *comm, runner *rn, size_t tbytes, a2amm_error *err)
-{
-    int R = (int)rn->s.R, me = a2amm_comm_rank(comm);
-    size_t n = tbytes / sizeof(double);
-    double *send = malloc(tbytes * (size_t)R), *recv = malloc(tbytes * (size_t)R);
-    int rc = send && recv ? A2AMM_OK : a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the perf figures");
-    for (int r = 0; !rc && r < R; r++) memcpy(send + (size_t)r * n, rn->times, tbytes);
-    if (!rc) rc = a2amm_comm_alltoall(comm, send, recv, tbytes, rn->o.timeout_s, err);
-    for (size_t i = 0; !rc && i < n; i++) /* entry i belongs to rank i mod R */
-        if ((int)(i % (size_t)R) != me) rn->times[i] = recv[(i % (size_t)R) * n + i];
-    free(send), free(recv);
-    return rc;
-}
-
-static int run_files_mpi(runner *rn, run_result *res, size_t tbytes, int64_t *offsets, a2amm_error *err)
-{
-    int inited = 0, provided = 0, rank = 0, size = 0;
-    MPI_Initialized(&inited);
-    if (!inited) MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    res->rank = rank;
-    if (size != rn->s.R)
-        return a2amm_fail(err, A2AMM_E_INVAL, "mpirun started %d ranks, the shape's R is %lld: run mpirun -np %lld",
-                          size, (long long)rn->s.R, (long long)rn->s.R);
-    if (rn->o.trace_path) run_trace_mpi_offsets(size, rank, offsets); /* before anything is timed */
-    a2amm_comm *comm = NULL;
-    int rc = a2amm_mpi_comm_create(MPI_COMM_WORLD, heap_bytes(rn), &comm, err);
-    if (!rc) {
-        stopped_comm = comm, stopped_rank = rank;
-        signal(SIGTERM, say_stopped);
-        rc = rank_main(comm, rn); /* a failure aborts the job, naming the rank */
-        signal(SIGTERM, SIG_DFL);
-        stopped_comm = NULL;
-    }
-    if (!rc && rn->o.mode == RUN_PRECISION) {
-        /* every rank wrote (the end barrier): each commits its own */
-        char path[IO_PATH_MAX];
-        rc = io_rank_path(path, sizeof path, rn->dir, "output", rank, "npu_out.bin", err);
-        if (!rc) rc = io_commit_staged(path, rn->tag, err);
-    }
-    if (!rc && rn->o.mode == RUN_PERF) rc = share_times(comm, rn, tbytes, err);
-    if (comm) a2amm_comm_barrier(comm, rn->o.timeout_s, NULL);
-    a2amm_comm_destroy(comm);
-    for (int r = 0; !rc && r < rn->s.R; r++) res->ranks[r] = (a2amm_rank_report){.started = 1, .status = A2AMM_OK};
-    return rc;
-}
-
-/* Per repetition, the slowest rank's time of variant v. */
-static void max_over_ranks(const runner *rn, int v, double *out)
-{
-    for (int it = 0; it < rn->o.iters; it++) {
-        double m = 0;
-        for (int r = 0; r < rn->s.R; r++) m = fmax(m, *time_slot(rn, v, it, r));
-        out[it] = m;
-    }
-}
-
-static int collect_perf(const runner *rn, run_perf *p, a2amm_error *err)
-{
-    p->iters = rn->o.iters;
-    int nv = rn->o.baseline ? RUN_VARIANTS : RUN_V_BASELINE;
-    for (int v = 0; v < nv; v++) {
-        if (!(p->t[v] = calloc((size_t)p->iters, sizeof(double))))
-            return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the perf figures");
-        max_over_ranks(rn, v, p->t[v]);
-    }
-    for (int r = 0; r < rn->s.R; r++)
-        p->prepare_s = fmax(p->prepare_s, rn->times[(size_t)RUN_VARIANTS * (size_t)p->iters * (size_t)rn->s.R + (size_t)r]);
-    p->flush_bytes = (double)measure_flush_bytes((int)rn->s.R);
-    int R = (int)rn->s.R;
-    if (!(p->ranks = calloc((size_t)R, sizeof *p->ranks)))
-        return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the perf figures");
-    for (int r = 0; r < R; r++) {
-        struct run_rank_breakdown *b = &p->ranks[r];
-        b->call_s = *breakdown_slot(rn, RUN_BD_CALL, r), b->matmul_s = *breakdown_slot(rn, RUN_BD_MATMUL, r);
-        b->wait_s = *breakdown_slot(rn, RUN_BD_WAIT, r), b->send_s = *breakdown_slot(rn, RUN_BD_SEND, r);
-        b->barrier_s = *breakdown_slot(rn, RUN_BD_BARRIER, r);
-        if (!(b->wait_from_s = calloc((size_t)R, sizeof *b->wait_from_s)))
-            return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the perf figures");
-        for (int src = 0; src < R; src++) b->wait_from_s[src] = *breakdown_slot(rn, RUN_BD_FIELDS + src, r);
-    }
-    snprintf(p->baseline_what, sizeof p->baseline_what, "%s", rn->baseline_what);
-    return A2AMM_OK;
 }
 
 static double median_of(const double *t, int n)
@@ -762,7 +368,7 @@ int run_files(const char *dir, const a2amm_shape *s, const run_options *opt, run
         int64_t *offsets = calloc((size_t)R, sizeof *offsets);
         rc = offsets ? run_files_mpi(&rn, res, tbytes, offsets, err)
                      : a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the run's bookkeeping");
-        if (!rc && rn.o.mode == RUN_PERF) rc = collect_perf(&rn, &res->perf, err);
+        if (!rc && rn.o.mode == RUN_PERF) rc = run_collect_perf(&rn, &res->perf, err);
         if (!rc && rn.o.trace_path) {
             char summary[300];
             trace_meta meta = meta_of(&rn, res, offsets, summary, sizeof summary);
@@ -773,12 +379,12 @@ int run_files(const char *dir, const a2amm_shape *s, const run_options *opt, run
         munmap(rn.times, tbytes + BASELINE_WHAT_CHARS);
         return rc;
     }
-    a2amm_launch_options lo = {.heap_bytes = heap_bytes(&rn), .timeout_s = run_limit_s(&rn, res->ntiles),
+    a2amm_launch_options lo = {.heap_bytes = run_heap_bytes(&rn), .timeout_s = run_limit_s(&rn, res->ntiles),
                                .stall_s = rn.o.timeout_s * 1.5 + 1.0, .stop = rn.o.stop, .reports = res->ranks};
     progress_watch watch = {&rn, 0};
     pthread_t watcher;
     int watching = rn.o.progress && rn.o.mode == RUN_PERF && pthread_create(&watcher, NULL, watch_progress, &watch) == 0;
-    rc = a2amm_launch(R, rank_main, &rn, &lo, err);
+    rc = a2amm_launch(R, run_rank_main, &rn, &lo, err);
     if (watching) {
         atomic_store(&watch.stop, 1);
         pthread_join(watcher, NULL);
@@ -787,7 +393,7 @@ int run_files(const char *dir, const a2amm_shape *s, const run_options *opt, run
         int settled = settle_outputs(&rn, rc == A2AMM_OK, err);
         if (!rc) rc = settled;
     }
-    if (!rc && rn.o.mode == RUN_PERF) rc = collect_perf(&rn, &res->perf, err);
+    if (!rc && rn.o.mode == RUN_PERF) rc = run_collect_perf(&rn, &res->perf, err);
     if (rn.o.trace_path) { /* the ranks' parts into one file; only removed after a failure */
         char summary[300];
         trace_meta meta = meta_of(&rn, res, NULL, summary, sizeof summary);

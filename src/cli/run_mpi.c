@@ -1,0 +1,102 @@
+/* The runner as one rank of an MPI job (mpirun -np R ... --transport mpi). */
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "a2amm_mpi.h"
+#include "cli/run_rank.h"
+#include "cli/run_trace.h"
+#include "common/error.h"
+#include "io/io.h"
+
+int run_under_mpirun(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+int run_mpi_rank(void)
+{
+    static const char *const names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (getenv(names[i])) return atoi(getenv(names[i]));
+    return -1;
+}
+
+void run_mpi_finalize(void)
+{
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (inited && !finalized) MPI_Finalize();
+}
+
+/* mpirun stops the other ranks with SIGTERM when one fails or dies: each
+ * says what it was doing (write(2) only: this runs in a signal handler). */
+static a2amm_comm *stopped_comm;
+static int stopped_rank;
+
+static void say_stopped(int sig)
+{
+    (void)sig;
+    char head[96];
+    int n = snprintf(head, sizeof head, "a2amm: rank %d stopped by mpirun (another rank failed) while: ", stopped_rank);
+    const char *doing = stopped_comm ? a2amm_comm_doing(stopped_comm) : "";
+    ssize_t w = write(2, head, (size_t)n);
+    w += write(2, doing, strnlen(doing, 160));
+    w += write(2, "\n", 1);
+    (void)w;
+    _exit(143);
+}
+
+/* Every rank's column of the times into everyone's copy (each rank wrote only its own). */
+static int share_times(a2amm_comm *comm, runner *rn, size_t tbytes, a2amm_error *err)
+{
+    int R = (int)rn->s.R, me = a2amm_comm_rank(comm);
+    size_t n = tbytes / sizeof(double);
+    double *send = malloc(tbytes * (size_t)R), *recv = malloc(tbytes * (size_t)R);
+    int rc = send && recv ? A2AMM_OK : a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the perf figures");
+    for (int r = 0; !rc && r < R; r++) memcpy(send + (size_t)r * n, rn->times, tbytes);
+    if (!rc) rc = a2amm_comm_alltoall(comm, send, recv, tbytes, rn->o.timeout_s, err);
+    for (size_t i = 0; !rc && i < n; i++) /* entry i belongs to rank i mod R */
+        if ((int)(i % (size_t)R) != me) rn->times[i] = recv[(i % (size_t)R) * n + i];
+    free(send), free(recv);
+    return rc;
+}
+
+int run_files_mpi(runner *rn, run_result *res, size_t tbytes, int64_t *offsets, a2amm_error *err)
+{
+    int inited = 0, provided = 0, rank = 0, size = 0;
+    MPI_Initialized(&inited);
+    if (!inited) MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    res->rank = rank;
+    if (size != rn->s.R)
+        return a2amm_fail(err, A2AMM_E_INVAL, "mpirun started %d ranks, the shape's R is %lld: run mpirun -np %lld",
+                          size, (long long)rn->s.R, (long long)rn->s.R);
+    if (rn->o.trace_path) run_trace_mpi_offsets(size, rank, offsets); /* before anything is timed */
+    a2amm_comm *comm = NULL;
+    int rc = a2amm_mpi_comm_create(MPI_COMM_WORLD, run_heap_bytes(rn), &comm, err);
+    if (!rc) {
+        stopped_comm = comm, stopped_rank = rank;
+        signal(SIGTERM, say_stopped);
+        rc = run_rank_main(comm, rn); /* a failure aborts the job, naming the rank */
+        signal(SIGTERM, SIG_DFL);
+        stopped_comm = NULL;
+    }
+    if (!rc && rn->o.mode == RUN_PRECISION) {
+        /* every rank wrote (the end barrier): each commits its own */
+        char path[IO_PATH_MAX];
+        rc = io_rank_path(path, sizeof path, rn->dir, "output", rank, "npu_out.bin", err);
+        if (!rc) rc = io_commit_staged(path, rn->tag, err);
+    }
+    if (!rc && rn->o.mode == RUN_PERF) rc = share_times(comm, rn, tbytes, err);
+    if (comm) a2amm_comm_barrier(comm, rn->o.timeout_s, NULL);
+    a2amm_comm_destroy(comm);
+    for (int r = 0; !rc && r < rn->s.R; r++) res->ranks[r] = (a2amm_rank_report){.started = 1, .status = A2AMM_OK};
+    return rc;
+}
+

@@ -1,0 +1,95 @@
+/*
+ * Inside the runner (runner.c, run_perf.c, run_mpi.c, run_sgemm.c): what the
+ * launcher hands every rank, one rank's state, and the calls between them.
+ * Not for other users: they have runner.h.
+ */
+#ifndef A2AMM_CLI_RUN_RANK_H
+#define A2AMM_CLI_RUN_RANK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "a2amm.h"
+#include "cli/fault.h"
+#include "cli/runner.h"
+#include "cli/trace.h"
+
+typedef struct runner {
+    const char *dir;
+    a2amm_shape s;
+    a2amm_sizes z;
+    run_options o;
+    int threads;   /* per rank, resolved */
+    char tag[32];  /* outputs are staged as npu_out.bin.tmp.<tag>, committed as a set */
+    double *times; /* shared with the ranks: [RUN_VARIANTS][iters][R], prepare [R], then
+                      the breakdown [RUN_BD_FIELDS + R][R] (see breakdown_slot) */
+    char *baseline_what; /* shared, after the times: how rank 0 ran the baseline */
+    trace_rank *trace;   /* this process's rank's spans and sums (each rank its own copy) */
+} runner;
+
+/* perf mode's per-rank breakdown of a fused call, in the shared times after
+ * the preparations: call, matmul, waits, sends, barriers, then waits by source */
+enum { RUN_BD_CALL, RUN_BD_MATMUL, RUN_BD_WAIT, RUN_BD_SEND, RUN_BD_BARRIER, RUN_BD_FIELDS };
+
+static inline double *breakdown_slot(const runner *rn, int field, int r)
+{
+    size_t base = ((size_t)RUN_VARIANTS * (size_t)rn->o.iters + 1) * (size_t)rn->s.R;
+    return &rn->times[base + (size_t)field * (size_t)rn->s.R + (size_t)r];
+}
+
+#define BASELINE_WHAT_CHARS sizeof(((run_perf *)0)->baseline_what)
+
+static inline double *time_slot(const runner *rn, int v, int it, int r)
+{
+    return &rn->times[((size_t)v * (size_t)rn->o.iters + (size_t)it) * (size_t)rn->s.R + (size_t)r];
+}
+
+static inline a2amm_op_config config_of(const runner *rn, int unfused)
+{
+    return (a2amm_op_config){.max_m = rn->s.M, .k = rn->s.K, .n = rn->s.N, .a_type = rn->s.a_type,
+                             .b_type = rn->s.b_type, .tile_m = rn->o.tile_m, .depth = rn->o.depth,
+                             .threads = rn->threads, .path = rn->o.path, .timeout_s = rn->o.timeout_s,
+                             .schedule = unfused ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED};
+}
+
+/* One rank's state, in its process. */
+typedef struct rank_state {
+    a2amm_comm *comm;
+    const runner *rn;
+    int me, R;
+    a2amm_op *op;      /* the configured op */
+    a2amm_op *op_u;    /* perf: the unfused op (op itself when that is what was asked) */
+    a2amm_weights *w;  /* prepared once, used by every op and the matmul alone */
+    uint16_t *out;     /* [M, N] */
+    uint8_t *b, *sb;   /* the weights as read, until prepared */
+    /* perf: the matmul alone, on the rows the AllToAll brings: [M, K] and [M, K/32] */
+    uint8_t *xa, *xsa;
+    /* perf: received blocks [R][M*ka], [R][M*ska] (the AllToAll alone, the baseline) */
+    uint8_t *ra, *rsa;
+    /* perf baseline: its matmul, and where A [M, K] goes dequantized */
+    const run_baseline_gemm *gemm;
+    void *gemm_ctx;
+    float *bl_x;
+    fault_plan fault;
+} rank_state;
+
+/* runner.c: a rank's whole run (a2amm_launch's function, or an MPI rank's),
+ * the symmetric heap it needs, and a barrier of the command's own (a trace span). */
+int run_rank_main(a2amm_comm *comm, void *arg);
+size_t run_heap_bytes(const runner *rn);
+int run_traced_barrier(rank_state *st, a2amm_error *err);
+
+/* run_perf.c: the variants' setup on a rank, their timed repetitions, and
+ * the launcher's figures from every rank's times. */
+int run_perf_setup(rank_state *st, a2amm_error *err);
+int run_rank_perf(rank_state *st, a2amm_error *err);
+int run_collect_perf(const runner *rn, run_perf *p, a2amm_error *err);
+
+/* run_mpi.c: this process as one rank of an MPI job; offsets[R] gets the
+ * clock offsets when tracing. */
+int run_files_mpi(runner *rn, run_result *res, size_t tbytes, int64_t *offsets, a2amm_error *err);
+
+/* run_sgemm.c: the command's baseline matmul, OpenBLAS sgemm. */
+extern const run_baseline_gemm run_sgemm_baseline;
+
+#endif
