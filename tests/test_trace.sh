@@ -182,6 +182,14 @@ expect_fail "timeline --call beyond the trace" "no call 999" "$A2AMM" timeline "
 expect_fail "timeline without a file" "expected a trace file" "$A2AMM" timeline
 check "the refused timelines wrote nothing" test ! -e "$SCRATCH/broken.svg" -a ! -e "$SCRATCH/other.svg" -a ! -e "$SCRATCH/missing.svg"
 
+# the help's example works as printed (its folders moved into this test's scratch)
+"$A2AMM" timeline --help | sed -n 's/^  a2amm //p' | sed "s|/tmp/|$SCRATCH/help-|g" >"$SCRATCH/help-steps"
+check "timeline --help has a three-step example" test "$(wc -l <"$SCRATCH/help-steps")" -eq 3
+while read -r step; do
+    expect_ok "timeline help example: $step" bash -c "'$A2AMM' $step"
+done <"$SCRATCH/help-steps"
+check "the help example drew its picture" test -s "$SCRATCH/help-t.svg"
+
 # a failed run writes no trace and leaves no parts
 A2AMM_FAULT_RANK=1 A2AMM_FAULT=error "$A2AMM" run 100 192 40 3 --dir "$d" --path put --tile-m 16 --trace "$SCRATCH/failed.json" >/dev/null 2>&1
 check "a failed run: no trace" test ! -e "$SCRATCH/failed.json"

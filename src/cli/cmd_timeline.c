@@ -27,7 +27,8 @@ static void timeline_usage(FILE *f)
             "                     the median tile, at least 20 us)\n"
             "\n"
             "example:\n"
-            "  a2amm run 2048 1024 512 4 perf --path put --tile-m 128 --trace /tmp/t.json\n"
+            "  a2amm gen 2048 1024 512 4 --dir /tmp/trace-demo --no-golden\n"
+            "  a2amm run 2048 1024 512 4 perf --iters 3 --dir /tmp/trace-demo --path put --tile-m 128 --trace /tmp/t.json\n"
             "  a2amm timeline /tmp/t.json -o /tmp/t.svg --call 3\n");
 }
 
