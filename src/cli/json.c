@@ -4,17 +4,19 @@
 #include <math.h>
 #include <stdio.h>
 
-void cli_json_str(const char *s)
+void cli_json_fstr(FILE *f, const char *s)
 {
-    putchar('"');
+    fputc('"', f);
     for (; s && *s; s++) {
         unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') printf("\\%c", ch);
-        else if (ch < 0x20) printf("\\u%04x", ch);
-        else putchar(ch);
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
     }
-    putchar('"');
+    fputc('"', f);
 }
+
+void cli_json_str(const char *s) { cli_json_fstr(stdout, s); }
 
 void cli_json_num(const char *fmt, double v)
 {

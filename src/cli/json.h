@@ -2,7 +2,10 @@
 #ifndef A2AMM_CLI_JSON_H
 #define A2AMM_CLI_JSON_H
 
-/* Prints s as a JSON string; a number with fmt, or null when not finite. */
+#include <stdio.h>
+
+/* Prints s as a JSON string (to f, or stdout); a number with fmt, or null when not finite. */
+void cli_json_fstr(FILE *f, const char *s);
 void cli_json_str(const char *s);
 void cli_json_num(const char *fmt, double v);
 /* ,"key":value: a number as cli_json_num; a string, or null for NULL. */

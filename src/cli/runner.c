@@ -23,6 +23,7 @@
 #include "cli/fault.h"
 #include "cli/progress.h"
 #include "cli/measure.h"
+#include "cli/perf_report.h"
 #include "cli/run_rank.h"
 #include "cli/run_trace.h"
 #include "cli/trace.h"
@@ -283,24 +284,6 @@ static void *watch_progress(void *arg)
     return NULL;
 }
 
-static double median_of(const double *t, int n)
-{
-    double *c = malloc((size_t)n * sizeof *c), m = 0;
-    if (!c || n < 1) {
-        free(c);
-        return 0;
-    }
-    memcpy(c, t, (size_t)n * sizeof *c);
-    for (int i = 1; i < n; i++) /* insertion sort: a few repetitions */
-        for (int j = i; j > 0 && c[j] < c[j - 1]; j--) {
-            double x = c[j];
-            c[j] = c[j - 1], c[j - 1] = x;
-        }
-    m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
-    free(c);
-    return m;
-}
-
 /* What the trace file says it holds; perf mode's figures for its title. */
 static trace_meta meta_of(const runner *rn, const run_result *res, const int64_t *offsets, char *summary, size_t size)
 {
@@ -312,9 +295,9 @@ static trace_meta meta_of(const runner *rn, const run_result *res, const int64_t
                     .variant_names = variant_names, .offset_ns = offsets};
     const run_perf *p = &res->perf;
     if (rn->o.mode == RUN_PERF && p->t[RUN_V_CONFIGURED]) {
-        m.fused_s = median_of(p->t[RUN_V_CONFIGURED], p->iters);
-        m.matmul_s = median_of(p->t[RUN_V_MATMUL], p->iters);
-        m.alltoall_s = median_of(p->t[RUN_V_ALLTOALL], p->iters);
+        m.fused_s = cli_summarize(p->t[RUN_V_CONFIGURED], p->iters).median;
+        m.matmul_s = cli_summarize(p->t[RUN_V_MATMUL], p->iters).median;
+        m.alltoall_s = cli_summarize(p->t[RUN_V_ALLTOALL], p->iters).median;
         double exposed = m.fused_s - m.matmul_s;
         snprintf(summary, size, "%s %.3f ms vs matmul alone %.3f ms, alltoall alone %.3f ms (medians): "
                  "exposed communication %.3f ms (%.1f%%), %s / max(alone) = %.3f",

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/json.h"
 #include "common/error.h"
 
 static const char *const KIND_NAMES[TRACE_KINDS] = {"call", "barrier", "tile",     "wait",    "matmul",  "send",
@@ -160,18 +161,6 @@ int trace_load(const char *path, trace_rec **recs, size_t *n, size_t *dropped, a
 
 /* ---- the JSON ---------------------------------------------------------------- */
 
-static void json_text(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; s && *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-        else fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
 /* The span's name, as a person reads it in a timeline. */
 static void span_name(char *buf, size_t size, const trace_rec *r, const trace_meta *m)
 {
@@ -216,11 +205,11 @@ static void write_meta(FILE *f, int R, const trace_meta *m, int64_t origin)
     const a2amm_shape *s = m->s;
     fprintf(f, "\"otherData\":{\"tool\":\"a2amm\",\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%d,\"mode\":",
             (long long)s->M, (long long)s->K, (long long)s->N, R);
-    json_text(f, m->mode);
+    cli_json_fstr(f, m->mode);
     fprintf(f, ",\"transport\":");
-    json_text(f, m->transport);
+    cli_json_fstr(f, m->transport);
     fprintf(f, ",\"path\":");
-    json_text(f, m->path);
+    cli_json_fstr(f, m->path);
     fprintf(f, ",\"schedule\":\"%s\",\"tile_m\":%lld,\"depth\":%d,\"threads\":%d", m->unfused ? "unfused" : "fused",
             (long long)m->tile_m, m->depth, m->threads);
     fprintf(f, ",\"clock\":\"CLOCK_MONOTONIC of each rank, minus its offset, minus the origin\",\"origin_ns\":%lld",
@@ -235,7 +224,7 @@ static void write_meta(FILE *f, int R, const trace_meta *m, int64_t origin)
     fprintf(f, "]");
     if (m->summary) {
         fprintf(f, ",\"summary\":");
-        json_text(f, m->summary);
+        cli_json_fstr(f, m->summary);
     }
     if (m->fused_s > 0)
         fprintf(f, ",\"perf\":{\"fused_median_s\":%.9f,\"matmul_alone_median_s\":%.9f,\"alltoall_alone_median_s\":%.9f}",

@@ -98,14 +98,22 @@ static void tile_task(void *arg, int task)
     }
 }
 
+/* An event of this rank's current call, stamped now (the matmul's carry its columns). */
+static a2amm_event event_of(const op_rank *rk, a2amm_event_kind kind, int64_t tile, int64_t rows, int peer, int slot)
+{
+    int matmul = kind == A2AMM_EVENT_MATMUL_BEGIN || kind == A2AMM_EVENT_MATMUL_END || kind == A2AMM_EVENT_WORK;
+    return (a2amm_event){.kind = kind, .rank = rk->me, .call = rk->call, .tile = tile, .tiles = rk->ntiles,
+                         .rows = rows, .peer = peer, .slot = slot, .k = matmul ? rk->z->ka : 0,
+                         .time_ns = comm_now_ns()};
+}
+
 /* Tells the observer which thread ran each of the `tasks` pieces of a matmul. */
 static void observe_work(const op_rank *rk, const tile_job *job, int tasks, int64_t t, int src)
 {
     for (int i = 0; i < tasks; i++) {
         const int64_t *w = job->work + 3 * i;
-        a2amm_event ev = {.kind = A2AMM_EVENT_WORK, .rank = rk->me, .call = rk->call, .tile = t,
-                          .tiles = rk->ntiles, .rows = job->rows, .peer = src, .slot = -1, .k = rk->z->ka,
-                          .time_ns = w[1], .thread = (int)w[0], .duration_ns = w[2] - w[1]};
+        a2amm_event ev = event_of(rk, A2AMM_EVENT_WORK, t, job->rows, src, -1);
+        ev.time_ns = w[1], ev.thread = (int)w[0], ev.duration_ns = w[2] - w[1];
         (void)rk->observer(rk->observer_arg, &ev);
     }
 }
@@ -147,10 +155,8 @@ void op_observe(const op_rank *rk, a2amm_event_kind kind, int64_t tile, int64_t 
                 int64_t bytes, uint64_t signal)
 {
     if (!rk->observer) return;
-    a2amm_event ev = {.kind = kind, .rank = rk->me, .call = rk->call, .tile = tile, .tiles = rk->ntiles,
-                      .rows = rows, .peer = peer, .slot = slot, .k = kind == A2AMM_EVENT_MATMUL_BEGIN ||
-                      kind == A2AMM_EVENT_MATMUL_END ? rk->z->ka : 0, .bytes = bytes, .signal = signal,
-                      .time_ns = comm_now_ns()};
+    a2amm_event ev = event_of(rk, kind, tile, rows, peer, slot);
+    ev.bytes = bytes, ev.signal = signal;
     (void)rk->observer(rk->observer_arg, &ev);
 }
 
@@ -158,8 +164,7 @@ void op_observe(const op_rank *rk, a2amm_event_kind kind, int64_t tile, int64_t 
 static int observe_tile(op_rank *rk, int64_t t, int64_t rows, a2amm_error *err)
 {
     if (!rk->observer) return A2AMM_OK;
-    a2amm_event ev = {.kind = A2AMM_EVENT_TILE, .rank = rk->me, .call = rk->call, .tile = t, .tiles = rk->ntiles,
-                      .rows = rows, .peer = -1, .slot = -1, .time_ns = comm_now_ns()};
+    a2amm_event ev = event_of(rk, A2AMM_EVENT_TILE, t, rows, -1, -1);
     int rc = rk->observer(rk->observer_arg, &ev);
     if (!rc) return A2AMM_OK;
     a2amm_fail(err, rc < 0 ? rc : A2AMM_E_INVAL, "rank %d: the observer stopped the call at tile %lld", rk->me,
