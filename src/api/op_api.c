@@ -159,6 +159,11 @@ static int compare_with_peers(a2amm_op *op, int n, const char *call, a2amm_error
         }
         for (int i = 0; i < n; i++)
             if (w[i] != op->cfg_sym[i]) {
+                /* a peer that failed may have released its heap (zeroed) before we read it */
+                if (comm_check_peers(op->ctx, err) != A2AMM_OK) {
+                    free(all);
+                    return A2AMM_E_PEER;
+                }
                 const char *what = i < CFG_WORDS ? CFG_NAMES[i] : "m";
                 int rc = a2amm_fail(err, A2AMM_E_INVAL, "%s: rank %d has %s = %lld, rank %d has %lld: every rank "
                                     "must pass the same", call, me, what, (long long)op->cfg_sym[i], p, (long long)w[i]);
