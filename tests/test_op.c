@@ -258,7 +258,7 @@ static void test_calls(int R)
 
 /* ---- wrong use ------------------------------------------------------------ */
 
-enum misuse { NO_WEIGHTS, M_TOO_BIG, M_DIFFERS, CONFIG_DIFFERS, DESTROYED, RANK_DIES, MISUSES };
+enum misuse { NO_WEIGHTS, M_TOO_BIG, M_DIFFERS, CONFIG_DIFFERS, DESTROYED, RANK_DIES, PEER_GONE, MISUSES };
 
 typedef struct misuse_report {
     int rc[2];
@@ -276,6 +276,21 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* PEER_GONE's observers: rank 0 dawdles after the call's first barrier, before it compares the
+ * call's words with its peer's; rank 1 stops its call at the first tile and destroys its op. */
+static int dawdle_after_barrier(void *arg, const a2amm_event *ev)
+{
+    (void)arg;
+    if (ev->kind == A2AMM_EVENT_BARRIER_END) usleep(300000);
+    return 0;
+}
+
+static int stop_at_first_tile(void *arg, const a2amm_event *ev)
+{
+    (void)arg;
+    return ev->kind == A2AMM_EVENT_TILE ? A2AMM_E_INVAL : 0;
 }
 
 static int rank_misuse(a2amm_comm *comm, void *arg)
@@ -309,6 +324,11 @@ static int rank_misuse(a2amm_comm *comm, void *arg)
             }
             t0 = now_s();
             rc = a2amm_op_run(op, 8, a, sa, out, &err);
+            break;
+        case PEER_GONE: /* rank 1's op is gone (its heap zeroed) when rank 0 reads its words */
+            rc = a2amm_op_set_observer(op, me == 0 ? dawdle_after_barrier : stop_at_first_tile, NULL);
+            if (!rc) rc = a2amm_op_run(op, 8, a, sa, out, &err);
+            if (me == 1) a2amm_op_destroy(op), op = NULL;
             break;
         default: break;
         }
@@ -350,6 +370,11 @@ static void test_misuse(void)
           r[RANK_DIES].rc[0], r[RANK_DIES].msg[0]);
     CHECK(r[RANK_DIES].seconds[0] < 10.0, "a rank dies: the other's call returned after %.2f s", r[RANK_DIES].seconds[0]);
     CHECK(strstr(r[RANK_DIES].msg[0], "rank 1") != NULL, "a rank dies: the message names it: %s", r[RANK_DIES].msg[0]);
+    CHECK(r[PEER_GONE].rc[1] == A2AMM_E_INVAL && strstr(r[PEER_GONE].msg[1], "observer stopped the call"),
+          "a peer stops its call: %d %s", r[PEER_GONE].rc[1], r[PEER_GONE].msg[1]);
+    CHECK(r[PEER_GONE].rc[0] == A2AMM_E_PEER && strstr(r[PEER_GONE].msg[0], "rank 1"),
+          "a peer's op destroyed while this rank compares the call's words: its failure, not a mismatch "
+          "(got %d: %s)", r[PEER_GONE].rc[0], r[PEER_GONE].msg[0]);
     munmap(rep, sizeof *rep * MISUSES);
 
     /* local misuse: refused at once, nothing collective involved */
