@@ -87,19 +87,6 @@ static void back_off(long spins)
     }
 }
 
-/* Tests `n` requests until all are complete or the deadline passes. */
-static int wait_all(MPI_Request *req, int n, int64_t deadline_ns, const char *what, a2amm_error *err)
-{
-    for (long spins = 0;; spins++) {
-        int done = 0;
-        if (MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-            return a2amm_fail(err, A2AMM_E_SYS, "mpi: %s failed", what);
-        if (done) return A2AMM_OK;
-        if (comm_now_ns() > deadline_ns) return a2amm_fail(err, A2AMM_E_TIMEOUT, "mpi: timed out %s", what);
-        back_off(spins);
-    }
-}
-
 static int too_big(size_t bytes, a2amm_error *err)
 {
     return bytes > (size_t)INT_MAX
@@ -153,6 +140,59 @@ static int any_sending(const mpi_state *s)
     return 0;
 }
 
+/* What a wait waits for: 1 once it holds, 0 not yet, -1 when MPI reports a failure. */
+typedef int (*wait_test)(const mpi_state *s, const void *arg);
+
+/* Tests until `holds` does or the deadline passes; this rank's queued tile sends go on meanwhile. */
+static int wait_until(mpi_state *s, wait_test holds, const void *arg, int64_t deadline_ns, const char *what,
+                      a2amm_error *err)
+{
+    for (long spins = 0;; spins++) {
+        int rc = pump(s, err);
+        if (rc) return rc;
+        int h = holds(s, arg);
+        if (h < 0) return a2amm_fail(err, A2AMM_E_SYS, "mpi: %s failed", what);
+        if (h) return A2AMM_OK;
+        if (comm_now_ns() > deadline_ns) return a2amm_fail(err, A2AMM_E_TIMEOUT, "mpi: timed out %s", what);
+        back_off(spins);
+    }
+}
+
+typedef struct request_set {
+    MPI_Request *req;
+    int n;
+} request_set;
+
+static int requests_done(const mpi_state *s, const void *arg)
+{
+    (void)s;
+    const request_set *r = arg;
+    int done = 0;
+    return MPI_Testall(r->n, r->req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS ? -1 : done;
+}
+
+/* Waits until `n` requests are all complete. */
+static int wait_all(mpi_state *s, MPI_Request *req, int n, int64_t deadline_ns, const char *what, a2amm_error *err)
+{
+    return wait_until(s, requests_done, &(request_set){req, n}, deadline_ns, what, err);
+}
+
+typedef struct slot_ref {
+    int dest, slot;
+} slot_ref;
+
+static int slot_free(const mpi_state *s, const void *arg)
+{
+    const slot_ref *r = arg;
+    return !slot_sending(s, r->dest, r->slot);
+}
+
+static int nothing_sending(const mpi_state *s, const void *arg)
+{
+    (void)arg;
+    return !any_sending(s);
+}
+
 /* Appends to dest's queue, growing it (in order) when full. */
 static int enqueue(mpi_state *s, int dest, queued_send q, a2amm_error *err)
 {
@@ -183,14 +223,9 @@ static int op_send(void *st, int slot, int dest, const void *a, size_t abytes, c
     if (!rc) rc = too_big(abytes, err);
     if (rc) return rc;
     /* flow control, as the ring's: the slot's previous send must be complete */
-    for (long spins = 0;; spins++) {
-        if ((rc = pump(s, err))) return rc;
-        if (!slot_sending(s, dest, slot)) break;
-        if (comm_now_ns() > deadline_ns)
-            return a2amm_fail(err, A2AMM_E_TIMEOUT, "mpi: timed out waiting for slot %d's previous send to rank %d",
-                              slot, dest);
-        back_off(spins);
-    }
+    char what[96];
+    snprintf(what, sizeof what, "waiting for slot %d's previous send to rank %d", slot, dest);
+    if ((rc = wait_until(s, slot_free, &(slot_ref){dest, slot}, deadline_ns, what, err))) return rc;
     rc = enqueue(s, dest, (queued_send){slot, a, sa, (int)abytes, (int)sabytes}, err);
     return rc ? rc : pump(s, err);
 }
@@ -212,16 +247,9 @@ static int op_wait(void *st, int slot, int src, int64_t deadline_ns, a2amm_error
 {
     mpi_state *s = st;
     if (slot >= s->cap) return a2amm_fail(err, A2AMM_E_INVAL, "mpi: no receive posted for slot %d", slot);
-    MPI_Request *r = req_at(s->recv_req, s, src, slot);
-    for (long spins = 0;; spins++) { /* this rank's queued sends go on while it waits */
-        int done = 0, rc = pump(s, err);
-        if (rc) return rc;
-        if (MPI_Testall(2, r, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-            return a2amm_fail(err, A2AMM_E_SYS, "mpi: receiving a tile from rank %d failed", src);
-        if (done) return A2AMM_OK;
-        if (comm_now_ns() > deadline_ns) return a2amm_fail(err, A2AMM_E_TIMEOUT, "mpi: timed out waiting for a tile");
-        back_off(spins);
-    }
+    char what[96];
+    snprintf(what, sizeof what, "waiting for tile slot %d from rank %d", slot, src);
+    return wait_all(s, req_at(s->recv_req, s, src, slot), 2, deadline_ns, what, err);
 }
 
 static void op_progress(void *st)
@@ -234,16 +262,8 @@ static void op_progress(void *st)
 
 static int op_flush(void *st, int64_t deadline_ns, a2amm_error *err)
 {
-    mpi_state *s = st;
-    for (long spins = 0;; spins++) {
-        int rc = pump(s, err);
-        if (rc) return rc;
-        if (!any_sending(s)) break;
-        if (comm_now_ns() > deadline_ns) return a2amm_fail(err, A2AMM_E_TIMEOUT, "mpi: timed out completing the sends");
-        back_off(spins);
-    }
-    if (!s->cap) return A2AMM_OK;
-    return wait_all(s->send_req, s->size * s->cap * 2, deadline_ns, "completing the sends", err);
+    /* every tile send goes through the queues: none queued or on the wire is all complete */
+    return wait_until(st, nothing_sending, NULL, deadline_ns, "completing the sends", err);
 }
 
 static int op_exchange(void *st, const void *send, void *recv, size_t stride, size_t bytes, int64_t deadline_ns,
@@ -260,7 +280,7 @@ static int op_exchange(void *st, const void *send, void *recv, size_t stride, si
         MPI_Irecv((char *)recv + (size_t)from * stride, (int)bytes, MPI_BYTE, from, 0, s->exchange, &r[n++]);
         MPI_Isend((const char *)send + (size_t)to * stride, (int)bytes, MPI_BYTE, to, 0, s->exchange, &r[n++]);
     }
-    rc = wait_all(r, n, deadline_ns, "in the all-to-all exchange", err);
+    rc = wait_all(s, r, n, deadline_ns, "in the all-to-all exchange", err);
     free(r);
     return rc;
 }
@@ -272,7 +292,7 @@ static int op_allgather(void *st, const void *mine, void *all, size_t bytes, int
     if (too_big(bytes, err)) return err ? err->code : A2AMM_E_INVAL;
     if (MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, s->coll, &r) != MPI_SUCCESS)
         return a2amm_fail(err, A2AMM_E_SYS, "mpi: MPI_Iallgather failed");
-    return wait_all(&r, 1, deadline_ns, "in an allgather", err);
+    return wait_all(s, &r, 1, deadline_ns, "in an allgather", err);
 }
 
 static int op_barrier(void *st, int64_t deadline_ns, a2amm_error *err)
@@ -280,7 +300,7 @@ static int op_barrier(void *st, int64_t deadline_ns, a2amm_error *err)
     mpi_state *s = st;
     MPI_Request r;
     if (MPI_Ibarrier(s->coll, &r) != MPI_SUCCESS) return a2amm_fail(err, A2AMM_E_SYS, "mpi: MPI_Ibarrier failed");
-    return wait_all(&r, 1, deadline_ns, "at a barrier", err);
+    return wait_all(s, &r, 1, deadline_ns, "at a barrier", err);
 }
 
 static void op_fail(void *st, int rank, int code, const char *reason)
