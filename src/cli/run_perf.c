@@ -191,7 +191,7 @@ int run_collect_perf(const runner *rn, run_perf *p, a2amm_error *err)
         max_over_ranks(rn, v, p->t[v]);
     }
     for (int r = 0; r < rn->s.R; r++)
-        p->prepare_s = fmax(p->prepare_s, rn->times[(size_t)RUN_VARIANTS * (size_t)p->iters * (size_t)rn->s.R + (size_t)r]);
+        p->prepare_s = fmax(p->prepare_s, *prepare_slot(rn, r));
     p->flush_bytes = (double)measure_flush_bytes((int)rn->s.R);
     int R = (int)rn->s.R;
     if (!(p->ranks = calloc((size_t)R, sizeof *p->ranks)))

@@ -31,17 +31,19 @@ typedef struct runner {
  * the preparations: call, matmul, waits, sends, barriers, then waits by source */
 enum { RUN_BD_CALL, RUN_BD_MATMUL, RUN_BD_WAIT, RUN_BD_SEND, RUN_BD_BARRIER, RUN_BD_FIELDS };
 
-static inline double *breakdown_slot(const runner *rn, int field, int r)
-{
-    size_t base = ((size_t)RUN_VARIANTS * (size_t)rn->o.iters + 1) * (size_t)rn->s.R;
-    return &rn->times[base + (size_t)field * (size_t)rn->s.R + (size_t)r];
-}
-
 #define BASELINE_WHAT_CHARS sizeof(((run_perf *)0)->baseline_what)
 
 static inline double *time_slot(const runner *rn, int v, int it, int r)
 {
     return &rn->times[((size_t)v * (size_t)rn->o.iters + (size_t)it) * (size_t)rn->s.R + (size_t)r];
+}
+
+/* Rank r's B preparation time, after the variants' times. */
+static inline double *prepare_slot(const runner *rn, int r) { return time_slot(rn, RUN_VARIANTS, 0, r); }
+
+static inline double *breakdown_slot(const runner *rn, int field, int r)
+{
+    return prepare_slot(rn, rn->s.R) + (size_t)field * (size_t)rn->s.R + (size_t)r;
 }
 
 static inline a2amm_op_config config_of(const runner *rn, int unfused)

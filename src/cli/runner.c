@@ -77,7 +77,7 @@ static int prepare_weights(rank_state *st, a2amm_error *err)
     int rc = a2amm_weights_create(st->b, st->sb, rn->s.N, rn->s.K, rn->z.sk, rn->s.b_type, rn->threads, &st->w, err);
     int64_t t1 = trace_now_ns();
     trace_span(rn->trace, TRACE_PREPARE, t0, t1, -1);
-    rn->times[(size_t)RUN_VARIANTS * (size_t)rn->o.iters * (size_t)rn->s.R + (size_t)st->me] = (double)(t1 - t0) * 1e-9;
+    *prepare_slot(rn, st->me) = (double)(t1 - t0) * 1e-9;
     if (!rc) rc = a2amm_op_use_weights(st->op, st->w, err);
     return rc;
 }

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "cli/json_read.h"
+#include "io/io.h"
 #include "common/error.h"
 
 /* What is drawn, in drawing order; each has a band of its rank's row and a colour. */
@@ -321,6 +321,21 @@ static int draw(tl_picture *p, const json_value *meta, const char *json_path, do
     return ferror(p->f) ? -1 : 0;
 }
 
+/* draw's arguments, for io_write_stream. */
+typedef struct svg_job {
+    tl_picture *p;
+    const json_value *meta;
+    const char *json_path;
+    double stall_us;
+} svg_job;
+
+static int draw_svg(FILE *f, void *arg)
+{
+    svg_job *j = arg;
+    j->p->f = f;
+    return draw(j->p, j->meta, j->json_path, j->stall_us);
+}
+
 /* The window: every span, or one call's (its CALL spans on every rank). */
 static int choose_window(tl_picture *p, int64_t call, const char *path, a2amm_error *err)
 {
@@ -367,20 +382,8 @@ int timeline_render(const char *json_path, const char *svg_path, const timeline_
         p.height = p.top + p.ranks * p.row_h + 48;
         stats->ranks = p.ranks, stats->spans = p.n, stats->from_us = p.from, stats->to_us = p.to;
         stats->stall_us = stall_us;
-        char tmp[4200];
-        int w = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", svg_path, (long)getpid());
-        if (w < 0 || (size_t)w >= sizeof tmp) rc = a2amm_fail(err, A2AMM_E_INVAL, "-o: the path is too long");
-        else if (!(p.f = fopen(tmp, "w")))
-            rc = a2amm_fail(err, A2AMM_E_IO, "cannot write %s: %s", tmp, strerror(errno));
-        if (!rc) {
-            int bad = draw(&p, json_get(&root, "otherData"), json_path, stall_us);
-            if (fclose(p.f) != 0) bad = -1;
-            if (bad || rename(tmp, svg_path) != 0) {
-                int e = errno;
-                unlink(tmp);
-                rc = a2amm_fail(err, A2AMM_E_IO, "cannot write %s: %s", svg_path, strerror(e));
-            }
-        }
+        svg_job job = {&p, json_get(&root, "otherData"), json_path, stall_us};
+        rc = io_write_stream(svg_path, draw_svg, &job, err);
         stats->shapes = p.shapes, stats->stalls = p.stalls;
     }
     free(p.spans);

@@ -10,6 +10,7 @@
 
 #include "cli/json.h"
 #include "common/error.h"
+#include "io/io.h"
 
 static const char *const KIND_NAMES[TRACE_KINDS] = {"call", "barrier", "tile",     "wait",    "matmul",  "send",
                                                     "signal", "exchange", "prepare", "write", "variant", "work"};
@@ -232,8 +233,20 @@ static void write_meta(FILE *f, int R, const trace_meta *m, int64_t origin)
     fputc('}', f);
 }
 
-static int write_events(FILE *f, int R, trace_rec *const *recs, const size_t *n, const trace_meta *m)
+typedef struct trace_json {
+    int R;
+    trace_rec *const *recs;
+    const size_t *n;
+    const trace_meta *m;
+} trace_json;
+
+static int write_events(FILE *f, void *arg)
 {
+    const trace_json *j = arg;
+    int R = j->R;
+    trace_rec *const *recs = j->recs;
+    const size_t *n = j->n;
+    const trace_meta *m = j->m;
     int64_t origin = INT64_MAX;
     for (int r = 0; r < R; r++)
         for (size_t i = 0; i < n[r]; i++) {
@@ -286,17 +299,5 @@ static int write_events(FILE *f, int R, trace_rec *const *recs, const size_t *n,
 int trace_write_json(const char *path, int R, trace_rec *const *recs, const size_t *n, const trace_meta *meta,
                      a2amm_error *err)
 {
-    char tmp[4200];
-    int w = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    if (w < 0 || (size_t)w >= sizeof tmp) return a2amm_fail(err, A2AMM_E_INVAL, "--trace: the path is too long");
-    FILE *f = fopen(tmp, "w");
-    if (!f) return a2amm_fail(err, A2AMM_E_IO, "--trace: cannot write %s: %s", tmp, strerror(errno));
-    int bad = write_events(f, R, recs, n, meta);
-    if (fclose(f) != 0) bad = -1;
-    if (bad || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return a2amm_fail(err, A2AMM_E_IO, "--trace: cannot write %s: %s", path, strerror(e));
-    }
-    return A2AMM_OK;
+    return io_write_stream(path, write_events, &(trace_json){R, recs, n, meta}, err);
 }

@@ -242,6 +242,25 @@ int io_write_atomic(const char *path, const void *buf, size_t bytes, a2amm_error
     return rc ? rc : io_commit_staged(path, tag, err);
 }
 
+int io_write_stream(const char *path, int (*fill)(FILE *f, void *arg), void *arg, a2amm_error *err)
+{
+    char tmp[IO_PATH_MAX + 32];
+    int w = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    if (w < 0 || (size_t)w >= sizeof tmp)
+        return a2amm_fail(err, A2AMM_E_INVAL, "cannot write %s: the path is too long", shown(path));
+    FILE *f = fopen(tmp, "w");
+    if (!f) return a2amm_fail(err, A2AMM_E_IO, "cannot write %s: %s", shown(tmp), strerror(errno));
+    errno = 0;
+    int bad = fill(f, arg) || ferror(f);
+    if (fclose(f) != 0) bad = 1;
+    if (bad || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return a2amm_fail(err, A2AMM_E_IO, "cannot write %s: %s", shown(path), e ? strerror(e) : "a write failed");
+    }
+    return A2AMM_OK;
+}
+
 /* Whether name is "<one of the layout's files>.tmp.<anything>". */
 static int is_stale_name(const char *name)
 {

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdio.h>
+
 #include "a2amm.h"
 
 #define IO_PATH_MAX 4096
@@ -60,6 +62,13 @@ int io_read_exact(const char *path, void *buf, size_t bytes, a2amm_error *err);
  * at worst a complete PATH.tmp.<pid> (io_remove_stale removes those).
  */
 int io_write_atomic(const char *path, const void *buf, size_t bytes, a2amm_error *err);
+
+/*
+ * Writes a file of unknown size as a stream, atomically: fill(f, arg)
+ * writes it to PATH.tmp.<pid>, which is renamed to PATH when fill returned 0
+ * and every write succeeded, and removed otherwise ("cannot write PATH: ...").
+ */
+int io_write_stream(const char *path, int (*fill)(FILE *f, void *arg), void *arg, a2amm_error *err);
 
 /*
  * The same in two steps, so that several files can be put in place as a
