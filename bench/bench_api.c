@@ -71,6 +71,18 @@ typedef struct api_bench {
     size_t flush_bytes;
 } api_bench;
 
+/* One call from cold caches, every rank starting together; its time into *t. */
+static int timed_call(a2amm_comm *comm, a2amm_op *op, const api_bench *b, const io_rank_inputs *in, uint16_t *out,
+                      measure_flusher *fl, double *t, a2amm_error *err)
+{
+    measure_flush(fl);
+    int rc = a2amm_comm_barrier(comm, b->o.timeout_s, err);
+    double t0 = cli_now();
+    if (!rc) rc = a2amm_op_run(op, b->s.M, in->a, in->sa, out, err);
+    *t = cli_now() - t0;
+    return rc;
+}
+
 static int api_rank(a2amm_comm *comm, void *arg)
 {
     api_bench *b = arg;
@@ -88,28 +100,19 @@ static int api_rank(a2amm_comm *comm, void *arg)
     const io_rank_inputs *in = &b->in[me];
     trace_rank tr = {0};
     if (!rc) rc = trace_rank_init(&tr, me, R, 1, &err);
-    for (int w = 0; !rc && w < 1; w++) { /* one warm-up */
-        rc = a2amm_op_set_weights(op, in->b, in->sb, b->z.sk, &err);
-        if (!rc) rc = a2amm_op_run(op, b->s.M, in->a, in->sa, out, &err);
-    }
+    if (!rc) rc = a2amm_op_set_weights(op, in->b, in->sb, b->z.sk, &err); /* one warm-up */
+    if (!rc) rc = a2amm_op_run(op, b->s.M, in->a, in->sa, out, &err);
     for (int it = 0; !rc && it < b->iters; it++) {
+        size_t slot = (size_t)it * (size_t)R + (size_t)me;
         measure_flush(&fl);
         double t0 = cli_now();
         rc = a2amm_op_set_weights(op, in->b, in->sb, b->z.sk, &err);
-        b->t_weights[(size_t)it * (size_t)R + (size_t)me] = cli_now() - t0;
-        measure_flush(&fl);
-        if (!rc) rc = a2amm_comm_barrier(comm, b->o.timeout_s, &err);
-        t0 = cli_now();
-        if (!rc) rc = a2amm_op_run(op, b->s.M, in->a, in->sa, out, &err);
-        b->t_call[(size_t)it * (size_t)R + (size_t)me] = cli_now() - t0;
+        b->t_weights[slot] = cli_now() - t0;
+        if (!rc) rc = timed_call(comm, op, b, in, out, &fl, &b->t_call[slot], &err);
         /* the same call traced: every span kept, as --trace does */
         tr.n = 0;
         if (!rc) rc = a2amm_op_set_observer(op, trace_observe, &tr);
-        measure_flush(&fl);
-        if (!rc) rc = a2amm_comm_barrier(comm, b->o.timeout_s, &err);
-        t0 = cli_now();
-        if (!rc) rc = a2amm_op_run(op, b->s.M, in->a, in->sa, out, &err);
-        b->t_traced[(size_t)it * (size_t)R + (size_t)me] = cli_now() - t0;
+        if (!rc) rc = timed_call(comm, op, b, in, out, &fl, &b->t_traced[slot], &err);
         if (!rc) rc = a2amm_op_set_observer(op, NULL, NULL);
     }
     trace_rank_free(&tr);
