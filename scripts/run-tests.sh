@@ -31,8 +31,15 @@ run_one() {
 }
 
 # The features hidden in the second runs: the fallbacks a CPU without AMX and
-# AVX-512 gets (the avx2 level), exercised on whatever CPU this is.
+# AVX-512 gets (the avx2 level), exercised on whatever CPU this is. Where
+# this CPU has more, the CPUs between are made too: AMX hidden is a Zen 4 or
+# 5 (AVX-512 with BF16), AVX512_BF16 hidden one with AVX-512 but no BF16.
 hide=amx,avx512
+hides=("$hide")
+"$A2AMM" cpu --runs amx >/dev/null 2>&1 && hides+=(amx)
+"$A2AMM" cpu --json 2>/dev/null | python3 -c "import json,sys; sys.exit(0 if json.load(sys.stdin)['features']['avx512f']['used'] else 1)" \
+    && hides+=(avx512bf16)
+echo "run-tests.sh: test_run.sh and test_bench.sh run again with A2AMM_CPU_HIDE=${hides[*]} (one each)"
 
 for t in "$root/$build"/tests/test_*; do
     [ -x "$t" ] || continue
@@ -50,7 +57,8 @@ for t in "$root"/tests/test_*.sh; do
     name=$build/$(basename "$t")
     run_one "$name" bash "$t"
     case $(basename "$t") in
-    test_run.sh | test_bench.sh) run_one "$name [A2AMM_CPU_HIDE=$hide]" env A2AMM_CPU_HIDE=$hide bash "$t" ;;
+    test_run.sh | test_bench.sh)
+        for h in "${hides[@]}"; do run_one "$name [A2AMM_CPU_HIDE=$h]" env A2AMM_CPU_HIDE="$h" bash "$t"; done ;;
     esac
 done
 [ ${#failures[@]} -eq 0 ] || echo "failed: ${failures[*]}"
