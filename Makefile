@@ -1,40 +1,72 @@
-# a2amm build. `make` builds build/a2amm, build/a2amm-bench (the benchmarks),
-# build/liba2amm.a and build/liba2amm.so; `make check`
-# sets up, builds and runs every test (optimized, then ASan+UBSan);
+# a2amm build. `make` builds the command build/a2amm, the benchmarks
+# build/a2amm-bench, the libraries build/liba2amm.{a,so} and
+# build/liba2amm_mpi.{a,so}, the test programs and the probes in bench/tools;
+# `make check` sets up, builds and runs every test (optimized, then
+# ASan+UBSan, then the fuzzers); `make test T=NAME` builds and runs one test;
 # `make run` sets up, builds and runs the main job on a default shape.
 
 CC       ?= cc
 BUILD    ?= build
 OPT      ?= -O2 -g
 # OpenBLAS's flags from pkg-config where it knows them (its headers sit in a
-# distribution's own folder), else the plain -lopenblas.
+# distribution's own folder), else the plain -lopenblas. Only the harness
+# (the fp64 reference) uses it: never the library.
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS   := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
-CPPFLAGS += -Iinclude -Isrc -I. -D_GNU_SOURCE $(BLAS_CFLAGS)
+CPPFLAGS += -Iinclude -Isrc -I. -D_GNU_SOURCE
 CFLAGS   += -std=c11 -Wall -Wextra -Werror -pthread $(OPT)
-LDLIBS   += $(BLAS_LIBS) -lm -pthread
+# What the library needs, and all it needs.
+LIB_LDLIBS := -lm -pthread
 # The benchmarks' peers (oneDNN) are linked by a2amm-bench only: never by
 # the library or the a2amm command.
 BENCH_LDLIBS := -ldnnl
 # Open MPI, for liba2amm_mpi and the commands' --transport mpi (never the core library).
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+# The harness's programs (the command, the benchmarks, the tests) link all of it.
+LDLIBS   += $(BLAS_LIBS) $(MPI_LIBS) $(LIB_LDLIBS)
 SAN      := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+VERSION  := $(shell sed -n 's/^\#define A2AMM_VERSION_STRING "\(.*\)"/\1/p' include/a2amm.h)
 
-LIB_SRC  := $(sort $(filter-out src/cli/% src/mpi/%,$(wildcard src/*/*.c)))
-MPI_SRC  := $(sort $(wildcard src/mpi/*.c))
-MPI_OBJ  := $(MPI_SRC:%.c=$(BUILD)/obj/%.o)
-CLI_SRC  := $(sort $(wildcard src/cli/*.c))
-# a2amm-bench: its own files and the command's helpers (all but main and the commands)
-BENCH_SRC := $(sort $(wildcard bench/*.c)) $(filter-out src/cli/main.c src/cli/cmd_%.c,$(CLI_SRC))
-TEST_SRC := $(sort $(wildcard tests/test_*.c))
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
-CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
-BENCH_OBJ := $(BENCH_SRC:%.c=$(BUILD)/obj/%.o)
-TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+# ---- Which files form which library (docs/design.md draws the layers) ------
+# liba2amm: the operator and nothing else: the public API, the op, the
+# transports, the kernels, MX, and what they share.
+LIB_DIRS     := common mx gemm comm op api
+# liba2amm_mpi adds the Open MPI transport.
+MPI_DIRS     := mpi
+# The harness: the command's own private library (the seed's layout, the
+# generator, the fp64 reference, verify, the runner, measurement, tracing),
+# linked by a2amm, a2amm-bench and the tests, never installed.
+HARNESS_DIRS := util io gen ref verify cli
+# The programs: the command's main and its commands; the benchmarks; the
+# probes built beside them (bench/tools, each a program of its own).
+CMD_SRC      := src/cli/main.c $(wildcard src/cli/cmd_*.c)
+BENCH_SRC    := $(sort $(wildcard bench/*.c))
+TOOL_SRC     := $(sort $(wildcard bench/tools/*.c))
 
-.PHONY: all deps check check-opt check-san check-fuzz fuzz run clean bench install
-all: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.so $(BUILD)/liba2amm_mpi.a $(BUILD)/liba2amm_mpi.so $(TEST_BIN)
+dir_src      = $(sort $(foreach d,$(1),$(wildcard src/$(d)/*.c)))
+LIB_SRC      := $(call dir_src,$(LIB_DIRS))
+MPI_SRC      := $(call dir_src,$(MPI_DIRS))
+HARNESS_SRC  := $(filter-out $(CMD_SRC),$(call dir_src,$(HARNESS_DIRS)))
+TEST_SRC     := $(sort $(wildcard tests/test_*.c))
+LIB_OBJ      := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+MPI_OBJ      := $(MPI_SRC:%.c=$(BUILD)/obj/%.o)
+HARNESS_OBJ  := $(HARNESS_SRC:%.c=$(BUILD)/obj/%.o)
+CMD_OBJ      := $(CMD_SRC:%.c=$(BUILD)/obj/%.o)
+BENCH_OBJ    := $(BENCH_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_BIN     := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TOOL_BIN     := $(TOOL_SRC:bench/tools/%.c=$(BUILD)/tools/%)
+
+# The private archives the programs link: every global name kept, for the
+# harness and the tests to reach inside.
+CORE_A    := $(BUILD)/private/liba2amm-core.a
+MPICORE_A := $(BUILD)/private/liba2amm-mpi-core.a
+HARNESS_A := $(BUILD)/private/libharness.a
+PRIVATE_A := $(HARNESS_A) $(MPICORE_A) $(CORE_A)
+
+.PHONY: all deps check check-opt check-san check-fuzz fuzz run clean bench install test
+all: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.a $(BUILD)/liba2amm.so $(BUILD)/liba2amm_mpi.a \
+     $(BUILD)/liba2amm_mpi.so $(TEST_BIN) $(TOOL_BIN)
 
 deps:
 	@scripts/install-deps.sh
@@ -45,18 +77,33 @@ $(BUILD)/obj/%.o: %.c
 
 # What includes mpi.h: the MPI transport, and the command's and benchmarks' runner.
 $(BUILD)/obj/src/mpi/%.o $(BUILD)/pic/src/mpi/%.o $(BUILD)/obj/src/cli/%.o $(BUILD)/obj/bench/%.o: CPPFLAGS += $(MPI_CFLAGS)
+# What includes cblas.h: the fp64 reference, the sgemm baseline, the peers.
+$(BUILD)/obj/src/ref/%.o $(BUILD)/obj/src/cli/%.o $(BUILD)/obj/bench/%.o: CPPFLAGS += $(BLAS_CFLAGS)
 
-$(BUILD)/liba2amm_mpi.a: $(MPI_OBJ)
+$(CORE_A): $(LIB_OBJ)
+$(MPICORE_A): $(MPI_OBJ)
+$(HARNESS_A): $(HARNESS_OBJ)
+$(CORE_A) $(MPICORE_A) $(HARNESS_A):
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+# The installed static libraries: their objects linked into one (ld -r)
+# whose global names are a2amm_* only (objcopy makes the rest local), so a
+# program with its own pool_create or parse_i64 links against them.
+# liba2amm_mpi.a holds the whole library and the transport: link it alone.
+define localized_archive
+	@mkdir -p $(BUILD)/private
+	ld -r $(2) -o $(BUILD)/private/$(notdir $(1)).o
+	objcopy -w --keep-global-symbol='a2amm_*' $(BUILD)/private/$(notdir $(1)).o
+	rm -f $(1) && ar rcs $(1) $(BUILD)/private/$(notdir $(1)).o
+endef
 $(BUILD)/liba2amm.a: $(LIB_OBJ)
-	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	$(call localized_archive,$@,$^)
+$(BUILD)/liba2amm_mpi.a: $(LIB_OBJ) $(MPI_OBJ)
+	$(call localized_archive,$@,$^)
 
 # The shared library: the same sources built position-independent with
 # hidden visibility, so that it exports the public a2amm_* calls only.
-VERSION  := 0.1.0
 PIC_OBJ  := $(LIB_SRC:%.c=$(BUILD)/pic/%.o)
 
 $(BUILD)/pic/%.o: %.c
@@ -64,7 +111,7 @@ $(BUILD)/pic/%.o: %.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -MMD -MP -c $< -o $@
 
 $(BUILD)/liba2amm.so.0: $(PIC_OBJ)
-	$(CC) $(CFLAGS) -shared -Wl,-soname,liba2amm.so.0 $^ -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,liba2amm.so.0 -Wl,--no-undefined $^ -o $@ $(LIB_LDLIBS)
 
 $(BUILD)/liba2amm.so: $(BUILD)/liba2amm.so.0
 	ln -sf liba2amm.so.0 $@
@@ -75,13 +122,13 @@ $(BUILD)/liba2amm.so: $(BUILD)/liba2amm.so.0
 MPI_PIC_OBJ := $(MPI_SRC:%.c=$(BUILD)/pic/%.o)
 
 $(BUILD)/liba2amm_mpi.so.0: $(PIC_OBJ) $(MPI_PIC_OBJ)
-	$(CC) $(CFLAGS) -shared -Wl,-soname,liba2amm_mpi.so.0 $^ -o $@ $(LDLIBS) $(MPI_LIBS)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,liba2amm_mpi.so.0 $^ -o $@ $(LIB_LDLIBS) $(MPI_LIBS)
 
 $(BUILD)/liba2amm_mpi.so: $(BUILD)/liba2amm_mpi.so.0
 	ln -sf liba2amm_mpi.so.0 $@
 
-# make install PREFIX=...: the headers, the libraries (liba2amm_mpi.a: the MPI
-# transport, linked with liba2amm.a and MPI; liba2amm_mpi.so: both in one),
+# make install PREFIX=...: the headers, the libraries (liba2amm_mpi.a and
+# liba2amm_mpi.so: the whole library and the MPI transport in one),
 # a2amm.pc, a2amm-mpi.pc and the commands.
 PREFIX ?= /usr/local
 install: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.a $(BUILD)/liba2amm.so $(BUILD)/liba2amm_mpi.a \
@@ -94,20 +141,30 @@ install: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.a $(BUILD)/liba2a
 	install -m 755 $(BUILD)/liba2amm_mpi.so.0 $(DESTDIR)$(PREFIX)/lib/
 	ln -sf liba2amm_mpi.so.0 $(DESTDIR)$(PREFIX)/lib/liba2amm_mpi.so
 	install -m 755 $(BUILD)/a2amm $(BUILD)/a2amm-bench $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(BLAS_LIBS) -lm -pthread|' \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(LIB_LDLIBS)|' \
 		a2amm.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/a2amm.pc
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(BLAS_LIBS) -lm -pthread|' \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(LIB_LDLIBS)|' \
 		a2amm-mpi.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/a2amm-mpi.pc
 
-$(BUILD)/a2amm: $(CLI_OBJ) $(BUILD)/liba2amm_mpi.a $(BUILD)/liba2amm.a
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(MPI_LIBS)
+$(BUILD)/a2amm: $(CMD_OBJ) $(PRIVATE_A)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/a2amm-bench: $(BENCH_OBJ) $(BUILD)/liba2amm_mpi.a $(BUILD)/liba2amm.a
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(BENCH_LDLIBS) $(MPI_LIBS)
+$(BUILD)/a2amm-bench: $(BENCH_OBJ) $(PRIVATE_A)
+	$(CC) $(CFLAGS) $^ -o $@ $(BENCH_LDLIBS) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/liba2amm.a tests/check.h
+$(BUILD)/tests/%: tests/%.c $(PRIVATE_A) tests/check.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests $< $(BUILD)/liba2amm.a -o $@ $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests $< $(PRIVATE_A) -o $@ $(LDLIBS)
+
+$(BUILD)/tools/%: bench/tools/%.c $(CORE_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(CORE_A) -o $@ $(LIB_LDLIBS)
+
+# One test, built with what it runs: make test T=test_op (or T=test_run.sh);
+# BUILD=build-san OPT="$(SAN)" for the sanitized build.
+test: all
+	@test -n "$(T)" || { echo "usage: make test T=NAME (a tests/test_*.c or tests/test_*.sh)" >&2; exit 2; }
+	scripts/run-tests.sh $(BUILD) $(T)
 
 # The suite twice: an optimized build, then AddressSanitizer + UBSan; then
 # a short bounded run of every fuzz target (libFuzzer, clang).
@@ -130,7 +187,7 @@ check-san:
 FUZZ_CC    ?= clang
 FUZZ_BUILD := build-fuzz
 FUZZ_SAN   := -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
-FUZZ_SRC   := $(LIB_SRC) src/cli/args.c src/cli/op_args.c src/cli/json_read.c
+FUZZ_SRC   := $(LIB_SRC) $(call dir_src,util io gen) src/cli/args.c src/cli/op_args.c src/cli/json_read.c
 FUZZ_OBJ   := $(FUZZ_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_BIN   := $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(wildcard tests/fuzz/fuzz_*.c))
 

@@ -20,7 +20,7 @@
 #include "cli/progress.h"
 #include "common/error.h"
 #include "common/hugemem.h"
-#include "common/llc.h"
+#include "util/llc.h"
 #include "common/pool.h"
 #include "gemm/gemm.h"
 #include "gen/gen.h"

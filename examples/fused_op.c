@@ -7,8 +7,11 @@
  *
  * The same ranks as an MPI job (liba2amm_mpi; on one machine or several):
  *
- *   mpicc -DWITH_MPI fused_op.c -I$PREFIX/include $PREFIX/lib/liba2amm_mpi.a \
- *         $PREFIX/lib/liba2amm.a -lopenblas -lm -o fused_op_mpi && mpirun -np 2 ./fused_op_mpi
+ *   mpicc -DWITH_MPI fused_op.c $(pkg-config --cflags --libs a2amm-mpi) -o fused_op_mpi
+ *   mpirun -np 2 ./fused_op_mpi
+ *
+ * (statically: mpicc -DWITH_MPI fused_op.c -I$PREFIX/include $PREFIX/lib/liba2amm_mpi.a -lm -o fused_op_mpi;
+ * liba2amm_mpi.a holds the whole library, so it is linked alone)
  *
  * Exit 0 and "fused_op: OK" when every rank's result is within a bf16
  * rounding of the check.
@@ -98,7 +101,7 @@ int main(int argc, char **argv)
         if (rc == A2AMM_E_INVAL) fprintf(stderr, "fused_op: %s\n", err.msg);
         return 1;
     }
-    if (me == 0) printf("fused_op: OK\n");
+    if (me == 0) printf("fused_op: OK (a2amm %s, built with the header of %s)\n", a2amm_version(), A2AMM_VERSION_STRING);
     return 0;
 }
 #else
@@ -110,7 +113,7 @@ int main(void)
         fprintf(stderr, "fused_op: %s\n", err.msg);
         return 1;
     }
-    printf("fused_op: OK\n");
+    printf("fused_op: OK (a2amm %s, built with the header of %s)\n", a2amm_version(), A2AMM_VERSION_STRING);
     return 0;
 }
 #endif

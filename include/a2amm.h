@@ -21,6 +21,18 @@
 extern "C" {
 #endif
 
+/* ---- Version ----------------------------------------------------------------
+ * The header's version; a2amm_version() is the library's, which a program
+ * may compare with the header it was built against. Within one major
+ * version the calls and the layout of every struct a caller fills stay
+ * compatible (structs grow only at their end, behind their size field). */
+#define A2AMM_VERSION_MAJOR 0
+#define A2AMM_VERSION_MINOR 2
+#define A2AMM_VERSION_PATCH 0
+#define A2AMM_VERSION_STRING "0.2.0"
+/* One number that orders versions: 10000 * major + 100 * minor + patch. */
+#define A2AMM_VERSION (A2AMM_VERSION_MAJOR * 10000 + A2AMM_VERSION_MINOR * 100 + A2AMM_VERSION_PATCH)
+
 /* What the shared library exports (it builds with -fvisibility=hidden). */
 #if defined(__GNUC__)
 #define A2AMM_API __attribute__((visibility("default")))
@@ -43,6 +55,11 @@ enum {
     A2AMM_E_MISMATCH = -10, /* verification found results outside tolerance */
     A2AMM_E_INTERRUPTED = -11 /* stopped on request (a signal) */
 };
+
+/* The library's version, "0.2.0" (A2AMM_VERSION_STRING of the header it was
+ * built from), and as one number (A2AMM_VERSION). */
+A2AMM_API const char *a2amm_version(void);
+A2AMM_API int a2amm_version_number(void);
 
 /* A short, static description of a status code ("file size mismatch"). */
 A2AMM_API const char *a2amm_strerror(int status);

@@ -5,7 +5,10 @@
 # its last "SKIP: <reason>" line says why, and it never counts as passed.
 # Exit 0 only when none failed and some passed.
 set -u
-build=${1:?usage: run-tests.sh BUILD_DIR}
+build=${1:?usage: run-tests.sh BUILD_DIR [TEST]}
+# TEST: one test only (test_op, test_run.sh; its runs with features hidden too)
+only=${2:-}
+only=${only#tests/}
 root=$(cd "$(dirname "$0")/.." && pwd)
 export A2AMM="$root/$build/a2amm"
 passed=0; failed=0; skipped=0; failures=(); skips=()
@@ -43,6 +46,7 @@ echo "run-tests.sh: test_run.sh and test_bench.sh run again with A2AMM_CPU_HIDE=
 
 for t in "$root/$build"/tests/test_*; do
     [ -x "$t" ] || continue
+    [ -z "$only" ] || [ "$(basename "$t")" = "${only%.c}" ] || continue
     name=$build/$(basename "$t")
     if [ "$(basename "$t")" = test_gemm ]; then
         # one test per kernel level: a level this CPU lacks is a skip, not a pass
@@ -54,6 +58,7 @@ for t in "$root/$build"/tests/test_*; do
 done
 for t in "$root"/tests/test_*.sh; do
     [ -f "$t" ] || continue
+    [ -z "$only" ] || [ "$(basename "$t")" = "$only" ] || continue
     name=$build/$(basename "$t")
     run_one "$name" bash "$t"
     case $(basename "$t") in
@@ -61,6 +66,10 @@ for t in "$root"/tests/test_*.sh; do
         for h in "${hides[@]}"; do run_one "$name [A2AMM_CPU_HIDE=$h]" env A2AMM_CPU_HIDE="$h" bash "$t"; done ;;
     esac
 done
+if [ -n "$only" ] && [ $((passed + failed + skipped)) -eq 0 ]; then
+    echo "run-tests.sh: no test named '$only' (tests/test_*.c or tests/test_*.sh)" >&2
+    exit 2
+fi
 [ ${#failures[@]} -eq 0 ] || echo "failed: ${failures[*]}"
 for s in "${skips[@]+"${skips[@]}"}"; do echo "skipped: $s"; done
 echo "$passed passed, $failed failed, $skipped skipped"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # make install PREFIX=...: the header, the static and shared libraries, the
-# command and a2amm.pc land there; the shared library exports the public
-# a2amm_* calls and nothing else; examples/fused_op.c builds against the
-# installed copy through pkg-config (shared, then static) and passes.
+# command and a2amm.pc land there; the libraries need nothing but libc, libm
+# and pthreads, define a2amm_* names only (a program with its own
+# pool_create links the static one), and agree with the header on the
+# version; examples/fused_op.c builds against the installed copy through
+# pkg-config (shared, then static; then over MPI) and passes.
 . "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/.." && pwd)
 prefix="$SCRATCH/prefix"
@@ -17,13 +19,62 @@ for call in a2amm_launch a2amm_op_create a2amm_op_set_weights a2amm_op_input a2a
             a2amm_mx_quantize_f32 a2amm_mx_quantize_bf16 a2amm_mx_dequantize_f32 a2amm_weights_create a2amm_matmul; do
     check "exports $call" grep -qx "$call" <<<"$exported"
 done
+# the library is the operator only: libc, libm and pthreads; no BLAS, no Fortran runtime
+deps=$(ldd "$prefix/lib/liba2amm.so.0")
+check "liba2amm.so needs no BLAS" bash -c "! grep -qi 'blas' <<<'$deps'"
+check "liba2amm.so needs no Fortran runtime" bash -c "! grep -Eqi 'gfortran|quadmath' <<<'$deps'"
+check "liba2amm.so needs libc and libm, nothing else of the system's" \
+    test -z "$(awk '/=>/{print $1}' <<<"$deps" | grep -Ev '^(libc|libm|libpthread|libgcc_s)\.so')"
+# the static libraries' global names are a2amm_* only
+for lib in liba2amm.a liba2amm_mpi.a; do
+    names=$(nm -g --defined-only "$prefix/lib/$lib" | awk 'NF == 3 {print $3}')
+    check "$lib defines a2amm_* names" test "$(grep -c '^a2amm_' <<<"$names")" -ge 20
+    check "$lib defines no global name but a2amm_*: $(grep -v '^a2amm_' <<<"$names" | head -5 | tr '\n' ' ')" \
+        test -z "$(grep -v '^a2amm_' <<<"$names")"
+done
+mnames=$(nm -g --defined-only "$prefix/lib/liba2amm.so.0" | awk 'NF == 3 {print $3}')
+check "liba2amm.so defines no global name but a2amm_*" test -z "$(grep -v '^a2amm_' <<<"$mnames")"
+# a program with names of its own that the library uses inside links against the static library
+cat >"$SCRATCH/own_names.c" <<'C'
+#include <a2amm.h>
+#include <stdio.h>
+#include <string.h>
+/* names a2amm uses inside, defined here with other meanings */
+int pool_create(int n) { return n + 1; }
+int parse_i64(const char *s) { return (int)strlen(s); }
+int cpu_has(int f) { return f * 2; }
+void *comm_alloc(void) { return NULL; }
+int gemm_b_prepare(void) { return 7; }
+int main(void)
+{
+    a2amm_shape s = {.M = 4, .K = 64, .N = 8, .R = 2};
+    a2amm_sizes z;
+    a2amm_error err;
+    int rc = a2amm_shape_check(&s, &z, &err);
+    printf("own_names: %d %d %d %s rc %d a_bytes %zu\n", pool_create(1), parse_i64("abc"), cpu_has(2),
+           comm_alloc() ? "?" : "null", rc, z.a_bytes);
+    return rc != 0 || pool_create(1) != 2 || parse_i64("abc") != 3 || gemm_b_prepare() != 7;
+}
+C
+expect_ok "a program with its own pool_create, parse_i64, cpu_has ... links the static library" \
+    cc -std=c11 -Wall -Wextra -Werror "$SCRATCH/own_names.c" -I"$prefix/include" "$prefix/lib/liba2amm.a" -lm -pthread \
+    -o "$SCRATCH/own_names"
+expect_ok "and runs with its own meanings and the library's" "$SCRATCH/own_names"
+expect_output "the program's names are its own" "own_names: 2 3 4 null rc 0 a_bytes 256"
+# the version: the header's, the library's and the pkg-config file's agree
+hdr=$(sed -n 's/^#define A2AMM_VERSION_STRING "\(.*\)"/\1/p' "$prefix/include/a2amm.h")
+check "the installed header has a version" test -n "$hdr"
+
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+check "pkg-config's a2amm version is the header's ($hdr)" test "$(pkg-config --modversion a2amm)" = "$hdr"
+check "pkg-config's a2amm-mpi version is the header's" test "$(pkg-config --modversion a2amm-mpi)" = "$hdr"
 check "pkg-config knows a2amm" pkg-config --exists a2amm
 expect_ok "the example builds against the installed shared library" \
     cc -std=c11 -Wall -Wextra -Werror "$root/examples/fused_op.c" $(pkg-config --cflags --libs a2amm) -lm -o "$SCRATCH/ex"
 check "the example is linked to the installed liba2amm.so.0" bash -c "LD_LIBRARY_PATH='$prefix/lib' ldd '$SCRATCH/ex' | grep -q '$prefix/lib/liba2amm.so.0'"
 LD_LIBRARY_PATH="$prefix/lib" expect_ok "the example runs" env LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/ex"
 expect_output "the example checks its result" "fused_op: OK"
+expect_output "the example prints a2amm_version(), the header's" "fused_op: OK (a2amm $hdr, built with the header of $hdr)"
 expect_ok "the example builds statically" \
     cc -std=c11 "$root/examples/fused_op.c" $(pkg-config --cflags a2amm) "$prefix/lib/liba2amm.a" \
     $(pkg-config --libs-only-other --static a2amm) $(pkg-config --static --libs-only-L --libs-only-l a2amm | sed 's/-la2amm//') -lm -o "$SCRATCH/ex-static"
@@ -33,8 +84,7 @@ expect_output "the static example checks its result" "fused_op: OK"
 if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
     expect_ok "the MPI example builds against the installed copy" \
         mpicc -std=c11 -Wall -Wextra -Werror -DWITH_MPI "$root/examples/fused_op.c" -I"$prefix/include" \
-        "$prefix/lib/liba2amm_mpi.a" "$prefix/lib/liba2amm.a" $(pkg-config --libs-only-other --static a2amm) \
-        $(pkg-config --static --libs-only-L --libs-only-l a2amm | sed 's/-la2amm//') -lm -o "$SCRATCH/ex-mpi"
+        "$prefix/lib/liba2amm_mpi.a" -lm -pthread -o "$SCRATCH/ex-mpi"
     expect_ok "the MPI example runs under mpirun" env ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" \
         timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 --mca btl tcp,self "$SCRATCH/ex-mpi"
     expect_output "the MPI example checks its result" "fused_op: OK"

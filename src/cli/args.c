@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <time.h>
 
-#include "common/parse.h"
+#include "util/parse.h"
 #include "mx/mx.h"
 
 int cli_option(int argc, char **argv, int *i, const char *name, const char **value)

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "common/error.h"
-#include "common/llc.h"
+#include "util/llc.h"
 
 #include "cli/args.h"
 #include "cli/measure.h"

@@ -42,3 +42,7 @@ void a2amm_error_clear(a2amm_error *err)
         err->msg[0] = '\0';
     }
 }
+
+const char *a2amm_version(void) { return A2AMM_VERSION_STRING; }
+
+int a2amm_version_number(void) { return A2AMM_VERSION; }

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "common/parse.h"
+#include "util/parse.h"
 #include "gen/gen.h"
 #include "mx/mx.h"
 

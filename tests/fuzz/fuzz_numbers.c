@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/parse.h"
+#include "util/parse.h"
 
 static int all_digits(const char *s) { return *s && strspn(s, "0123456789") == strlen(s); }
 

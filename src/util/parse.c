@@ -1,5 +1,5 @@
 /* Decimal numbers from text: digits only, overflow refused. */
-#include "common/parse.h"
+#include "util/parse.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,15 +1,14 @@
 /*
- * A benchmark of the gemm kernels, single-threaded (not a test: the suite
- * runs only tests/test_*): GFLOP/s of gemm_accumulate with B prepared, for
- * each supported ISA level, against the machine's peak measured in the same
- * run by a probe (24 independent vdpbf16ps / 12 ymm vfmadd231ps
+ * A benchmark of the gemm kernels, single-threaded (not a test: a probe in
+ * bench/tools, which make builds and the suite does not run): GFLOP/s of
+ * gemm_accumulate with B prepared, for each supported ISA level, against the
+ * machine's peak measured in the same run by a probe (24 independent vdpbf16ps / 12 ymm vfmadd231ps
  * accumulators). Each repetition runs the probe briefly, then the GEMM, and
  * the ratio of the two is taken per repetition: shared machines drift by
  * several percent over seconds, and a ratio from one moment does not.
  *
- *   make build/liba2amm.a && cc -std=c11 -D_GNU_SOURCE -O2 -Iinclude -Isrc \
- *       tests/bench_gemm_kernel.c build/liba2amm.a -o build/bench_gemm_kernel -lm -pthread
- *   build/bench_gemm_kernel [M N K [reps [huge]]]   (default 2048 2048 2048 15)
+ *   make build/tools/bench_gemm_kernel   (make all builds it too)
+ *   build/tools/bench_gemm_kernel [M N K [reps [huge]]]   (default 2048 2048 2048 15)
  *
  * `huge` puts the fp32 C on transparent huge pages (madvise): C's rows are
  * far apart, and with 4 KB pages each microkernel tile touches 6 of them.

@@ -1,5 +1,5 @@
 /* The size of the last-level cache, for the cache flushes of perf runs. */
-#include "common/llc.h"
+#include "util/llc.h"
 
 #include <stdio.h>
 #include <unistd.h>

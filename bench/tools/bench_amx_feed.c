@@ -1,15 +1,14 @@
 /*
  * How fast AMX multiplies depending on where its tiles come from (not a
- * test: the suite runs only tests/test_*). One core, the AMX microkernel's
- * inner step (2 x 2 accumulator tiles, two A and two B tile loads per four
+ * test: a probe in bench/tools, which make builds and the suite does not
+ * run). One core, the AMX microkernel's inner step (2 x 2 accumulator tiles, two A and two B tile loads per four
  * TDPBF16PS) over operands sized to live in L1, L2 or L3, against the same
  * step without loads. Rounds interleave the variants; each variant's figure
  * is its best round and the median over rounds of its speed over the
  * no-load loop of the same round (the host drifts between phases).
  *
- *   make build/liba2amm.a && cc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Isrc \
- *       tests/bench_amx_feed.c build/liba2amm.a -o build/bench_amx_feed -pthread
- *   build/bench_amx_feed [rounds]   (default 30)
+ *   make build/tools/bench_amx_feed   (make all builds it too)
+ *   build/tools/bench_amx_feed [rounds]   (default 30)
  *
  * The layouts are a2amm's: packed A rows 2112 bytes apart (a tile is 16 of
  * them), B's K-pair rows 256 bytes (a whole panel) or 128 (a half-panel
