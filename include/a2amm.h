@@ -136,7 +136,31 @@ A2AMM_API int a2amm_mx_quantize_bf16(const uint16_t *x, int64_t rows, int64_t co
 A2AMM_API int a2amm_mx_dequantize_f32(const uint8_t *codes, int64_t ldc, const uint8_t *scales, int64_t lds, int64_t rows,
                             int64_t cols, a2amm_fp8_type type, float *y, int64_t ldy, a2amm_error *err);
 
-/* ---- The kernels ----------------------------------------------------------- */
+/* ---- This CPU and the kernels ---------------------------------------------- */
+/*
+ * What the library finds on this CPU at run time, less what the environment
+ * variable A2AMM_CPU_HIDE hides (a comma-separated list of amx, avx512bf16,
+ * avx512, avx2: each hides its feature and every one above it, as on a CPU
+ * that lacks them). Local, thread-safe; the strings are static.
+ */
+/* The CPU's model name ("AMD EPYC 9B14"), or "unknown"; the cores this
+ * process may run on. */
+A2AMM_API const char *a2amm_cpu_model(void);
+A2AMM_API int a2amm_cpu_cores(void);
+/* A2AMM_OK when A2AMM_CPU_HIDE is unset, empty, "none" or a list of known
+ * names; A2AMM_E_INVAL naming the bad entry otherwise (nothing is hidden then). */
+A2AMM_API int a2amm_cpu_env_check(a2amm_error *err);
+/* The features the kernels use, index 0 .. a2amm_cpu_feature_count() - 1:
+ * the name as /proc/cpuinfo spells it ("avx512_bf16"), whether the CPU has
+ * it, whether A2AMM_CPU_HIDE hides it, and whether the library uses it (had
+ * and not hidden). Each pointer may be NULL. A2AMM_E_INVAL past the end. */
+A2AMM_API int a2amm_cpu_feature_count(void);
+A2AMM_API int a2amm_cpu_feature(int index, const char **name, int *detected, int *hidden, int *used);
+/* The kernel levels, index 0 .. a2amm_kernel_level_count() - 1, from the
+ * plainest ("ref", "avx2", "avx512", "amx"): *why_not is NULL where the
+ * level runs here, else why not ("this CPU lacks avx512_bf16"). */
+A2AMM_API int a2amm_kernel_level_count(void);
+A2AMM_API int a2amm_kernel_level(int index, const char **name, const char **why_not);
 /* The kernel level ops and matmuls made now would run ("amx", "avx512",
  * "avx2" or "ref"): the best this CPU runs, or what A2AMM_ISA forces, less
  * what A2AMM_CPU_HIDE hides. A2AMM_E_INVAL, saying why, when A2AMM_ISA asks

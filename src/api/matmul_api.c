@@ -36,14 +36,6 @@ int a2amm_weights_create(const uint8_t *b, const uint8_t *sb, int64_t n, int64_t
     return A2AMM_OK;
 }
 
-int a2amm_kernel(const char **name, a2amm_error *err)
-{
-    gemm_isa isa;
-    int rc = gemm_isa_select(&isa, err);
-    if (name) *name = rc ? NULL : gemm_isa_name(isa);
-    return rc;
-}
-
 void a2amm_weights_destroy(a2amm_weights *w)
 {
     if (!w) return;

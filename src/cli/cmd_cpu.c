@@ -1,15 +1,14 @@
 /* `a2amm cpu`: what this CPU runs as the library sees it (features, hidden
- * features, kernel levels), for users and for tests that touch hardware. */
+ * features, kernel levels), for users and for tests that touch hardware;
+ * through the public API only (a2amm_cpu_*, a2amm_kernel_*). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "a2amm.h"
 #include "cli/args.h"
 #include "cli/json.h"
 #include "cli/commands.h"
-#include "common/cpu.h"
-#include "common/pool.h"
-#include "gemm/gemm.h"
 
 static void cpu_usage(FILE *f)
 {
@@ -21,10 +20,10 @@ static void cpu_usage(FILE *f)
             "and amx can run (and why not), and the level run and bench pick.\n"
             "\n"
             "  A2AMM_CPU_HIDE=LIST   hide features from a2amm's detection, as on a CPU that\n"
-            "                        lacks them: a comma-separated list of " CPU_HIDE_NAMES ";\n"
-            "                        each hides its feature and every one above it\n"
-            "                        (amx -> avx512 level, avx512bf16 or avx512 -> avx2,\n"
-            "                        avx2 -> ref). Every a2amm command honours it.\n"
+            "                        lacks them: a comma-separated list of amx, avx512bf16,\n"
+            "                        avx512, avx2; each hides its feature and every one\n"
+            "                        above it (amx -> avx512 level, avx512bf16 or avx512\n"
+            "                        -> avx2, avx2 -> ref). Every a2amm command honours it.\n"
             "  A2AMM_ISA=LEVEL       force one level (refused where it cannot run).\n"
             "\n"
             "options:\n"
@@ -38,51 +37,50 @@ static void cpu_usage(FILE *f)
 
 static int find_level(const char *name)
 {
-    for (int i = 0; i < GEMM_ISA_COUNT; i++)
-        if (!strcmp(name, gemm_isa_name((gemm_isa)i))) return i;
+    const char *level;
+    for (int i = 0; a2amm_kernel_level(i, &level, NULL) == A2AMM_OK; i++)
+        if (!strcmp(name, level)) return i;
     return -1;
 }
 
-static void print_json(const char *hide, int selected, int forced)
+/* `selected`: the level run and bench use, or NULL where none can run. */
+static void print_json(const char *hide, const char *selected, int forced)
 {
     printf("{\"command\":\"cpu\"");
-    cli_json_key_str("model", cpu_model_name());
-    printf(",\"cores\":%d", pool_cpu_count());
+    cli_json_key_str("model", a2amm_cpu_model());
+    printf(",\"cores\":%d", a2amm_cpu_cores());
     cli_json_key_str("hide", hide);
     printf(",\"features\":{");
-    for (int f = 0; f < CPU_FEATURE_COUNT; f++)
-        printf("%s\"%s\":{\"detected\":%s,\"hidden\":%s,\"used\":%s}", f ? "," : "", cpu_feature_name((cpu_feature)f),
-               cpu_detected((cpu_feature)f) ? "true" : "false", cpu_hidden((cpu_feature)f) ? "true" : "false",
-               cpu_has((cpu_feature)f) ? "true" : "false");
+    const char *name, *why;
+    int detected, hidden, used;
+    for (int f = 0; a2amm_cpu_feature(f, &name, &detected, &hidden, &used) == A2AMM_OK; f++)
+        printf("%s\"%s\":{\"detected\":%s,\"hidden\":%s,\"used\":%s}", f ? "," : "", name,
+               detected ? "true" : "false", hidden ? "true" : "false", used ? "true" : "false");
     printf("},\"levels\":{");
-    for (int i = 0; i < GEMM_ISA_COUNT; i++) {
-        printf("%s\"%s\":{\"runs\":%s", i ? "," : "", gemm_isa_name((gemm_isa)i),
-               gemm_isa_supported((gemm_isa)i) ? "true" : "false");
-        cli_json_key_str("why_not", gemm_isa_why_not((gemm_isa)i));
+    for (int i = 0; a2amm_kernel_level(i, &name, &why) == A2AMM_OK; i++) {
+        printf("%s\"%s\":{\"runs\":%s", i ? "," : "", name, why ? "false" : "true");
+        cli_json_key_str("why_not", why);
         printf("}");
     }
     printf("}");
-    cli_json_key_str("selected", selected >= 0 ? gemm_isa_name((gemm_isa)selected) : NULL);
+    cli_json_key_str("selected", selected);
     printf(",\"forced\":%s}\n", forced ? "true" : "false");
 }
 
-static void print_text(const char *hide, int selected, int forced)
+static void print_text(const char *hide, const char *selected, int forced)
 {
-    printf("CPU: %s, %d cores\n", cpu_model_name(), pool_cpu_count());
+    printf("CPU: %s, %d cores\n", a2amm_cpu_model(), a2amm_cpu_cores());
     printf("A2AMM_CPU_HIDE=%s\n\nfeatures the kernels use:\n", hide ? hide : "(unset)");
-    for (int f = 0; f < CPU_FEATURE_COUNT; f++) {
-        cpu_feature x = (cpu_feature)f;
-        printf("  %-12s %s\n", cpu_feature_name(x),
-               !cpu_detected(x) ? "absent" : cpu_hidden(x) ? "present, hidden by A2AMM_CPU_HIDE" : "present");
-    }
+    const char *name, *why;
+    int detected, hidden;
+    for (int f = 0; a2amm_cpu_feature(f, &name, &detected, &hidden, NULL) == A2AMM_OK; f++)
+        printf("  %-12s %s\n", name,
+               !detected ? "absent" : hidden ? "present, hidden by A2AMM_CPU_HIDE" : "present");
     printf("\nkernel levels:\n");
-    for (int i = 0; i < GEMM_ISA_COUNT; i++) {
-        const char *why = gemm_isa_why_not((gemm_isa)i);
-        printf("  %-7s %s%s\n", gemm_isa_name((gemm_isa)i), why ? "no: " : "runs", why ? why : "");
-    }
-    if (selected >= 0)
-        printf("\nrun and bench use: %s (%s)\n", gemm_isa_name((gemm_isa)selected),
-               forced ? "forced by A2AMM_ISA" : "the best this CPU runs");
+    for (int i = 0; a2amm_kernel_level(i, &name, &why) == A2AMM_OK; i++)
+        printf("  %-7s %s%s\n", name, why ? "no: " : "runs", why ? why : "");
+    if (selected)
+        printf("\nrun and bench use: %s (%s)\n", selected, forced ? "forced by A2AMM_ISA" : "the best this CPU runs");
 }
 
 int cmd_cpu(int argc, char **argv)
@@ -105,7 +103,7 @@ int cmd_cpu(int argc, char **argv)
         return 2;
     }
     a2amm_error err = {0, ""};
-    int rc = cpu_hide_check(&err);
+    int rc = a2amm_cpu_env_check(&err);
     if (rc) {
         cli_print_error("cpu", &err);
         return 2;
@@ -116,18 +114,18 @@ int cmd_cpu(int argc, char **argv)
             fprintf(stderr, "a2amm cpu: --runs must be ref, avx2, avx512 or amx (got '%s')\n", runs);
             return 2;
         }
-        const char *why = gemm_isa_why_not((gemm_isa)level);
+        const char *why = NULL;
+        a2amm_kernel_level(level, NULL, &why);
         if (!why) return 0;
         printf("%s: %s\n", runs, why);
         return 1;
     }
-    gemm_isa isa = GEMM_ISA_REF;
-    const char *forced = getenv("A2AMM_ISA");
-    int selected = gemm_isa_select(&isa, &err) == A2AMM_OK ? (int)isa : -1;
+    const char *forced = getenv("A2AMM_ISA"), *selected = NULL;
+    a2amm_kernel(&selected, &err);
     const char *hide = getenv("A2AMM_CPU_HIDE");
     if (json) print_json(hide, selected, forced && *forced);
     else print_text(hide, selected, forced && *forced);
-    if (selected < 0) {
+    if (!selected) {
         cli_print_error("cpu", &err);
         return 1;
     }
