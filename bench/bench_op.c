@@ -13,6 +13,7 @@
 #include "cli/args.h"
 #include "bench/bench.h"
 #include "cli/data_dir.h"
+#include "cli/out_path.h"
 #include "common/error.h"
 #include "cli/op_args.h"
 #include "cli/perf_report.h"
@@ -47,7 +48,8 @@ static void bench_op_usage(FILE *f)
             "                     mpi): each rank generates and reads only its own inputs\n"
             "  --dir DIR          keep the generated inputs in DIR (default: a temporary folder)\n"
             "  --trace FILE       every rank's pipeline over the repetitions as a Chrome trace\n"
-            "                     (JSON; a2amm timeline FILE draws it)\n"
+            "                     (JSON; a2amm timeline FILE draws it); FILE is replaced whole: a\n"
+            "                     device, a FIFO, a folder or one of --dir's files is refused\n"
             "  --json             one JSON object instead of the table\n"
             "  --quiet            no progress line (it shows only when stderr is a terminal)\n"
             "\n"
@@ -99,6 +101,12 @@ int cmd_bench_op(int argc, char **argv)
     a2amm_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
     a2amm_sizes z;
     if (cli_parse_shape("bench op", pos, &s, &z)) return 2;
+    a2amm_error err = {0, ""};
+    /* before any input is written: the trace never replaces a device or the data it runs on (--dir) */
+    if (o.trace_path && cli_check_output("--trace", o.trace_path, dir, s.R, &err)) {
+        cli_print_error("bench op", &err);
+        return 2;
+    }
     int mpi_rank = -1; /* over MPI: this process's rank, which generates only its own inputs */
     if (o.transport == RUN_MPI) {
         mpi_rank = run_mpi_rank();
@@ -126,7 +134,6 @@ int cmd_bench_op(int argc, char **argv)
     }
     o.progress = !quiet && !json && isatty(STDERR_FILENO) && o.transport != RUN_MPI; /* the repetitions done */
     o.stop = cli_catch_stop_signals(); /* Ctrl-C: stop the ranks, remove the scratch folder, exit 130 */
-    a2amm_error err = {0, ""};
     gen_options g = {GEN_DIST_NORMAL, 1, MX_SCALE_FLOOR};
     io_rank_inputs *in = calloc((size_t)s.R, sizeof *in);
     int rc = in ? A2AMM_OK : a2amm_fail(&err, A2AMM_E_NOMEM, "out of memory");

@@ -31,6 +31,33 @@ done
 expect_ok "seed form: a2amm M K N R precision" "$A2AMM" 70 96 33 3 precision --dir "$SCRATCH/r3"
 expect_output "seed form reads the recorded types" "A e5m2, B e5m2"
 expect_ok "verify after seed form" "$A2AMM" verify 70 33 3 --dir "$SCRATCH/r3"
+check "seed form with a meta file: no note on stderr" bash -c "! '$A2AMM' 70 96 33 3 --dir '$SCRATCH/r3' 2>&1 >/dev/null | grep -q note"
+expect_fail "seed form with a meta file: a type that contradicts it is still refused" "--a-type e4m3 contradicts" \
+    "$A2AMM" 70 96 33 3 --dir "$SCRATCH/r3" --a-type e4m3
+expect_fail "seed form with a meta file: a shape that contradicts it is still refused" "says the data was made for" \
+    "$A2AMM" 35 96 33 3 --dir "$SCRATCH/r3"
+# data in the seed's layout from another generator (no meta file, as the seed's
+# scripts write it): the seed's form runs it as E4M3 x E4M3, as the seed's
+# launcher does, and says so on stderr; run itself still asks for the types
+sd="$SCRATCH/seedgen"
+"$A2AMM" gen 45 128 24 2 --a-type e4m3 --b-type e4m3 --dir "$sd" >/dev/null
+rm "$sd/input/a2amm-meta.txt"
+rc=0; "$A2AMM" 45 128 24 2 --dir "$sd" >"$SCRATCH/seed.out" 2>"$SCRATCH/seed.err" || rc=$?
+check "seed form without a meta file: runs (exit $rc)" test "$rc" -eq 0
+check "seed form without a meta file: E4M3 x E4M3, SUCCESS" \
+    bash -c "grep -q 'A e4m3, B e4m3' '$SCRATCH/seed.out' && grep -q 'Status: SUCCESS' '$SCRATCH/seed.out'"
+check "seed form without a meta file: stderr says it assumed the seed's types and how to name others" \
+    grep -q "a2amm-meta.txt is missing.*assuming the seed's E4M3 for A and B.*name others with --a-type and --b-type" \
+    "$SCRATCH/seed.err"
+check "seed form without a meta file: stdout has no note" bash -c "! grep -q note '$SCRATCH/seed.out'"
+expect_ok "seed form without a meta file: verify passes" "$A2AMM" verify 45 24 2 --dir "$sd"
+"$A2AMM" 45 128 24 2 --dir "$sd" --a-type e5m2 >/dev/null 2>"$SCRATCH/seed.err"
+check "seed form without a meta file, A named: the note names only B" grep -q "assuming the seed's E4M3 for B " "$SCRATCH/seed.err"
+"$A2AMM" 45 128 24 2 --dir "$sd" --a-type e4m3 --b-type e4m3 >/dev/null 2>"$SCRATCH/seed.err"
+check "seed form without a meta file, both named: no note" test ! -s "$SCRATCH/seed.err"
+expect_fail "run without a meta file still asks for the types" "name both with --a-type and --b-type" \
+    "$A2AMM" run 45 128 24 2 --dir "$sd"
+expect_output "run's refusal points at the seed's form" "the seed's form, a2amm M K N R, takes the seed's E4M3"
 
 # --- M smaller than one tile, N = 1, NaN scales, extreme scales
 d="$SCRATCH/small"; "$A2AMM" gen 3 64 1 2 --dir "$d" >/dev/null

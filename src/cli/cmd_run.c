@@ -13,6 +13,7 @@
 #include "io/io.h"
 #include "cli/runner.h"
 #include "cli/op_args.h"
+#include "cli/out_path.h"
 #include "cli/perf_report.h"
 
 static void run_usage(FILE *f)
@@ -43,7 +44,9 @@ static void run_usage(FILE *f)
             "                     silent for 1.5 x this + 1 s (stopped, stuck) fails the run\n"
             "  --a-type/--b-type e4m3|e5m2  element types: what gen recorded in\n"
             "                     DIR/input/a2amm-meta.txt (a type or shape that contradicts\n"
-            "                     it is refused); without that file both must be named\n"
+            "                     it is refused); without that file run needs both named, and\n"
+            "                     the seed's form takes the seed's e4m3 for those not named\n"
+            "                     (as the seed's launcher; it says so on stderr)\n"
             "  --json             print one JSON object: perf mode its figures, precision mode\n"
             "                     the run (shape, each rank's status, time, the outputs written)\n"
             "  --quiet            no progress line in perf mode (it shows only when stderr is a\n"
@@ -53,7 +56,9 @@ static void run_usage(FILE *f)
             "  --trace FILE       every rank's pipeline as a Chrome trace (JSON; open it in\n"
             "                     Perfetto or chrome://tracing, or draw it: a2amm timeline FILE):\n"
             "                     B preparation, each tile's waits per source, matmuls, sends,\n"
-            "                     signals, barriers, the output write; perf mode: every repetition\n"
+            "                     signals, barriers, the output write; perf mode: every repetition.\n"
+            "                     FILE is replaced whole (a new file renamed over it): a device, a\n"
+            "                     FIFO, a folder or one of the data's files is refused\n"
             "  --transport shm|mpi  shm: fork R ranks here over shared memory (default);\n"
             "                     mpi: this process is one rank of an MPI job, across machines:\n"
             "                       mpirun -np R [--host h1,h2] a2amm run M K N R --transport mpi --dir D\n"
@@ -135,7 +140,8 @@ static void print_precision_json(const char *dir, const a2amm_shape *s, const ru
     printf("]}\n");
 }
 
-int cmd_run(int argc, char **argv)
+/* run and the seed's form (seed_form: the types default to the seed's where no meta file records them). */
+static int run_command(int argc, char **argv, int seed_form)
 {
     run_options o;
     run_options_default(&o);
@@ -179,8 +185,13 @@ int cmd_run(int argc, char **argv)
     a2amm_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
     if (cli_parse_shape("run", pos, &s, NULL)) return 2;
     if (cli_dir_check("run", dir)) return 2;
-    int held = cli_meta_hold("run", dir, &s, at, bt, 1);
+    int held = cli_meta_hold("run", dir, &s, at, bt, seed_form ? CLI_TYPES_SEED : CLI_TYPES_NAMED);
     if (held) return held;
+    a2amm_error err = {0, ""};
+    if (o.trace_path && cli_check_output("--trace", o.trace_path, dir, s.R, &err)) {
+        cli_print_error("run", &err);
+        return 2;
+    }
     /* over MPI several ranks of one host may share the folder: each writes only its own files */
     if (o.transport != RUN_MPI && cli_dir_lock("run", dir, 0) < 0) return 1;
     if (o.transport == RUN_MPI && !run_under_mpirun()) {
@@ -202,7 +213,6 @@ int cmd_run(int argc, char **argv)
                o.unfused ? "unfused" : "fused", run_path_name(o.path), (long long)o.tile_m, o.depth);
     fflush(stdout);
     run_result res;
-    a2amm_error err = {0, ""};
     double t0 = cli_now();
     int rc = run_files(dir, &s, &o, &res, &err);
     double wall = cli_now() - t0;
@@ -237,3 +247,7 @@ int cmd_run(int argc, char **argv)
     if (rc == A2AMM_E_INTERRUPTED && cli_exit_code_for_stop()) return cli_exit_code_for_stop();
     return rc ? 1 : 0;
 }
+
+int cmd_run(int argc, char **argv) { return run_command(argc, argv, 0); }
+
+int cmd_run_seed(int argc, char **argv) { return run_command(argc, argv, 1); }

@@ -4,6 +4,8 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/out_path.h"
+#include "common/error.h"
 #include "cli/timeline.h"
 
 static void timeline_usage(FILE *f)
@@ -20,7 +22,8 @@ static void timeline_usage(FILE *f)
             "open the JSON itself in Perfetto (ui.perfetto.dev) or chrome://tracing to zoom.\n"
             "\n"
             "options:\n"
-            "  -o FILE            the picture (default: TRACE with .json replaced by .svg)\n"
+            "  -o FILE            the picture (default: TRACE with .json replaced by .svg); it is\n"
+            "                     replaced whole: a device, a FIFO, a folder or TRACE is refused\n"
             "  --call N           only call N's time (perf mode repeats calls; 1 is the first)\n"
             "  --width PX         the picture's width (default 1400)\n"
             "  --stall-us US      a wait at least this long is a stall (default: a quarter of\n"
@@ -73,8 +76,16 @@ int cmd_timeline(int argc, char **argv)
         }
         out = def;
     }
-    timeline_stats st;
+    /* the picture replaces what is at -o: never a device, a FIFO, a folder or the trace it draws */
     a2amm_error err = {0, ""};
+    if (!cli_check_output("-o", out, NULL, 0, &err) && cli_same_file(out, in))
+        a2amm_fail(&err, A2AMM_E_INVAL, "-o: %s would replace %s, the trace it draws: refused; name another file",
+                   out, in);
+    if (err.code) {
+        cli_print_error("timeline", &err);
+        return 2;
+    }
+    timeline_stats st;
     if (timeline_render(in, out, &o, &st, &err)) {
         cli_print_error("timeline", &err);
         return 1;

@@ -111,7 +111,7 @@ int cmd_verify(int argc, char **argv)
         return 2;
     if (cli_dir_check("verify", dir)) return 2;
     a2amm_shape held_shape = {M, 0, N, R, A2AMM_E4M3, A2AMM_E4M3};
-    int held = cli_meta_hold("verify", dir, &held_shape, NULL, NULL, 0);
+    int held = cli_meta_hold("verify", dir, &held_shape, NULL, NULL, CLI_TYPES_UNUSED);
     if (held) return held;
     if (M > (INT64_C(1) << 40) / N) {
         fprintf(stderr, "a2amm verify: M*N = %lld*%lld is too large\n", (long long)M, (long long)N);

@@ -6,6 +6,7 @@
 int cmd_gen(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_run_seed(int argc, char **argv); /* the seed's form, a2amm M K N R [mode] (argv[0]: the program) */
 int cmd_bench(int argc, char **argv); /* runs a2amm-bench, the benchmarks' own binary (cmd_bench.c) */
 int cmd_cpu(int argc, char **argv);   /* what this CPU runs (cmd_cpu.c) */
 int cmd_timeline(int argc, char **argv); /* a trace drawn as SVG (cmd_timeline.c) */

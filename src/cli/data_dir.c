@@ -42,7 +42,25 @@ static int hold_type(const char *cmd, const char *path, const char *flag, const 
     return 2;
 }
 
-int cli_meta_hold(const char *cmd, const char *dir, a2amm_shape *s, const char *at, const char *bt, int need_types)
+/*
+ * The seed's form without a meta file: the seed's launcher is built for
+ * E4M3 x E4M3 and runs on data from the seed's own scripts, which write
+ * none; the types not named are taken as E4M3, and said so on stderr.
+ */
+static int assume_seed_types(const char *cmd, const char *path, const char *at, const char *bt, a2amm_shape *s)
+{
+    s->a_type = s->b_type = A2AMM_E4M3;
+    if ((at && cli_parse_type(cmd, "--a-type", at, &s->a_type)) || (bt && cli_parse_type(cmd, "--b-type", bt, &s->b_type)))
+        return 2;
+    if (!at || !bt)
+        fprintf(stderr, "a2amm: note: %s is missing, so nothing records the data's element types: assuming the "
+                "seed's E4M3 for %s (the seed's launcher is built for E4M3 x E4M3); name others with --a-type and "
+                "--b-type e4m3|e5m2\n", path, at ? "B" : bt ? "A" : "A and B");
+    return 0;
+}
+
+int cli_meta_hold(const char *cmd, const char *dir, a2amm_shape *s, const char *at, const char *bt,
+                  cli_types_rule rule)
 {
     char path[IO_PATH_MAX];
     a2amm_error err = {0, ""};
@@ -56,10 +74,12 @@ int cli_meta_hold(const char *cmd, const char *dir, a2amm_shape *s, const char *
             cli_print_error(cmd, &err);
             return 1;
         }
-        if (!need_types) return 0;
+        if (rule == CLI_TYPES_UNUSED) return 0;
+        if (rule == CLI_TYPES_SEED) return assume_seed_types(cmd, path, at, bt, s);
         if (!at || !bt) {
             fprintf(stderr, "a2amm %s: %s is missing, so the element types of the data are unknown: make the data "
-                    "with a2amm gen (which records them), or name both with --a-type and --b-type\n", cmd, path);
+                    "with a2amm gen (which records them), or name both with --a-type and --b-type (the seed's form, "
+                    "a2amm M K N R, takes the seed's E4M3 for those not named)\n", cmd, path);
             return 2;
         }
         if (cli_parse_type(cmd, "--a-type", at, &s->a_type) || cli_parse_type(cmd, "--b-type", bt, &s->b_type))

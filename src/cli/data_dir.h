@@ -12,18 +12,25 @@
 /* A usable --dir: not empty. Prints why not; 0 or -1. */
 int cli_dir_check(const char *cmd, const char *dir);
 
+/* What a command needs of the element types when there is no meta file. */
+typedef enum cli_types_rule {
+    CLI_TYPES_UNUSED, /* verify: it needs none */
+    CLI_TYPES_NAMED,  /* run: both named with --a-type and --b-type */
+    CLI_TYPES_SEED    /* the seed's form: those not named are the seed's E4M3, said on stderr */
+} cli_types_rule;
+
 /*
  * Holds the command line's shape (and, for run, its --a-type/--b-type: NULL
  * when not given) to DIR/input/a2amm-meta.txt and fills s's types:
  * - a meta file that cannot be read or breaks a rule is refused (naming the
  *   file, the line and the rule);
  * - a shape or a type that contradicts it is refused;
- * - without a meta file, run needs both types named (need_types); verify,
- *   which needs none, goes on.
+ * - without a meta file, `rule` says what the types are (see cli_types_rule).
  * s->K == 0 means the command has no K (verify). Prints why; 0, or the
  * process exit code (1 for a bad file, 2 for a contradiction).
  */
-int cli_meta_hold(const char *cmd, const char *dir, a2amm_shape *s, const char *at, const char *bt, int need_types);
+int cli_meta_hold(const char *cmd, const char *dir, a2amm_shape *s, const char *at, const char *bt,
+                  cli_types_rule rule);
 
 /*
  * Takes the folder's lock (flock on DIR itself, created when create is set)

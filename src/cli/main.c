@@ -17,7 +17,7 @@ static void main_usage(FILE *f)
             "commands:\n"
             "  gen M K N R      write every rank's MXFP8 inputs in the seed's layout and the golden\n"
             "  run M K N R      the fused AllToAll + matmul over R processes (precision|perf)\n"
-            "  M K N R [mode]   the seed's form of run\n"
+            "  M K N R [mode]   the seed's form of run (E4M3 x E4M3 where no meta file records the types)\n"
             "  verify M N R     check every rank's npu_out.bin against its golden (the seed's test)\n"
             "  bench gemm|op    benchmarks: the matmul vs the CPU's ceiling, oneDNN, OpenBLAS; the fused op\n"
             "  cpu              what a2amm finds on this CPU: features, kernel levels, the one it uses\n"
@@ -49,7 +49,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "cpu")) return cmd_cpu(argc - 1, argv + 1);
     /* the seed's own form: a2amm M K N R [precision|perf] */
-    if (argv[1][0] >= '0' && argv[1][0] <= '9') return cmd_run(argc, argv);
+    if (argv[1][0] >= '0' && argv[1][0] <= '9') return cmd_run_seed(argc, argv);
     fprintf(stderr, "a2amm: unknown command '%s' (try a2amm --help)\n", argv[1]);
     return 2;
 }

@@ -23,6 +23,7 @@
 #include "cli/fault.h"
 #include "cli/progress.h"
 #include "cli/measure.h"
+#include "cli/out_path.h"
 #include "cli/perf_report.h"
 #include "cli/run_rank.h"
 #include "cli/run_trace.h"
@@ -187,25 +188,7 @@ static int check_inputs(const char *dir, const a2amm_shape *s, const a2amm_sizes
     return A2AMM_OK;
 }
 
-/* --trace FILE: a file (not a folder) in a folder this process may write, checked before any rank starts. */
-static int check_trace_path(const char *path, a2amm_error *err)
-{
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return a2amm_fail(err, A2AMM_E_INVAL, "--trace %s: is a folder; name a file, e.g. %s/trace.json", path, path);
-    char folder[4096];
-    const char *slash = strrchr(path, '/');
-    int n = slash ? snprintf(folder, sizeof folder, "%.*s", slash == path ? 1 : (int)(slash - path), path)
-                  : snprintf(folder, sizeof folder, ".");
-    if (n < 0 || (size_t)n >= sizeof folder) return a2amm_fail(err, A2AMM_E_INVAL, "--trace: the path is too long");
-    if (stat(folder, &st) != 0 || !S_ISDIR(st.st_mode))
-        return a2amm_fail(err, A2AMM_E_IO, "--trace %s: the folder %s does not exist", path, folder);
-    if (access(folder, W_OK) != 0)
-        return a2amm_fail(err, A2AMM_E_IO, "--trace %s: cannot write in %s", path, folder);
-    return A2AMM_OK;
-}
-
-static int check_options(const a2amm_shape *s, const run_options *o, a2amm_error *err)
+static int check_options(const char *dir, const a2amm_shape *s, const run_options *o, a2amm_error *err)
 {
     if (o->tile_m < 1) return a2amm_fail(err, A2AMM_E_INVAL, "--tile-m must be at least 1 (got %lld)", (long long)o->tile_m);
     if (o->depth < 1) return a2amm_fail(err, A2AMM_E_INVAL, "--depth must be at least 1 (got %d)", o->depth);
@@ -214,8 +197,10 @@ static int check_options(const a2amm_shape *s, const run_options *o, a2amm_error
     if (!(o->timeout_s > 0)) return a2amm_fail(err, A2AMM_E_INVAL, "--timeout must be positive (got %g)", o->timeout_s);
     if (o->iters < 1 || o->warmup < 0)
         return a2amm_fail(err, A2AMM_E_INVAL, "--iters must be at least 1 and --warmup at least 0");
-    if (s->R > 1024) return a2amm_fail(err, A2AMM_E_INVAL, "R must be at most 1024 (got %lld)", (long long)s->R);
-    return o->trace_path ? check_trace_path(o->trace_path, err) : A2AMM_OK;
+    if (s->R > RUN_MAX_R)
+        return a2amm_fail(err, A2AMM_E_INVAL, "R must be at most %d (got %lld)", RUN_MAX_R, (long long)s->R);
+    /* the commands check it before they start (exit 2); this keeps any other caller to the same rule */
+    return o->trace_path ? cli_check_output("--trace", o->trace_path, dir, s->R, err) : A2AMM_OK;
 }
 
 /*
@@ -315,7 +300,7 @@ int run_files(const char *dir, const a2amm_shape *s, const run_options *opt, run
     runner rn = {.dir = dir, .s = *s, .o = *opt};
     snprintf(rn.tag, sizeof rn.tag, "%ld", (long)getpid());
     int rc = a2amm_shape_check(s, &rn.z, err);
-    if (!rc) rc = check_options(s, &rn.o, err);
+    if (!rc) rc = check_options(dir, s, &rn.o, err);
     if (!rc) rc = a2amm_kernel(&res->kernel, err);
     if (!rc && rn.o.transport == RUN_MPI && rn.o.path != A2AMM_PATH_PUT)
         rc = a2amm_fail(err, A2AMM_E_INVAL, "--transport mpi moves rows as messages: it needs --path put (a rank "

@@ -14,6 +14,9 @@
 
 #include "a2amm.h"
 
+/* The most ranks a run takes. */
+#define RUN_MAX_R 1024
+
 typedef enum run_mode { RUN_PRECISION = 0, RUN_PERF = 1 } run_mode;
 typedef enum run_transport {
     RUN_SHM = 0, /* R rank processes forked here, over shared memory */
@@ -55,7 +58,8 @@ typedef struct run_options {
     run_transport transport;
     int progress;     /* perf: a progress line of the repetitions (the caller decides:
                          a terminal, not --quiet, not --json) */
-    const char *trace_path; /* --trace FILE: every rank's spans as Chrome trace JSON, or NULL */
+    const char *trace_path; /* --trace FILE: every rank's spans as Chrome trace JSON, or NULL; held to
+                               cli_check_output (not a device, not one of the data's files) */
     const volatile sig_atomic_t *stop; /* when set, non-zero stops the run (the
                          caller's SIGINT/SIGTERM handler): nothing is written,
                          run_files returns A2AMM_E_INTERRUPTED */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/json_read.h"
 #include "io/io.h"
@@ -73,18 +74,20 @@ static int kind_of_cat(const char *cat)
 
 static int read_file(const char *path, char **text, size_t *len, a2amm_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return a2amm_fail(err, A2AMM_E_IO, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return a2amm_fail(err, A2AMM_E_IO, "%s: not a regular file", path);
-    }
+    int fd = io_open_regular(path, &st, err); /* a FIFO or a folder is refused at once */
+    if (fd < 0) return fd;
     *len = (size_t)st.st_size;
     *text = malloc(*len + 1);
-    int ok = *text && fread(*text, 1, *len, f) == *len;
-    fclose(f);
-    if (!ok) {
+    size_t got = 0;
+    while (*text && got < *len) {
+        ssize_t n = read(fd, *text + got, *len - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    close(fd);
+    if (!*text || got != *len) {
         free(*text);
         return a2amm_fail(err, A2AMM_E_IO, "cannot read %s (%zu bytes)", path, *len);
     }

@@ -2,6 +2,7 @@
 #include "cli/trace.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,8 +123,14 @@ static const char TRACE_MAGIC[8] = "a2trace1";
 
 int trace_save(const trace_rank *t, const char *path, a2amm_error *err)
 {
-    FILE *f = fopen(path, "wb");
-    if (!f) return a2amm_fail(err, A2AMM_E_IO, "cannot write %s: %s", path, strerror(errno));
+    /* O_NOFOLLOW: the part's name beside the trace is never written through a link */
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
+    if (!f) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        return a2amm_fail(err, A2AMM_E_IO, "cannot write %s: %s", path, strerror(e));
+    }
     uint64_t head[2] = {(uint64_t)t->n, (uint64_t)t->dropped};
     int ok = fwrite(TRACE_MAGIC, 1, sizeof TRACE_MAGIC, f) == sizeof TRACE_MAGIC && fwrite(head, sizeof head, 1, f) == 1 &&
              (t->n == 0 || fwrite(t->recs, sizeof *t->recs, t->n, f) == t->n);

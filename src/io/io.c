@@ -42,6 +42,12 @@ static int path_too_long(a2amm_error *err, const char *dir, int n, size_t len)
                       strlen(dir), n, len - 1);
 }
 
+const io_rank_file io_rank_files[IO_RANK_FILES] = {
+    {"input", "input_a.bin", "A"},         {"input", "input_scaleA.bin", "A's scales"},
+    {"input", "input_b.bin", "B"},         {"input", "input_scaleB.bin", "B's scales"},
+    {"output", "cpu_output.bin", "golden"}, {"output", "npu_out.bin", "output"},
+};
+
 int io_rank_path(char *buf, size_t len, const char *dir, const char *sub, int rank,
                  const char *name, a2amm_error *err)
 {
@@ -242,14 +248,49 @@ int io_write_atomic(const char *path, const void *buf, size_t bytes, a2amm_error
     return rc ? rc : io_commit_staged(path, tag, err);
 }
 
+int io_check_destination(const char *path, a2amm_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return a2amm_fail(err, A2AMM_E_INVAL, "%s is a folder, not a file: name a file (in it, or elsewhere)",
+                              shown(path));
+        if (!S_ISREG(st.st_mode))
+            return a2amm_fail(err, A2AMM_E_INVAL, "%s is %s, not a regular file: refused (a2amm writes a new file "
+                              "and renames it over the old one, which would replace it; name a file)", shown(path),
+                              kind_of(st.st_mode));
+    } else if (errno != ENOENT) {
+        return a2amm_fail(err, A2AMM_E_IO, "%s: %s", shown(path), strerror(errno));
+    }
+    char folder[IO_PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    int n = slash ? snprintf(folder, sizeof folder, "%.*s", slash == path ? 1 : (int)(slash - path), path)
+                  : snprintf(folder, sizeof folder, ".");
+    if (n < 0 || (size_t)n >= sizeof folder)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: the path is too long", shown(path));
+    if (stat(folder, &st) != 0 || !S_ISDIR(st.st_mode))
+        return a2amm_fail(err, A2AMM_E_IO, "%s: the folder %s does not exist", shown(path), shown(folder));
+    if (access(folder, W_OK) != 0)
+        return a2amm_fail(err, A2AMM_E_IO, "%s: cannot write in %s: %s", shown(path), shown(folder), strerror(errno));
+    return A2AMM_OK;
+}
+
 int io_write_stream(const char *path, int (*fill)(FILE *f, void *arg), void *arg, a2amm_error *err)
 {
+    int rc = io_check_destination(path, err);
+    if (rc) return rc;
     char tmp[IO_PATH_MAX + 32];
     int w = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     if (w < 0 || (size_t)w >= sizeof tmp)
         return a2amm_fail(err, A2AMM_E_INVAL, "cannot write %s: the path is too long", shown(path));
-    FILE *f = fopen(tmp, "w");
-    if (!f) return a2amm_fail(err, A2AMM_E_IO, "cannot write %s: %s", shown(tmp), strerror(errno));
+    /* O_NOFOLLOW: a link left at the temporary name is not written through */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+    if (!f) {
+        int e = errno;
+        if (fd >= 0) close(fd), unlink(tmp);
+        return a2amm_fail(err, A2AMM_E_IO, "cannot write %s: %s", shown(tmp), strerror(e));
+    }
     errno = 0;
     int bad = fill(f, arg) || ferror(f);
     if (fclose(f) != 0) bad = 1;
@@ -264,11 +305,10 @@ int io_write_stream(const char *path, int (*fill)(FILE *f, void *arg), void *arg
 /* Whether name is "<one of the layout's files>.tmp.<anything>". */
 static int is_stale_name(const char *name)
 {
-    static const char *const OURS[] = {"input_a.bin", "input_scaleA.bin", "input_b.bin", "input_scaleB.bin",
-                                       "cpu_output.bin", "npu_out.bin", META_NAME};
-    for (size_t i = 0; i < sizeof OURS / sizeof OURS[0]; i++) {
-        size_t n = strlen(OURS[i]);
-        if (!strncmp(name, OURS[i], n) && !strncmp(name + n, ".tmp.", 5)) return 1;
+    for (int i = 0; i <= IO_RANK_FILES; i++) {
+        const char *ours = i < IO_RANK_FILES ? io_rank_files[i].name : META_NAME;
+        size_t n = strlen(ours);
+        if (!strncmp(name, ours, n) && !strncmp(name + n, ".tmp.", 5)) return 1;
     }
     return 0;
 }
@@ -342,10 +382,10 @@ typedef struct input_file {
 
 static void input_table(const a2amm_sizes *sz, const io_rank_inputs *in, input_file t[4])
 {
-    t[0] = (input_file){"input_a.bin", sz->a_bytes, in->a};
-    t[1] = (input_file){"input_scaleA.bin", sz->sa_bytes, in->sa};
-    t[2] = (input_file){"input_b.bin", sz->b_bytes, in->b};
-    t[3] = (input_file){"input_scaleB.bin", sz->sb_bytes, in->sb};
+    t[0] = (input_file){io_rank_files[0].name, sz->a_bytes, in->a};
+    t[1] = (input_file){io_rank_files[1].name, sz->sa_bytes, in->sa};
+    t[2] = (input_file){io_rank_files[2].name, sz->b_bytes, in->b};
+    t[3] = (input_file){io_rank_files[3].name, sz->sb_bytes, in->sb};
 }
 
 int io_load_rank_inputs(const char *dir, int rank, const a2amm_sizes *sz,

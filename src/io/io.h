@@ -37,6 +37,15 @@ typedef struct io_meta {
     uint64_t seed;
 } io_meta;
 
+/* Each rank's files in the layout: its four inputs (DIR/input/<r>/), its
+ * golden and its output (DIR/output/<r>/); `what` names one in messages
+ * ("rank 0's A"). */
+typedef struct io_rank_file {
+    const char *sub, *name, *what;
+} io_rank_file;
+#define IO_RANK_FILES 6
+extern const io_rank_file io_rank_files[IO_RANK_FILES];
+
 /* DIR/<sub>/<rank>/<name> into buf; A2AMM_E_INVAL if it does not fit. */
 int io_rank_path(char *buf, size_t len, const char *dir, const char *sub, int rank,
                  const char *name, a2amm_error *err);
@@ -56,6 +65,16 @@ int io_open_regular(const char *path, struct stat *st, a2amm_error *err);
 int io_read_exact(const char *path, void *buf, size_t bytes, a2amm_error *err);
 
 /*
+ * Whether a writer may put a new file at PATH by renaming one over it (as
+ * io_write_stream does): PATH must be absent or a regular file (a symlink
+ * is followed, so one to a device is refused too), in a folder that exists
+ * and that this process may write in. A folder, a device, a FIFO or a
+ * socket is refused, since the rename would replace it ("PATH is a
+ * character device, not a regular file: ..."). A2AMM_OK or the reason.
+ */
+int io_check_destination(const char *path, a2amm_error *err);
+
+/*
  * Writes a whole file atomically, creating the parent folders: the content
  * goes to an unnamed file (O_TMPFILE) that is named PATH.tmp.<pid> only
  * once complete, then renamed to PATH. A crash leaves nothing half-written,
@@ -67,6 +86,8 @@ int io_write_atomic(const char *path, const void *buf, size_t bytes, a2amm_error
  * Writes a file of unknown size as a stream, atomically: fill(f, arg)
  * writes it to PATH.tmp.<pid>, which is renamed to PATH when fill returned 0
  * and every write succeeded, and removed otherwise ("cannot write PATH: ...").
+ * PATH is first held to io_check_destination: nothing is written where it
+ * refuses.
  */
 int io_write_stream(const char *path, int (*fill)(FILE *f, void *arg), void *arg, a2amm_error *err);
 
