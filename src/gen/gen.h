@@ -11,21 +11,7 @@
 #include "a2amm.h"
 #include "io/io.h"
 #include "mx/mx.h"
-
-typedef enum gen_dist {
-    GEN_DIST_NORMAL = 0, /* signed Gaussian values, quantized (the default) */
-    GEN_DIST_SEED,       /* like the seed: fp8 values in [1, 8], scales 2^0..2^3 */
-    GEN_DIST_UNIFORM,    /* signed uniform values in [-1, 1], quantized */
-    GEN_DIST_EXTREME,    /* normal codes, A scales near 2^-120, B scales near 2^+115 */
-    GEN_DIST_SPECIAL     /* normal, plus NaN scales (0xFF) and NaN codes here and there */
-} gen_dist;
-
-#define GEN_DIST_COUNT 5
-
-const char *gen_dist_name(gen_dist d);
-int gen_dist_parse(const char *s, gen_dist *out);
-/* One line describing each distribution, for --help. */
-const char *gen_dist_help(gen_dist d);
+#include "util/dist.h"
 
 typedef struct gen_options {
     gen_dist dist;

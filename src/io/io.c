@@ -13,7 +13,7 @@
 
 #include "common/error.h"
 #include "util/parse.h"
-#include "gen/gen.h"
+#include "util/dist.h"
 #include "mx/mx.h"
 
 #define META_NAME "a2amm-meta.txt"
