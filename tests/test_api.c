@@ -3,7 +3,8 @@
  * dequantization of the caller's fp32 and bf16 data (FLOOR and RCEIL,
  * strided rows, partial blocks, NaN and zero blocks, errors), and the
  * single-rank matmul with prepared weights (against sums in double, the
- * same bits for any thread count, errors).
+ * same bits for any thread count, errors); the small calls' NULLs and
+ * out-of-range types.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -171,8 +172,28 @@ static void test_matmul(void)
           !strcmp(kernel, "avx512") || !strcmp(kernel, "amx")), "a2amm_kernel names a level: %s", kernel ? kernel : err.msg);
 }
 
+/* The small calls' NULLs and ranges: a status or a name, never a crash or another type's name. */
+static void test_names_and_nulls(void)
+{
+    a2amm_error err = {0, ""};
+    CHECK(a2amm_shape_check(NULL, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "shape is NULL"),
+          "a NULL shape: %s", err.msg);
+    CHECK(a2amm_shape_check(NULL, NULL, NULL) == A2AMM_E_INVAL, "a NULL shape, no error record");
+    a2amm_fp8_type t = A2AMM_E4M3;
+    CHECK(a2amm_fp8_type_parse("E5M2", NULL) == A2AMM_E_INVAL, "parse into NULL");
+    CHECK(a2amm_fp8_type_parse(NULL, &t) == A2AMM_E_INVAL, "parse of NULL");
+    CHECK(a2amm_fp8_type_parse("E5M2", &t) == A2AMM_OK && t == A2AMM_E5M2, "parse of E5M2");
+    CHECK(a2amm_fp8_type_parse("e4m3x", &t) == A2AMM_E_INVAL && t == A2AMM_E5M2, "parse of e4m3x leaves *out");
+    CHECK(!strcmp(a2amm_fp8_type_name(A2AMM_E4M3), "e4m3") && !strcmp(a2amm_fp8_type_name(A2AMM_E5M2), "e5m2"),
+          "the two names");
+    CHECK(!strcmp(a2amm_fp8_type_name((a2amm_fp8_type)7), "(not an fp8 type)") &&
+              !strcmp(a2amm_fp8_type_name((a2amm_fp8_type)-1), "(not an fp8 type)"),
+          "type 7 is no type: %s", a2amm_fp8_type_name((a2amm_fp8_type)7));
+}
+
 int main(void)
 {
+    test_names_and_nulls();
     test_dequantize_all_codes(A2AMM_E4M3);
     test_dequantize_all_codes(A2AMM_E5M2);
     rng_state = 0xA2A3A4A5A6A7A8A9ull;
