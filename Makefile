@@ -28,13 +28,17 @@ CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 # a2amm-bench: its own files and the command's helpers (all but main and the commands)
 BENCH_SRC := $(sort $(wildcard bench/*.c)) $(filter-out src/cli/main.c src/cli/cmd_%.c,$(CLI_SRC))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
+# Programs the MPI tests (tests/test_mpi.sh) run under mpirun: linked with liba2amm_mpi and MPI.
+MPI_TEST_SRC := $(sort $(wildcard tests/mpi_*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 BENCH_OBJ := $(BENCH_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+MPI_TEST_BIN := $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps check check-opt check-san check-fuzz fuzz run clean bench install
-all: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.so $(BUILD)/liba2amm_mpi.a $(BUILD)/liba2amm_mpi.so $(TEST_BIN)
+all: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.so $(BUILD)/liba2amm_mpi.a $(BUILD)/liba2amm_mpi.so $(TEST_BIN) \
+     $(MPI_TEST_BIN)
 
 deps:
 	@scripts/install-deps.sh
@@ -108,6 +112,10 @@ $(BUILD)/a2amm-bench: $(BENCH_OBJ) $(BUILD)/liba2amm_mpi.a $(BUILD)/liba2amm.a
 $(BUILD)/tests/%: tests/%.c $(BUILD)/liba2amm.a tests/check.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests $< $(BUILD)/liba2amm.a -o $@ $(LDLIBS)
+
+$(BUILD)/tests/mpi_%: tests/mpi_%.c $(BUILD)/liba2amm_mpi.a $(BUILD)/liba2amm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(MPI_CFLAGS) $(CFLAGS) $< $(BUILD)/liba2amm_mpi.a $(BUILD)/liba2amm.a -o $@ $(LDLIBS) $(MPI_LIBS)
 
 # The suite twice: an optimized build, then AddressSanitizer + UBSan; then
 # a short bounded run of every fuzz target (libFuzzer, clang).
