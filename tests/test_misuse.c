@@ -39,6 +39,7 @@ typedef struct rank_report {
     int rc[4];          /* the statuses of the case's calls, in its order */
     double seconds;     /* how long the call that should fail took */
     int same;           /* outputs that should match did */
+    int local_rc[2];    /* two threads: a2amm_op_use_weights and a2amm_op_set_observer during a call */
     char msg[4][1100];  /* the messages of those calls */
 } rank_report;
 
@@ -116,6 +117,9 @@ static int rank_alltoall_sizes(a2amm_comm *comm, void *arg)
     note(r, 1, a2amm_comm_alltoall(comm, send, recv, me == 0 ? 64 : 128, 20, &err), &err);
     r->seconds = now_s() - t0;
     note(r, 2, a2amm_comm_status(comm, &err), &err); /* the first failure, for a caller to print */
+    t0 = now_s();
+    note(r, 3, a2amm_comm_barrier(comm, 20, &err), &err); /* a later collective call: the failure at once */
+    r->seconds += now_s() - t0;
     return A2AMM_OK;
 }
 
@@ -132,6 +136,8 @@ static void test_alltoall_sizes(void)
         CHECK(r->seconds < 10, "rank %d: the alltoall's error took %.1f s", k, r->seconds);
         CHECK(r->rc[2] == A2AMM_E_INVAL && strstr(r->msg[2], "block_bytes = ") && strstr(r->msg[2], "128"),
               "rank %d: a2amm_comm_status after: the first failure (got %d: %s)", k, r->rc[2], r->msg[2]);
+        CHECK(r->rc[3] == A2AMM_E_PEER && strstr(r->msg[3], "block_bytes = "),
+              "rank %d: a collective call after the failure returns it (got %d: %s)", k, r->rc[3], r->msg[3]);
     }
 }
 
@@ -269,6 +275,7 @@ typedef struct intruder {
     a2amm_comm *comm;
     a2amm_op *op;
     rank_data *d;
+    a2amm_weights *w;
     _Atomic int in_call, done;
 } intruder;
 
@@ -294,6 +301,8 @@ static void *intrude(void *arg)
     note(r, 1, a2amm_op_run(in->op, M, in->d->a, in->d->sa, out, &err), &err);
     note(r, 2, a2amm_op_set_weights(in->op, in->d->b, in->d->sb, K / 32, &err), &err);
     note(r, 3, a2amm_comm_barrier(in->comm, 5, &err), &err);
+    r->local_rc[0] = a2amm_op_use_weights(in->op, in->w, &err);
+    r->local_rc[1] = a2amm_op_set_observer(in->op, NULL, NULL);
     atomic_store(&in->done, 1);
     return NULL;
 }
@@ -311,9 +320,10 @@ static int rank_two_threads(a2amm_comm *comm, void *arg)
     a2amm_op *op = NULL;
     int rc = make(comm, &cfg, &d, &op, &err);
     static intruder in;
-    in = (intruder){comm, op, &d, 0, 0};
+    in = (intruder){comm, op, &d, NULL, 0, 0};
     pthread_t t;
     int started = 0;
+    if (!rc && me == 0) rc = a2amm_weights_create(d.b, d.sb, N, K, K / 32, A2AMM_E4M3, 1, &in.w, &err);
     if (!rc && me == 0) {
         rc = a2amm_op_set_observer(op, hold_the_call, &in);
         started = !rc && pthread_create(&t, NULL, intrude, &in) == 0;
@@ -326,6 +336,7 @@ static int rank_two_threads(a2amm_comm *comm, void *arg)
     if (!rc) rc = a2amm_op_run(op, M, d.a, d.sa, again, &err);
     r->same = !rc && !memcmp(out, again, sizeof out);
     a2amm_op_destroy(op);
+    a2amm_weights_destroy(in.w);
     return rc;
 }
 
@@ -340,6 +351,9 @@ static void test_two_threads(void)
           "a second thread's a2amm_op_run on the op is refused (got %d: %s)", r->rc[1], r->msg[1]);
     CHECK(r->rc[2] == A2AMM_E_INVAL && strstr(r->msg[2], "op 1 is busy"),
           "a2amm_op_set_weights during a call is refused (got %d: %s)", r->rc[2], r->msg[2]);
+    CHECK(r->local_rc[0] == A2AMM_E_INVAL && r->local_rc[1] == A2AMM_E_INVAL,
+          "a2amm_op_use_weights and a2amm_op_set_observer during a call are refused (got %d and %d)", r->local_rc[0],
+          r->local_rc[1]);
     CHECK(r->rc[3] == A2AMM_E_INVAL && strstr(r->msg[3], "another thread is inside a collective call"),
           "a second thread's collective call on the communicator is refused (got %d: %s)", r->rc[3], r->msg[3]);
     CHECK(r->same && rep->rank[1].same, "after the refusals the op gives the same bits");
