@@ -16,14 +16,12 @@
  * timeout, an observer's stop) returns its status and fails the
  * communicator: it sends every other rank a notice, and their calls return
  * A2AMM_E_PEER within moments, naming it (a2amm_comm_status gives the
- * first failure's message). MPI's own errors on the communicator's
- * duplicates come back as statuses too (MPI_ERRORS_RETURN). What happens
- * next is the caller's: after a failure the communicator is done (destroy
- * it); a peer may be left inside a collective that the failed rank never
- * joined, which MPI cannot cancel, so a program that cannot go on calls
- * MPI_Abort itself (the a2amm command prints the message and does). A rank
- * that dies is reported by mpirun, which ends the others. Every wait ends
- * at the op's timeout_s.
+ * first failure's message). What happens next is the caller's: after a
+ * failure the communicator is done (destroy it); a peer may be left inside
+ * a collective that the failed rank never joined, which MPI cannot cancel,
+ * so a program that cannot go on calls MPI_Abort itself (the a2amm command
+ * prints the message and does). A rank that dies is reported by mpirun,
+ * which ends the others. Every wait ends at the op's timeout_s.
  */
 #ifndef A2AMM_MPI_H
 #define A2AMM_MPI_H
