@@ -447,8 +447,10 @@ A2AMM_API int a2amm_op_set_observer(a2amm_op *op, a2amm_observer_fn fn, void *ar
 /* Local. Frees the op; its handle is no longer valid (a call on it is
  * refused as not a live op). NULL is fine. Ranks may destroy their ops in
  * any order, and at any point between their collective calls: the other
- * ranks' ops and the ops made later are not affected. Not while another
- * thread is in a call of this op. */
+ * ranks' ops and the ops made later are not affected (an op made while
+ * another rank still holds memory this rank gave back is placed above it:
+ * leave room for that in heap_bytes). Not while another thread is in a
+ * call of this op. */
 A2AMM_API void a2amm_op_destroy(a2amm_op *op);
 
 #ifdef __cplusplus

@@ -90,6 +90,7 @@ int a2amm_comm_create(const a2amm_bootstrap *bs, size_t heap_bytes, a2amm_comm *
 void a2amm_comm_destroy(a2amm_comm *comm)
 {
     if (comm && comm->destroy) {
+        api_comm_release(comm);
         comm->destroy(comm);
         return;
     }
