@@ -15,11 +15,15 @@
  *    which call it is, on which op and with which arguments: a rank in
  *    another call, on another op or with another argument is an error on
  *    every rank, naming both ranks and what each passed (never a wrong
- *    result or a wait to the deadline). A rank that ended (its function
- *    returned, or it left with a2amm_comm_destroy) while others wait in a
- *    collective call fails those calls at once, naming it. Any error of a
- *    collective call fails the communicator: every other rank's collective
- *    call returns A2AMM_E_PEER, and so does every later one.
+ *    result or a wait to the deadline). On shared memory, a rank that
+ *    ended (its function under a2amm_launch returned, or it left a
+ *    communicator of a2amm_comm_create with a2amm_comm_destroy) while
+ *    others wait in a collective call fails those calls at once, naming it
+ *    (over MPI: a2amm_mpi.h). Any error of a
+ *    collective call fails the communicator: the other ranks' collective
+ *    calls fail too (A2AMM_E_PEER, or their own error where they found the
+ *    same difference), and every later collective call on it returns
+ *    A2AMM_E_PEER at once.
  *  - Local: this rank alone; no other rank takes part or waits.
  *  - Thread-safe: may run on several threads at once. Collective calls on
  *    one communicator go one at a time: a second thread's collective call

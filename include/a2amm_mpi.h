@@ -21,7 +21,9 @@
  * a collective that the failed rank never joined, which MPI cannot cancel,
  * so a program that cannot go on calls MPI_Abort itself (the a2amm command
  * prints the message and does). A rank that dies is reported by mpirun,
- * which ends the others. Every wait ends at the op's timeout_s.
+ * which ends the others; one that leaves (a2amm_comm_destroy) while others
+ * still wait for it in a collective call is not told to them: their calls
+ * end at the timeout. Every wait ends at the op's timeout_s.
  */
 #ifndef A2AMM_MPI_H
 #define A2AMM_MPI_H
