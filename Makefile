@@ -49,12 +49,16 @@ LIB_SRC      := $(call dir_src,$(LIB_DIRS))
 MPI_SRC      := $(call dir_src,$(MPI_DIRS))
 HARNESS_SRC  := $(filter-out $(CMD_SRC),$(call dir_src,$(HARNESS_DIRS)))
 TEST_SRC     := $(sort $(wildcard tests/test_*.c))
+# Programs the MPI tests (tests/test_mpi.sh) run under mpirun: programs of
+# the public API, linked with liba2amm_mpi.a as a user's would be.
+MPI_TEST_SRC := $(sort $(wildcard tests/mpi_*.c))
 LIB_OBJ      := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MPI_OBJ      := $(MPI_SRC:%.c=$(BUILD)/obj/%.o)
 HARNESS_OBJ  := $(HARNESS_SRC:%.c=$(BUILD)/obj/%.o)
 CMD_OBJ      := $(CMD_SRC:%.c=$(BUILD)/obj/%.o)
 BENCH_OBJ    := $(BENCH_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN     := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+MPI_TEST_BIN := $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOL_BIN     := $(TOOL_SRC:bench/tools/%.c=$(BUILD)/tools/%)
 
 # The private archives the programs link: every global name kept, for the
@@ -66,7 +70,7 @@ PRIVATE_A := $(HARNESS_A) $(MPICORE_A) $(CORE_A)
 
 .PHONY: all deps check check-opt check-san check-fuzz fuzz run clean bench install test
 all: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.a $(BUILD)/liba2amm.so $(BUILD)/liba2amm_mpi.a \
-     $(BUILD)/liba2amm_mpi.so $(TEST_BIN) $(TOOL_BIN)
+     $(BUILD)/liba2amm_mpi.so $(TEST_BIN) $(MPI_TEST_BIN) $(TOOL_BIN)
 
 deps:
 	@scripts/install-deps.sh
@@ -156,6 +160,10 @@ $(BUILD)/tests/%: tests/%.c $(PRIVATE_A) tests/check.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests $< $(PRIVATE_A) -o $@ $(LDLIBS)
 
+$(BUILD)/tests/mpi_%: tests/mpi_%.c $(BUILD)/liba2amm_mpi.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(MPI_CFLAGS) $(CFLAGS) $< $(BUILD)/liba2amm_mpi.a -o $@ $(MPI_LIBS) $(LIB_LDLIBS)
+
 $(BUILD)/tools/%: bench/tools/%.c $(CORE_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(CORE_A) -o $@ $(LIB_LDLIBS)
@@ -165,6 +173,10 @@ $(BUILD)/tools/%: bench/tools/%.c $(CORE_A)
 test: all
 	@test -n "$(T)" || { echo "usage: make test T=NAME (a tests/test_*.c or tests/test_*.sh)" >&2; exit 2; }
 	scripts/run-tests.sh $(BUILD) $(T)
+
+$(BUILD)/tests/mpi_%: tests/mpi_%.c $(BUILD)/liba2amm_mpi.a $(BUILD)/liba2amm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(MPI_CFLAGS) $(CFLAGS) $< $(BUILD)/liba2amm_mpi.a $(BUILD)/liba2amm.a -o $@ $(LDLIBS) $(MPI_LIBS)
 
 # The suite twice: an optimized build, then AddressSanitizer + UBSan; then
 # a short bounded run of every fuzz target (libFuzzer, clang).

@@ -8,6 +8,30 @@
  * filled with a message naming the file, rank or argument, what was expected
  * and what was found. The library never prints; the CLI does.
  *
+ * Each call below is marked:
+ *  - Collective: every rank of the communicator makes it, in the same order
+ *    as its other collective calls (on the same op, with the arguments the
+ *    call names as shared). Each such call first agrees with every rank on
+ *    which call it is, on which op and with which arguments: a rank in
+ *    another call, on another op or with another argument is an error on
+ *    every rank, naming both ranks and what each passed (never a wrong
+ *    result or a wait to the deadline). On shared memory, a rank that
+ *    ended (its function under a2amm_launch returned, or it left a
+ *    communicator of a2amm_comm_create with a2amm_comm_destroy) while
+ *    others wait in a collective call fails those calls at once, naming it
+ *    (over MPI: a2amm_mpi.h). Any error of a
+ *    collective call fails the communicator: the other ranks' collective
+ *    calls fail too (A2AMM_E_PEER, or their own error where they found the
+ *    same difference), and every later collective call on it returns
+ *    A2AMM_E_PEER at once.
+ *  - Local: this rank alone; no other rank takes part or waits.
+ *  - Thread-safe: may run on several threads at once. Collective calls on
+ *    one communicator go one at a time: a second thread's collective call
+ *    while one runs is refused (A2AMM_E_INVAL, nothing else changed), and
+ *    an op takes one call at a time (a2amm_op_run, or its local calls, on
+ *    an op another thread is in are refused the same way). Calls with no
+ *    mark on threads are for one thread at a time per object.
+ *
  * The contract the operator implements is docs/op-contract.md.
  */
 #ifndef A2AMM_H
@@ -61,7 +85,9 @@ enum {
 A2AMM_API const char *a2amm_version(void);
 A2AMM_API int a2amm_version_number(void);
 
-/* A short, static description of a status code ("file size mismatch"). */
+/* A short, static description of a status code ("file size mismatch").
+ * Thread-safe, as are the fp8 type calls, a2amm_shape_check, the MX calls,
+ * a2amm_kernel and a2amm_matmul. */
 A2AMM_API const char *a2amm_strerror(int status);
 
 /* The detail of a failure: the status and a message for a person. */
@@ -76,9 +102,10 @@ typedef enum a2amm_fp8_type {
     A2AMM_E5M2 = 1  /* OFP8 E5M2: bias 15, max 57344, IEEE-like Inf/NaN */
 } a2amm_fp8_type;
 
-/* "e4m3" / "e5m2". */
+/* "e4m3" / "e5m2"; "(not an fp8 type)" for any other value. */
 A2AMM_API const char *a2amm_fp8_type_name(a2amm_fp8_type t);
-/* Parses "e4m3" or "e5m2" (case-insensitive); returns A2AMM_E_INVAL otherwise. */
+/* Parses "e4m3" or "e5m2" (case-insensitive) into *out; A2AMM_E_INVAL for
+ * anything else, or a NULL s or out. */
 A2AMM_API int a2amm_fp8_type_parse(const char *s, a2amm_fp8_type *out);
 
 /* ---- Shapes ------------------------------------------------------------- */
@@ -107,7 +134,8 @@ typedef struct a2amm_sizes {
 
 /*
  * Checks the contract's rules (M, K, N, R >= 1; K divisible by R; K/R a
- * multiple of 32; no size overflows) and fills *sizes (may be NULL).
+ * multiple of 32; no size overflows) and fills *sizes (may be NULL). A NULL
+ * shape is A2AMM_E_INVAL.
  */
 A2AMM_API int a2amm_shape_check(const a2amm_shape *shape, a2amm_sizes *sizes, a2amm_error *err);
 
@@ -191,7 +219,7 @@ A2AMM_API int a2amm_matmul(const a2amm_weights *w, const uint8_t *a, int64_t lda
 /*
  * A communicator: R ranks, each in its own process, that can make ops
  * together. Collective calls (marked so below) must be made by every rank of
- * the communicator, in the same order.
+ * the communicator, in the same order (see the top of this header).
  *
  * a2amm_launch is the embedded launcher: it forks `nranks` processes over
  * a2amm's shared-memory transport (nothing to install or start, nothing left
@@ -201,8 +229,12 @@ A2AMM_API int a2amm_matmul(const a2amm_weights *w, const uint8_t *a, int64_t lda
  * rank, and what it was doing). A rank that fails, returns an error or dies
  * fails the communicator: every other rank's collective call returns
  * A2AMM_E_PEER within seconds, and a rank that still does not end is killed
- * after a grace period. Call it from a thread that outlives the call (the
- * ranks die with it).
+ * after a grace period. A rank whose function returns A2AMM_OK while others
+ * still wait for it in a collective call fails the launch too: their calls
+ * return A2AMM_E_PEER at once, naming it ("rank 1 ended (its function
+ * returned 0) before making the collective call rank 0 waits in ..."); a
+ * rank that returns after its last collective call is fine. Call it from a
+ * thread that outlives the call (the ranks die with it).
  */
 typedef struct a2amm_comm a2amm_comm;
 typedef int (*a2amm_rank_fn)(a2amm_comm *comm, void *arg);
@@ -223,10 +255,12 @@ typedef struct a2amm_launch_options {
     size_t heap_bytes; /* symmetric memory per rank for the ops made on it
                           (0: 1 GiB; reserved, not touched, until used; an op
                           needs a2amm_op_heap_bytes) */
-    double timeout_s;  /* the longest the whole launch may take (0: no limit) */
+    double timeout_s;  /* the longest the whole launch may take (0: no limit;
+                          negative or NaN: A2AMM_E_INVAL) */
     double stall_s;    /* a rank that shows no sign of life for this long
                           (a2amm_comm_say, any call of an op, any wait) fails
-                          the launch, named (0: no such watch) */
+                          the launch, named (0: no such watch; negative or
+                          NaN: A2AMM_E_INVAL) */
     const volatile sig_atomic_t *stop; /* NULL, or a flag the caller's signal
                           handler sets: non-zero stops every rank, and the
                           launch returns A2AMM_E_INTERRUPTED */
@@ -239,12 +273,17 @@ A2AMM_API int a2amm_launch(int nranks, a2amm_rank_fn fn, void *arg, const a2amm_
  * MPI job, a framework's workers), through a bootstrap the caller supplies:
  * its rank and size, an allgather (every rank's `bytes` from `mine` into
  * `all` [size][bytes], in rank order) and a barrier, each returning 0 on
- * success. Collective. Every rank passes the same heap_bytes (0: 1 GiB).
- * The ranks share memory as under a2amm_launch (nothing is left in
- * /dev/shm); a rank whose process dies before a2amm_comm_destroy fails the
- * communicator, naming it: every other rank's collective call returns
- * A2AMM_E_PEER within a fraction of a second. The bootstrap is used only
- * inside this call. Ranks on other machines: liba2amm_mpi.
+ * success. Collective. Every rank passes the same heap_bytes (0: 1 GiB),
+ * and each rank is claimed by one process: two processes that claim one
+ * rank are refused here (A2AMM_E_INVAL on every process, naming the rank
+ * and both pids). The ranks share memory as under a2amm_launch (nothing is
+ * left in /dev/shm); a rank whose process dies before a2amm_comm_destroy
+ * fails the communicator, naming it: every other rank's collective call
+ * returns A2AMM_E_PEER within a fraction of a second; one that calls
+ * a2amm_comm_destroy while the others wait in a collective call fails
+ * their calls at once, as a returned rank does under a2amm_launch. The
+ * bootstrap is used only inside this call. Ranks on other machines:
+ * liba2amm_mpi.
  */
 typedef struct a2amm_bootstrap {
     int rank, size;
@@ -255,32 +294,40 @@ typedef struct a2amm_bootstrap {
 
 A2AMM_API int a2amm_comm_create(const a2amm_bootstrap *bootstrap, size_t heap_bytes, a2amm_comm **comm,
                                 a2amm_error *err);
-/* Local. Ends this rank's part of a communicator made by a2amm_comm_create,
- * once it is done with every op made on it (destroy them first). NULL is fine. */
+/* Local. Ends this rank's part of a communicator made by a2amm_comm_create
+ * (or a2amm_mpi_comm_create), once it is done with every op made on it
+ * (destroy them first). NULL is fine. */
 A2AMM_API void a2amm_comm_destroy(a2amm_comm *comm);
 
-/* Says what this rank is doing now ("loading input_a.bin"): it appears in
+/* Local. Says what this rank is doing now ("loading input_a.bin"): it appears in
  * failure messages and reports, and counts as a sign of life. */
 A2AMM_API void a2amm_comm_say(a2amm_comm *comm, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* What this rank said it was doing last (a2amm_comm_say, or the op's own
  * "tile 3/8: waiting for rows from rank 2 ..."): for a caller's report. */
 A2AMM_API const char *a2amm_comm_doing(const a2amm_comm *comm);
-/* This rank's number (0..size-1) and the number of ranks. */
+/* This rank's number (0..size-1) and the number of ranks. Local, thread-safe. */
 A2AMM_API int a2amm_comm_rank(const a2amm_comm *comm);
 A2AMM_API int a2amm_comm_size(const a2amm_comm *comm);
-/* Collective: every rank waits for the others (at most timeout_s seconds). */
+/* Local. A2AMM_OK while the communicator has not failed; once it has, the
+ * first failure's status with its message in *err ("rank 2: ..."): what a
+ * caller prints before it gives up (over MPI, before MPI_Abort). */
+A2AMM_API int a2amm_comm_status(a2amm_comm *comm, a2amm_error *err);
+/* Collective: every rank waits for the others (at most timeout_s seconds,
+ * positive; each rank's own). */
 A2AMM_API int a2amm_comm_barrier(a2amm_comm *comm, double timeout_s, a2amm_error *err);
 /*
  * Collective: the plain AllToAll of `block_bytes` per pair: block j of this
  * rank's `send` [size][block_bytes] lands as block r of rank j's `recv`,
- * where r is this rank. Staged through symmetric memory: the first call
- * (and any later call with larger blocks) takes size * block_bytes of it,
- * kept for the calls after (count it in heap_bytes of the launch); send and
- * recv may not overlap. Every wait ends at timeout_s.
+ * where r is this rank. Every rank passes the same block_bytes (shared: a
+ * difference is an error on every rank naming both sizes, before a byte
+ * moves). Staged through symmetric memory on shm: the first call (and any
+ * later call with larger blocks) takes size * block_bytes of it, kept for
+ * the calls after (count it in heap_bytes of the launch); send and recv may
+ * not overlap. Every wait ends at timeout_s (each rank's own).
  */
 A2AMM_API int a2amm_comm_alltoall(a2amm_comm *comm, const void *send, void *recv, size_t block_bytes, double timeout_s,
                                   a2amm_error *err);
-/* Fails the communicator on purpose with a message: every other rank's
+/* Local. Fails the communicator on purpose with a message: every other rank's
  * collective call returns A2AMM_E_PEER. Returns code (a negative status). */
 A2AMM_API int a2amm_comm_fail(a2amm_comm *comm, int code, const char *message);
 
@@ -308,34 +355,45 @@ typedef enum a2amm_schedule {
     A2AMM_SCHEDULE_UNFUSED = 1 /* the whole AllToAll, a barrier, then the matmul (for comparison) */
 } a2amm_schedule;
 
+/* Every field but threads is shared: every rank passes the same. */
 typedef struct a2amm_op_config {
     int64_t max_m;          /* the largest m of any call (rows per destination) */
     int64_t k, n;           /* K (divisible by R, K/R a multiple of 32) and N */
     a2amm_fp8_type a_type, b_type;
     int64_t tile_m;         /* rows per pipeline tile (0: 512) */
     int depth;              /* ring slots per source on the put path (0: 4) */
-    int threads;            /* compute threads of this rank (0: cores / R, at least 1) */
+    int threads;            /* compute threads of this rank (0: cores / R, at least 1);
+                               this rank's own: ranks may differ */
     a2amm_path path;
-    double timeout_s;       /* deadline of every wait between ranks (0: 60) */
+    double timeout_s;       /* deadline of every wait between ranks (0: 60; positive;
+                               NaN is refused) */
     a2amm_schedule schedule; /* fused (0, the default) or unfused */
 } a2amm_op_config;
 
-/* Symmetric memory one rank needs for an op of this config on R ranks. */
+/* Symmetric memory one rank needs for an op of this config on R ranks.
+ * Thread-safe. */
 A2AMM_API size_t a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks);
 
 /*
- * Collective. Makes the op: checks the config (the same on every rank: a
- * difference is an error on every rank), takes its symmetric memory, starts
- * its threads. The kernel level is the best this CPU runs (A2AMM_ISA and
- * A2AMM_CPU_HIDE apply).
+ * Collective. Makes the op: checks the config (the shared fields the same
+ * on every rank: a difference is an error on every rank, naming the field
+ * and both values), takes its symmetric memory, starts its threads. Ops
+ * are numbered on their communicator in the order they are made (1, 2,
+ * ...; the same number on every rank), and each call of an op carries its
+ * number: two ops called in a different order on two ranks is an error on
+ * both, naming both ops. The op's memory is placed where it is free on
+ * every rank, so ranks may destroy their ops in different orders and
+ * between different calls. The kernel level is the best this CPU runs
+ * (A2AMM_ISA and A2AMM_CPU_HIDE apply).
  */
 A2AMM_API int a2amm_op_create(a2amm_comm *comm, const a2amm_op_config *config, a2amm_op **op, a2amm_error *err);
 
 /*
  * Local. Sets this rank's weights: b [n, k] fp8 (B transposed), sb its
  * scales [n, ldsb] (ldsb >= k/32). Prepared once (packed for the kernel);
- * replace them by calling again (between calls of a2amm_op_run). The
- * arrays may be freed afterwards.
+ * replace them by calling again (between calls of a2amm_op_run: while
+ * another thread is in a call of the op it is refused). The arrays may be
+ * freed afterwards.
  */
 A2AMM_API int a2amm_op_set_weights(a2amm_op *op, const uint8_t *b, const uint8_t *sb, int64_t ldsb, a2amm_error *err);
 
@@ -344,6 +402,7 @@ A2AMM_API int a2amm_op_set_weights(a2amm_op *op, const uint8_t *b, const uint8_t
  * the op's) instead of a copy of the op's own: several ops, and
  * a2amm_matmul, can share one preparation. The op borrows them: keep them
  * alive, unchanged, until the op is destroyed or given other weights.
+ * Refused while another thread is in a call of the op.
  */
 A2AMM_API int a2amm_op_use_weights(a2amm_op *op, const a2amm_weights *w, a2amm_error *err);
 
@@ -357,12 +416,17 @@ A2AMM_API int a2amm_op_use_weights(a2amm_op *op, const a2amm_weights *w, a2amm_e
 A2AMM_API int a2amm_op_input(a2amm_op *op, uint8_t **a, uint8_t **sa, int64_t *lda, int64_t *ldsa, int64_t *block_rows);
 
 /*
- * Collective. One fused AllToAll + matmul for 1 <= m <= max_m (the same m
- * on every rank: a difference fails every rank). a and sa are this rank's
- * A_r [R*m, K/R] and scales [R*m, ldsa], copied in; or both NULL for the
- * input already written at a2amm_op_input. out receives bf16 [m, n]. Needs
- * weights set. Returns A2AMM_E_PEER when another rank failed, and every
- * wait ends at the config's timeout_s.
+ * Collective. One fused AllToAll + matmul for 1 <= m <= max_m (m is
+ * shared: a difference fails every rank; the op too: each rank must call
+ * the same op). a and sa are this rank's A_r [R*m, K/R] and scales
+ * [R*m, ldsa], copied in; or both NULL for the input already written at
+ * a2amm_op_input. out receives bf16 [m, n]. Needs weights set. A wrong
+ * argument (m out of range, out NULL, no weights) returns A2AMM_E_INVAL on
+ * this rank, on every transport, and fails the communicator: the others'
+ * calls return A2AMM_E_PEER. Returns A2AMM_E_PEER when another rank failed,
+ * and every wait ends at the config's timeout_s. A second thread's call
+ * on an op already in a call is refused with A2AMM_E_INVAL ("op 1 is
+ * busy"); the call running goes on.
  */
 A2AMM_API int a2amm_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, uint16_t *out, a2amm_error *err);
 
@@ -421,11 +485,17 @@ typedef struct a2amm_event {
 
 typedef int (*a2amm_observer_fn)(void *arg, const a2amm_event *event);
 
-/* Local. Sets (or with NULL removes) this rank's observer of op. */
+/* Local. Sets (or with NULL removes) this rank's observer of op (refused
+ * with A2AMM_E_INVAL while another thread is in a call of the op). */
 A2AMM_API int a2amm_op_set_observer(a2amm_op *op, a2amm_observer_fn fn, void *arg);
 
 /* Local. Frees the op; its handle is no longer valid (a call on it is
- * refused as not a live op). NULL is fine. */
+ * refused as not a live op). NULL is fine. Ranks may destroy their ops in
+ * any order, and at any point between their collective calls: the other
+ * ranks' ops and the ops made later are not affected (an op made while
+ * another rank still holds memory this rank gave back is placed above it:
+ * leave room for that in heap_bytes). Not while another thread is in a
+ * call of this op. */
 A2AMM_API void a2amm_op_destroy(a2amm_op *op);
 
 #ifdef __cplusplus

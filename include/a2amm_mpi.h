@@ -11,9 +11,19 @@
  * the waiting rank drives MPI's progress between matmul calls. Two-sided
  * calls only (no one-sided MPI: over TCP it has no asynchronous progress).
  *
- * Failures end the MPI job: a rank that fails prints its message (its rank
- * and what it was doing) and calls MPI_Abort; a rank that dies is reported
- * by mpirun, which ends the others. Every wait ends at the op's timeout_s.
+ * Failures are returned, as on shared memory: the library never prints and
+ * never calls MPI_Abort. A rank whose call fails (a wrong argument, a
+ * timeout, an observer's stop) returns its status and fails the
+ * communicator: it sends every other rank a notice, and their calls return
+ * A2AMM_E_PEER within moments, naming it (a2amm_comm_status gives the
+ * first failure's message). What happens next is the caller's: after a
+ * failure the communicator is done (destroy it); a peer may be left inside
+ * a collective that the failed rank never joined, which MPI cannot cancel,
+ * so a program that cannot go on calls MPI_Abort itself (the a2amm command
+ * prints the message and does). A rank that dies is reported by mpirun,
+ * which ends the others; one that leaves (a2amm_comm_destroy) while others
+ * still wait for it in a collective call is not told to them: their calls
+ * end at the timeout. Every wait ends at the op's timeout_s.
  */
 #ifndef A2AMM_MPI_H
 #define A2AMM_MPI_H
@@ -28,9 +38,11 @@ extern "C" {
 
 /*
  * Collective over mpi_comm (MPI initialized, any thread level: only the
- * calling thread calls MPI). heap_bytes: this rank's memory for the ops
- * made on the communicator (0: 1 GiB, reserved, not touched until used).
- * Free it with a2amm_comm_destroy before MPI_Finalize.
+ * calling thread calls MPI, so over MPI every call on the communicator and
+ * its ops, a2amm_comm_fail and a2amm_comm_status included, is made from
+ * one thread). heap_bytes: this rank's memory for the ops made on the
+ * communicator (0: 1 GiB, reserved, not touched until used). Free it with
+ * a2amm_comm_destroy before MPI_Finalize.
  */
 A2AMM_API int a2amm_mpi_comm_create(MPI_Comm mpi_comm, size_t heap_bytes, a2amm_comm **comm, a2amm_error *err);
 

@@ -3,9 +3,12 @@
  * dequantization of the caller's fp32 and bf16 data (FLOOR and RCEIL,
  * strided rows, partial blocks, NaN and zero blocks, errors), and the
  * single-rank matmul with prepared weights (against sums in double, the
- * same bits for any thread count, errors).
+ * same bits for any thread count, errors); the small calls' NULLs and
+ * out-of-range types; the calls the header calls thread-safe, on several
+ * threads at once.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,8 +174,86 @@ static void test_matmul(void)
           !strcmp(kernel, "avx512") || !strcmp(kernel, "amx")), "a2amm_kernel names a level: %s", kernel ? kernel : err.msg);
 }
 
+/* The small calls' NULLs and ranges: a status or a name, never a crash or another type's name. */
+static void test_names_and_nulls(void)
+{
+    a2amm_error err = {0, ""};
+    CHECK(a2amm_shape_check(NULL, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "shape is NULL"),
+          "a NULL shape: %s", err.msg);
+    CHECK(a2amm_shape_check(NULL, NULL, NULL) == A2AMM_E_INVAL, "a NULL shape, no error record");
+    a2amm_fp8_type t = A2AMM_E4M3;
+    CHECK(a2amm_fp8_type_parse("E5M2", NULL) == A2AMM_E_INVAL, "parse into NULL");
+    CHECK(a2amm_fp8_type_parse(NULL, &t) == A2AMM_E_INVAL, "parse of NULL");
+    CHECK(a2amm_fp8_type_parse("E5M2", &t) == A2AMM_OK && t == A2AMM_E5M2, "parse of E5M2");
+    CHECK(a2amm_fp8_type_parse("e4m3x", &t) == A2AMM_E_INVAL && t == A2AMM_E5M2, "parse of e4m3x leaves *out");
+    CHECK(!strcmp(a2amm_fp8_type_name(A2AMM_E4M3), "e4m3") && !strcmp(a2amm_fp8_type_name(A2AMM_E5M2), "e5m2"),
+          "the two names");
+    CHECK(!strcmp(a2amm_fp8_type_name((a2amm_fp8_type)7), "(not an fp8 type)") &&
+              !strcmp(a2amm_fp8_type_name((a2amm_fp8_type)-1), "(not an fp8 type)"),
+          "type 7 is no type: %s", a2amm_fp8_type_name((a2amm_fp8_type)7));
+}
+
+/* ---- the calls the header says are thread-safe, on several threads at once ---- */
+enum { TS_THREADS = 4, TS_M = 40, TS_N = 48, TS_K = 96, TS_ROUNDS = 20 };
+
+typedef struct ts_job {
+    const a2amm_weights *w;
+    const float *x;                       /* [TS_M, TS_K] to quantize */
+    uint8_t codes[TS_M * TS_K], scales[TS_M * 3];
+    uint16_t out[TS_M * TS_N];            /* the matmul of those codes */
+    int rc;
+} ts_job;
+
+static void *ts_run(void *arg)
+{
+    ts_job *j = arg;
+    a2amm_error err;
+    const char *kernel = NULL;
+    a2amm_sizes z;
+    a2amm_shape s = {TS_M, TS_K, TS_N, 3, A2AMM_E4M3, A2AMM_E4M3}; /* K/R = 32 */
+    for (int i = 0; !j->rc && i < TS_ROUNDS; i++) {
+        j->rc = a2amm_mx_quantize_f32(j->x, TS_M, TS_K, TS_K, A2AMM_E4M3, A2AMM_SCALE_RCEIL, j->codes, TS_K, j->scales,
+                                      3, &err);
+        if (!j->rc) j->rc = a2amm_matmul(j->w, j->codes, TS_K, j->scales, 3, TS_M, A2AMM_E4M3, j->out, TS_N, 1, &err);
+        if (!j->rc) j->rc = a2amm_kernel(&kernel, &err);
+        if (!j->rc) j->rc = a2amm_shape_check(&s, &z, &err);
+    }
+    return NULL;
+}
+
+static void test_thread_safe_calls(void)
+{
+    static float x[TS_M * TS_K], bf[TS_N * TS_K];
+    static uint8_t b[TS_N * TS_K], sb[TS_N * 3];
+    for (int i = 0; i < TS_M * TS_K; i++) x[i] = randn();
+    for (int i = 0; i < TS_N * TS_K; i++) bf[i] = randn();
+    a2amm_error err;
+    a2amm_weights *w = NULL;
+    CHECK(a2amm_mx_quantize_f32(bf, TS_N, TS_K, TS_K, A2AMM_E4M3, A2AMM_SCALE_RCEIL, b, TS_K, sb, 3, &err) == 0 &&
+              a2amm_weights_create(b, sb, TS_N, TS_K, 3, A2AMM_E4M3, 1, &w, &err) == 0,
+          "thread-safe calls' weights: %s", err.msg);
+    if (!w) return;
+    static ts_job one, many[TS_THREADS];
+    one = (ts_job){.w = w, .x = x};
+    ts_run(&one);
+    pthread_t t[TS_THREADS];
+    for (int i = 0; i < TS_THREADS; i++) {
+        many[i] = (ts_job){.w = w, .x = x};
+        CHECK(pthread_create(&t[i], NULL, ts_run, &many[i]) == 0, "thread %d", i);
+    }
+    for (int i = 0; i < TS_THREADS; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < TS_THREADS; i++)
+        CHECK(one.rc == 0 && many[i].rc == 0 && !memcmp(one.codes, many[i].codes, sizeof one.codes) &&
+                  !memcmp(one.scales, many[i].scales, sizeof one.scales) && !memcmp(one.out, many[i].out, sizeof one.out),
+              "thread %d of %d: quantize, matmul on one weights, kernel and shape check at once give other results "
+              "(rc %d)", i, TS_THREADS, many[i].rc);
+    a2amm_weights_destroy(w);
+}
+
 int main(void)
 {
+    test_names_and_nulls();
+    test_thread_safe_calls();
     test_dequantize_all_codes(A2AMM_E4M3);
     test_dequantize_all_codes(A2AMM_E5M2);
     rng_state = 0xA2A3A4A5A6A7A8A9ull;

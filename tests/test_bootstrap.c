@@ -5,7 +5,9 @@
  * framework's workers would: the op gives the same bits as under the
  * embedded launcher on the same data; a process killed inside the
  * collective call makes every other rank's call return A2AMM_E_PEER within
- * seconds, naming it; bad bootstraps are refused.
+ * seconds, naming it; bad bootstraps are refused, as are two processes
+ * that claim one rank; a rank that leaves (a2amm_comm_destroy) while the
+ * others wait in a collective call ends their waits at once, naming it.
  */
 #include <signal.h>
 #include <stdatomic.h>
@@ -174,6 +176,77 @@ static void test_peer_killed(void)
     CHECK(took < 15, "the whole killed run took %.1f s", took);
 }
 
+/* ---- misuse: ranks claimed twice, a rank that leaves while the others wait ---- */
+
+/* Process p joins as rank claim[p], its engine's allgather putting its words in place slot[p];
+ * after a successful create it runs body (if any) and records what that returned. */
+static void run_claims(const int claim[R], const int slot[R], int (*body)(a2amm_comm *comm, a2amm_error *err))
+{
+    engine *e = mmap(NULL, sizeof *e, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    memset(e, 0, sizeof *e);
+    pid_t pids[R];
+    for (int p = 0; p < R; p++) {
+        pids[p] = fork();
+        if (pids[p] == 0) {
+            engine_rank er = {e, slot[p]};
+            a2amm_bootstrap bs = {claim[p], R, &er, engine_allgather, engine_barrier};
+            a2amm_comm *comm = NULL;
+            a2amm_error err = {0, ""};
+            double t0 = now_s();
+            int rc = a2amm_comm_create(&bs, 16u << 20, &comm, &err);
+            if (!rc && body) {
+                t0 = now_s();
+                rc = body(comm, &err);
+            }
+            sh->rc[p] = rc;
+            sh->seconds[p] = now_s() - t0;
+            snprintf(sh->msg[p], sizeof sh->msg[p], "%s", err.msg);
+            a2amm_comm_destroy(comm);
+            _exit(0);
+        }
+    }
+    for (int p = 0; p < R; p++) waitpid(pids[p], NULL, 0);
+    munmap(e, sizeof *e);
+}
+
+static void test_rank_claimed_twice(void)
+{
+    /* the engine places each process's words by its own rank; two processes say rank 0 */
+    static const int claims[R] = {0, 0, 2}, engine_places[R] = {0, 1, 2}, claimed_places[R] = {0, 0, 2};
+    memset(sh, 0, sizeof *sh);
+    run_claims(claims, engine_places, NULL);
+    for (int p = 0; p < R; p++)
+        CHECK(sh->rc[p] == A2AMM_E_INVAL && strstr(sh->msg[p], "two processes claim rank 0 (pids"),
+              "process %d: two processes claim rank 0: refused at create (got %d: %s)", p, sh->rc[p], sh->msg[p]);
+    /* the engine places them by the rank they claim: rank 1's place stays empty */
+    memset(sh, 0, sizeof *sh);
+    run_claims(claims, claimed_places, NULL);
+    for (int p = 0; p < R; p++)
+        CHECK(sh->rc[p] == A2AMM_E_INVAL && (strstr(sh->msg[p], "no process claimed rank 1") ||
+                                             strstr(sh->msg[p], "two processes claim rank 0")),
+              "process %d: rank 0 twice, rank 1 never: refused at create (got %d: %s)", p, sh->rc[p], sh->msg[p]);
+}
+
+/* Rank 1 leaves at once; the others wait for it in a barrier. */
+static int leave_or_wait(a2amm_comm *comm, a2amm_error *err)
+{
+    if (a2amm_comm_rank(comm) == 1) return A2AMM_OK;
+    return a2amm_comm_barrier(comm, 20, err);
+}
+
+static void test_peer_leaves(void)
+{
+    static const int ranks[R] = {0, 1, 2};
+    memset(sh, 0, sizeof *sh);
+    run_claims(ranks, ranks, leave_or_wait);
+    for (int p = 0; p < R; p++) {
+        if (p == 1) continue;
+        CHECK(sh->rc[p] == A2AMM_E_PEER && strstr(sh->msg[p], "rank 1 ended (it left the communicator)"),
+              "rank %d: rank 1 left while it waited: it hears at once (got %d: %s)", p, sh->rc[p], sh->msg[p]);
+        CHECK(sh->seconds[p] < 10, "rank %d: heard after %.1f s (the barrier's timeout is 20 s)", p, sh->seconds[p]);
+    }
+}
+
 static void test_bad_bootstrap(void)
 {
     a2amm_error err = {0, ""};
@@ -203,6 +276,8 @@ int main(void)
     sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     test_same_bits();
     test_peer_killed();
+    test_rank_claimed_twice();
+    test_peer_leaves();
     test_bad_bootstrap();
     for (int r = 0; r < R; r++) io_rank_inputs_free(&in[r]);
     return check_summary("test_bootstrap");

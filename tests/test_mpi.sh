@@ -5,7 +5,9 @@
 # inputs (fused and unfused, on the put path: the direct path is refused);
 # a rank killed on one host stops the job within seconds, naming it; nothing
 # is left running in any namespace, and the namespaces are gone after, also
-# when a check fails. Skipped, saying why, where namespaces cannot be made.
+# when a check fails; misuse through the API (tests/mpi_misuse.c) is an
+# error returned on every rank, never an abort or a print by the library.
+# Skipped, saying why, where namespaces cannot be made.
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 hosts="$here/../scripts/netns-hosts.sh"
@@ -110,6 +112,44 @@ for fault in kill error; do
     check "$fault on rank 2: nothing left running on any host ($left)" test $left -eq 0
 done
 expect_output "error on rank 2: its message, with what it was doing" "injected error at tile 1"
+
+# misuse through the API over MPI (tests/mpi_misuse.c): every call returns, with an error on every rank
+# naming what differs; the library prints nothing and never aborts; each rank goes on to MPI_Finalize
+misuse="$(dirname "$A2AMM")/tests/mpi_misuse"
+# line RANK CALL: that rank's line for the call
+line() { grep "^rank $1: $2: " "$SCRATCH/out"; }
+# quick RANK CALL: the call returned within 10 s (the waits' deadline is 30 s)
+quick() { line "$1" "$2" | awk '{ for (i = 1; i < NF; i++) if ($i == "after") exit !($(i + 1) < 10); exit 1 }'; }
+finished_both() { test "$(grep -c '^rank [01]: finished$' "$SCRATCH/out")" -eq 2; }
+no_abort() { ! grep -Eq "MPI_ERR|MPI_Abort|^a2amm: rank" "$SCRATCH/out"; }
+
+expect_ok "misuse: alltoall of 64 and 128 bytes" mpirun_hosts 2 "$P-h1,$P-h2" "$misuse" alltoall-sizes
+for r in 0 1; do
+    check "alltoall sizes, rank $r: an error naming both sizes" \
+        bash -c "grep '^rank $r: a2amm_comm_alltoall: status -' '$SCRATCH/out' | grep 'block_bytes = ' | grep 64 | grep -q 128"
+    check "alltoall sizes, rank $r: at once" quick $r a2amm_comm_alltoall
+done
+check "alltoall sizes: no MPI error handler, no abort" no_abort
+check "alltoall sizes: both ranks went on to the end" finished_both
+
+expect_ok "misuse: an argument error in a2amm_op_run on rank 0" mpirun_hosts 2 "$P-h1,$P-h2" "$misuse" run-arg
+check "run-arg: rank 0's call returns its error" \
+    bash -c "grep '^rank 0: a2amm_op_run: status -1 ' '$SCRATCH/out' | grep -q 'm must be 1 to max_m = 8 (got 9)'"
+check "run-arg: rank 1's call returns A2AMM_E_PEER, naming rank 0" \
+    bash -c "grep '^rank 1: a2amm_op_run: status -8 ' '$SCRATCH/out' | grep -q 'rank 0: a2amm_op_run: rank 0: m must be'"
+check "run-arg: rank 1 heard at once" quick 1 a2amm_op_run
+check "run-arg: a2amm_comm_status gives rank 1 the first failure" \
+    bash -c "grep '^rank 1: a2amm_comm_status: status -1 ' '$SCRATCH/out' | grep -q 'rank 0: a2amm_op_run'"
+check "run-arg: the library printed nothing and aborted nothing" no_abort
+check "run-arg: both ranks went on to the end" finished_both
+
+expect_ok "misuse: two ops called in swapped order" mpirun_hosts 2 "$P-h1,$P-h2" "$misuse" swapped
+for r in 0 1; do
+    check "swapped, rank $r: an error naming both ops" \
+        bash -c "grep '^rank $r: a2amm_op_run: status -' '$SCRATCH/out' | grep 'on op 1' | grep -q 'on op 2'"
+    check "swapped, rank $r: at once" quick $r a2amm_op_run
+done
+check "swapped: both ranks went on to the end" finished_both
 
 bash "$hosts" down "$P"
 check "the namespaces are gone" test -z "$(ip netns list | grep "^$P-")"

@@ -278,8 +278,8 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* PEER_GONE's observers: rank 0 dawdles after the call's first barrier, before it compares the
- * call's words with its peer's; rank 1 stops its call at the first tile and destroys its op. */
+/* PEER_GONE's observers: rank 0 dawdles after the call's first barrier (its agreement), before it
+ * goes on; rank 1 stops its call at the first tile and destroys its op, giving its memory back. */
 static int dawdle_after_barrier(void *arg, const a2amm_event *ev)
 {
     (void)arg;
@@ -325,7 +325,7 @@ static int rank_misuse(a2amm_comm *comm, void *arg)
             t0 = now_s();
             rc = a2amm_op_run(op, 8, a, sa, out, &err);
             break;
-        case PEER_GONE: /* rank 1's op is gone (its heap zeroed) when rank 0 reads its words */
+        case PEER_GONE: /* rank 1's op is gone (its heap zeroed) when rank 0 goes on with the call */
             rc = a2amm_op_set_observer(op, me == 0 ? dawdle_after_barrier : stop_at_first_tile, NULL);
             if (!rc) rc = a2amm_op_run(op, 8, a, sa, out, &err);
             if (me == 1) a2amm_op_destroy(op), op = NULL;
@@ -373,7 +373,7 @@ static void test_misuse(void)
     CHECK(r[PEER_GONE].rc[1] == A2AMM_E_INVAL && strstr(r[PEER_GONE].msg[1], "observer stopped the call"),
           "a peer stops its call: %d %s", r[PEER_GONE].rc[1], r[PEER_GONE].msg[1]);
     CHECK(r[PEER_GONE].rc[0] == A2AMM_E_PEER && strstr(r[PEER_GONE].msg[0], "rank 1"),
-          "a peer's op destroyed while this rank compares the call's words: its failure, not a mismatch "
+          "a peer's op destroyed while this rank is in the call: its failure, not a mismatch "
           "(got %d: %s)", r[PEER_GONE].rc[0], r[PEER_GONE].msg[0]);
     munmap(rep, sizeof *rep * MISUSES);
 

@@ -1,6 +1,9 @@
-/* What the public communicator wraps: the transport's per-rank context. */
+/* What the public communicator wraps (the transport's per-rank context),
+ * and the steps every collective call of the API shares (collective.c). */
 #ifndef A2AMM_API_INTERNAL_H
 #define A2AMM_API_INTERNAL_H
+
+#include <stdatomic.h>
 
 #include "a2amm.h"
 #include "comm/comm.h"
@@ -12,6 +15,9 @@ struct a2amm_comm {
     size_t stage_bytes, stage_start, stage_end;
     comm_world *joined; /* made by a2amm_comm_create: this rank's view of the world */
     void (*destroy)(a2amm_comm *comm); /* made by another transport's library: how it ends */
+    int64_t ops_made;   /* ops created on it: each op's number, the same on every rank */
+    _Atomic int in_call; /* a thread is inside a collective call on it */
+    int64_t *words;     /* [size][COMM_AGREE_WORDS]: every rank's words of the current call */
 };
 
 /* Prepared weights (matmul_api.c), which ops may borrow (op_api.c). */
@@ -21,5 +27,41 @@ struct a2amm_weights {
     int64_t n, k;
     a2amm_fp8_type b_type;
 };
+
+/* ---- collective.c: what every collective call does first ------------------ */
+
+/* The collective calls, as their words name them. */
+typedef enum api_call { API_BARRIER = 1, API_ALLTOALL, API_OP_CREATE, API_OP_RUN } api_call;
+
+/* A call's words: which call, on which op (its number; 0: none), its
+ * arguments that every rank must pass alike, and this rank's heap top
+ * (not compared: the agreement gives the highest). */
+enum { API_WORD_CALL, API_WORD_OP, API_WORD_ARGS, API_WORD_TOP = COMM_AGREE_WORDS - 1 };
+#define API_MAX_ARGS (API_WORD_TOP - API_WORD_ARGS)
+
+/*
+ * Takes the communicator for one collective call on this thread: A2AMM_E_INVAL
+ * (nothing else touched) when another thread is inside one. api_leave gives
+ * it back.
+ */
+int api_enter(a2amm_comm *comm, const char *call, a2amm_error *err);
+void api_leave(a2amm_comm *comm);
+
+/*
+ * Every rank's words of this call (comm_agree: also a barrier), compared:
+ * a different call, op or argument on another rank fails the communicator
+ * with a message naming both ranks and what each passed. A2AMM_E_PEER at
+ * once, starting nothing, when the communicator has failed. *top (may be
+ * NULL) gets the highest heap top of every rank.
+ */
+int api_agree(a2amm_comm *comm, int64_t words[COMM_AGREE_WORDS], double timeout_s, const char *call, size_t *top,
+              a2amm_error *err);
+
+/* The error of a failed collective step, reported to every rank once: fails
+ * the communicator unless rc is A2AMM_E_PEER or it has failed already. */
+int api_fail_all(comm_ctx *ctx, int rc, const a2amm_error *err);
+
+/* Frees what a communicator's calls kept (its words). */
+void api_comm_release(a2amm_comm *comm);
 
 #endif

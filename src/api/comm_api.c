@@ -18,8 +18,10 @@ typedef struct launch_arg {
 static int rank_trampoline(comm_ctx *ctx, void *p)
 {
     const launch_arg *la = p;
-    a2amm_comm comm = {ctx, NULL, 0, 0, 0, NULL, NULL};
-    return la->fn(&comm, la->arg);
+    a2amm_comm comm = {.ctx = ctx};
+    int rc = la->fn(&comm, la->arg);
+    api_comm_release(&comm);
+    return rc;
 }
 
 int a2amm_launch(int nranks, a2amm_rank_fn fn, void *arg, const a2amm_launch_options *options, a2amm_error *err)
@@ -27,7 +29,7 @@ int a2amm_launch(int nranks, a2amm_rank_fn fn, void *arg, const a2amm_launch_opt
     if (nranks < 1 || nranks > 1024)
         return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_launch: nranks must be 1 to 1024 (got %d)", nranks);
     if (!fn) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_launch: fn is NULL");
-    if (options && (options->timeout_s < 0 || options->stall_s < 0))
+    if (options && (!(options->timeout_s >= 0) || !(options->stall_s >= 0))) /* NaN too */
         return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_launch: timeout_s and stall_s must be 0 (none) or positive "
                           "(got %g and %g)", options->timeout_s, options->stall_s);
     size_t heap = options && options->heap_bytes ? options->heap_bytes : DEFAULT_HEAP_BYTES;
@@ -88,11 +90,13 @@ int a2amm_comm_create(const a2amm_bootstrap *bs, size_t heap_bytes, a2amm_comm *
 void a2amm_comm_destroy(a2amm_comm *comm)
 {
     if (comm && comm->destroy) {
+        api_comm_release(comm);
         comm->destroy(comm);
         return;
     }
     if (!comm || !comm->joined) return; /* a launcher's communicator ends with its rank function */
     comm_world_leave(comm->joined, comm->ctx);
+    api_comm_release(comm);
     free(comm);
 }
 
@@ -106,7 +110,13 @@ int a2amm_comm_barrier(a2amm_comm *comm, double timeout_s, a2amm_error *err)
     if (!comm) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_barrier: comm is NULL");
     if (!(timeout_s > 0))
         return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_barrier: timeout_s must be positive (got %g)", timeout_s);
-    return comm_barrier(comm->ctx, comm_deadline_after(timeout_s), err);
+    int rc = api_enter(comm, "a2amm_comm_barrier", err);
+    if (rc) return rc;
+    int64_t words[COMM_AGREE_WORDS] = {API_BARRIER};
+    /* what the caller said it is doing stays: a wait adds "blocked on" the barrier */
+    rc = api_agree(comm, words, timeout_s, "a2amm_comm_barrier", NULL, err); /* the agreement is a barrier */
+    api_leave(comm);
+    return rc;
 }
 
 int a2amm_comm_fail(a2amm_comm *comm, int code, const char *message)
@@ -114,6 +124,18 @@ int a2amm_comm_fail(a2amm_comm *comm, int code, const char *message)
     if (!comm) return code;
     return comm_fail(comm->ctx, code < 0 ? code : A2AMM_E_INVAL, "rank %d: %s", comm_rank(comm->ctx),
                      message ? message : "failed");
+}
+
+int a2amm_comm_status(a2amm_comm *comm, a2amm_error *err)
+{
+    if (!comm) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_status: comm is NULL");
+    int code = A2AMM_OK;
+    char reason[COMM_FAIL_CHARS];
+    if (!comm_failure(comm->ctx, &code, reason, sizeof reason)) {
+        a2amm_error_clear(err);
+        return A2AMM_OK;
+    }
+    return a2amm_fail(err, code < 0 ? code : A2AMM_E_PEER, "%s", reason);
 }
 
 void a2amm_comm_say(a2amm_comm *comm, const char *fmt, ...)
@@ -125,6 +147,41 @@ void a2amm_comm_say(a2amm_comm *comm, const char *fmt, ...)
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     comm_set_doing(comm->ctx, "%s", text);
+}
+
+/* The shm AllToAll once every rank passed the same block_bytes: send staged in
+ * symmetric memory (placed where it is free on every rank, kept for the
+ * calls after), each rank then gets its block from every peer. `grow`: the
+ * stage was too small and was given back before the agreement (top: the
+ * highest heap top it found); else send is in the stage already. */
+static int alltoall_shm(a2amm_comm *comm, const void *send, void *recv, size_t block_bytes, int grow, size_t top,
+                        double timeout_s, a2amm_error *err)
+{
+    comm_ctx *ctx = comm->ctx;
+    int me = comm_rank(ctx), R = comm_nranks(ctx);
+    size_t total = block_bytes * (size_t)R;
+    int rc = A2AMM_OK;
+    if (grow) {
+        comm_heap_raise(ctx, top);
+        comm->stage_start = comm_heap_mark(ctx);
+        rc = comm_alloc(ctx, total, 64, &comm->stage, err);
+        comm->stage_end = comm_heap_mark(ctx);
+        if (rc) return rc;
+        comm->stage_bytes = total;
+        memcpy(comm->stage, send, total);
+        comm_set_doing(ctx, "a2amm_comm_alltoall: waiting for every rank's blocks");
+        rc = comm_barrier(ctx, comm_deadline_after(timeout_s), err);
+    }
+    const uint8_t *stage = comm->stage;
+    for (int k = 0; !rc && block_bytes && k < R; k++) {
+        int src = (me + k) % R;
+        uint8_t *dst = (uint8_t *)recv + (size_t)src * block_bytes;
+        if (src == me) memcpy(dst, stage + (size_t)me * block_bytes, block_bytes);
+        else rc = comm_get(ctx, dst, stage + (size_t)me * block_bytes, block_bytes, src, err);
+    }
+    comm_set_doing(ctx, "a2amm_comm_alltoall: waiting for every rank to finish reading");
+    if (!rc) rc = comm_barrier(ctx, comm_deadline_after(timeout_s), err); /* nobody reads the stage any more */
+    return rc;
 }
 
 int a2amm_comm_alltoall(a2amm_comm *comm, const void *send, void *recv, size_t block_bytes, double timeout_s,
@@ -139,43 +196,33 @@ int a2amm_comm_alltoall(a2amm_comm *comm, const void *send, void *recv, size_t b
     size_t total = block_bytes * (size_t)R;
     if (total / (size_t)R != block_bytes)
         return a2amm_fail(err, A2AMM_E_OVERFLOW, "a2amm_comm_alltoall: %d blocks of %zu bytes overflow", R, block_bytes);
+    int rc = api_enter(comm, "a2amm_comm_alltoall", err);
+    if (rc) return rc;
     const comm_msg_ops *msg = comm_msg(ctx);
-    if (msg) { /* a message transport: straight from send into recv */
-        memcpy((uint8_t *)recv + (size_t)me * block_bytes, (const uint8_t *)send + (size_t)me * block_bytes, block_bytes);
-        comm_set_doing(ctx, "a2amm_comm_alltoall");
-        int rc = msg->exchange(comm_msg_state(ctx), send, recv, block_bytes, block_bytes, comm_deadline_after(timeout_s),
-                               err);
-        if (rc) comm_fail(ctx, rc, "rank %d: a2amm_comm_alltoall: %s", me, err ? err->msg : "");
-        return rc;
-    }
-    /* the send blocks staged in symmetric memory (kept for later calls: every
-     * rank makes the same calls, so every rank keeps the same), each rank then
-     * gets its block from every peer */
-    int rc = A2AMM_OK;
-    if (comm->stage_bytes < total) {
+    /* the stage too small (the same on every rank that passes the same sizes): given back first, so
+     * that the agreement finds where a new one fits on every rank */
+    int grow = !msg && comm->stage_bytes < total;
+    if (grow) {
         comm_heap_release_range(ctx, comm->stage_start, comm->stage_end);
         comm->stage = NULL, comm->stage_bytes = 0;
-        comm->stage_start = comm_heap_mark(ctx);
-        rc = comm_alloc(ctx, total, 64, &comm->stage, err);
-        comm->stage_end = comm_heap_mark(ctx);
-        if (rc) {
-            comm_fail(ctx, rc, "rank %d: a2amm_comm_alltoall: %s", me, err ? err->msg : "no symmetric memory left");
-            return rc;
-        }
-        comm->stage_bytes = total;
+    } else if (!msg && total) {
+        memcpy(comm->stage, send, total);
     }
-    uint8_t *stage = comm->stage;
-    memcpy(stage, send, total);
-    comm_set_doing(ctx, "a2amm_comm_alltoall: waiting for every rank's blocks");
-    rc = comm_barrier(ctx, comm_deadline_after(timeout_s), err);
-    for (int k = 0; !rc && k < R; k++) {
-        int src = (me + k) % R;
-        uint8_t *dst = (uint8_t *)recv + (size_t)src * block_bytes;
-        if (src == me) memcpy(dst, stage + (size_t)me * block_bytes, block_bytes);
-        else rc = comm_get(ctx, dst, stage + (size_t)me * block_bytes, block_bytes, src, err);
+    /* every rank's block size agreed before a byte moves: a difference is an error on every rank */
+    int64_t words[COMM_AGREE_WORDS] = {API_ALLTOALL, 0, (int64_t)block_bytes};
+    size_t top = 0;
+    comm_set_doing(ctx, "a2amm_comm_alltoall: waiting for every rank");
+    rc = api_agree(comm, words, timeout_s, "a2amm_comm_alltoall", &top, err);
+    if (!rc && msg && block_bytes) { /* a message transport: straight from send into recv */
+        memcpy((uint8_t *)recv + (size_t)me * block_bytes, (const uint8_t *)send + (size_t)me * block_bytes, block_bytes);
+        comm_set_doing(ctx, "a2amm_comm_alltoall: exchanging");
+        rc = msg->exchange(comm_msg_state(ctx), send, recv, block_bytes, block_bytes, comm_deadline_after(timeout_s),
+                           err);
+    } else if (!rc && !msg) {
+        rc = alltoall_shm(comm, send, recv, block_bytes, grow, top, timeout_s, err);
     }
-    comm_set_doing(ctx, "a2amm_comm_alltoall: waiting for every rank to finish reading");
-    if (!rc) rc = comm_barrier(ctx, comm_deadline_after(timeout_s), err); /* nobody reads the stage any more */
-    if (rc && rc != A2AMM_E_PEER) comm_fail(ctx, rc, "rank %d: a2amm_comm_alltoall: %s", me, err ? err->msg : "");
+    if (rc) api_fail_all(ctx, rc, err);
+    else comm_set_doing(ctx, "a2amm_comm_alltoall: done");
+    api_leave(comm);
     return rc;
 }

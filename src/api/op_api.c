@@ -13,13 +13,13 @@
 #include "common/pool.h"
 #include "op/rank.h"
 
-/* What every rank publishes at create, compared with every peer's. */
-enum { CFG_MAX_M, CFG_K, CFG_N, CFG_A_TYPE, CFG_B_TYPE, CFG_TILE_M, CFG_DEPTH, CFG_PATH, CFG_SCHEDULE, CFG_WORDS };
-static const char *const CFG_NAMES[CFG_WORDS] = {"max_m", "k", "n", "a_type", "b_type", "tile_m", "depth", "path",
-                                                 "schedule"};
+/* Who holds an op now (its busy word): a call in progress on some thread. */
+enum { OP_IDLE, OP_IN_RUN, OP_IN_LOCAL_CALL };
 
 struct a2amm_op {
+    a2amm_comm *comm;
     comm_ctx *ctx;
+    int64_t id;        /* its number on the communicator (1, 2, ...): the same on every rank */
     a2amm_op_config cfg;
     a2amm_shape shape; /* M is the current call's m */
     a2amm_sizes z;     /* of the largest shape */
@@ -27,8 +27,8 @@ struct a2amm_op {
     op_rank rk;
     gemm_isa isa;
     uint64_t tiles_done, calls; /* tiles of every call so far: the next call's first global tile */
-    int64_t *cfg_sym; /* [CFG_WORDS] then this call's m */
     size_t heap_mark, heap_end; /* its symmetric memory: [heap_mark, heap_end) */
+    _Atomic int busy;  /* OP_IDLE, or what a thread is doing with it */
     struct a2amm_op *next; /* the live ops of this process */
 };
 
@@ -69,6 +69,18 @@ static int not_live(const char *call, a2amm_error *err)
     return a2amm_fail(err, A2AMM_E_INVAL, "%s: op is not a live op (NULL, destroyed, or never made by a2amm_op_create)",
                       call);
 }
+
+/* Takes the op for one call on this thread (what: OP_IN_*): A2AMM_E_INVAL if another thread has it. */
+static int take_op(a2amm_op *op, int what, const char *call, a2amm_error *err)
+{
+    int idle = OP_IDLE;
+    if (atomic_compare_exchange_strong(&op->busy, &idle, what)) return A2AMM_OK;
+    return a2amm_fail(err, A2AMM_E_INVAL, "%s: op %lld is busy: another thread of rank %d is in %s on it (an op "
+                      "takes one call at a time)", call, (long long)op->id, comm_rank(op->ctx),
+                      idle == OP_IN_RUN ? "a2amm_op_run" : "a local call");
+}
+
+static void give_op(a2amm_op *op) { atomic_store(&op->busy, OP_IDLE); }
 
 /* ---- the config ----------------------------------------------------------- */
 
@@ -122,57 +134,40 @@ size_t a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks)
     a2amm_sizes z;
     if (check_config(&c, nranks, &s, &z, NULL)) return 0;
     op_options o = options_of(&c);
-    return op_rank_heap_bytes(&s, &z, &o, needs_ring(&o), o.unfused) + (CFG_WORDS + 1) * 8 + 128;
+    return op_rank_heap_bytes(&s, &z, &o, needs_ring(&o), o.unfused);
 }
 
-/* The error of a failed collective step, reported to every rank once. */
-static int fail_all(a2amm_op *op, int rc, const a2amm_error *err)
+/* The words of create: the config every rank must pass alike (threads is each rank's own). */
+static void create_words(const a2amm_op *op, int64_t w[COMM_AGREE_WORDS])
 {
-    if (rc == A2AMM_E_PEER || comm_check_peers(op->ctx, NULL) != A2AMM_OK) return rc;
-    return comm_fail(op->ctx, rc, "%s", err ? err->msg : a2amm_strerror(rc));
+    const a2amm_op_config *c = &op->cfg;
+    int64_t timeout_bits;
+    memcpy(&timeout_bits, &c->timeout_s, sizeof timeout_bits);
+    const int64_t args[] = {c->max_m, c->k, c->n, c->a_type, c->b_type, c->tile_m, c->depth, c->path, c->schedule,
+                            timeout_bits};
+    memset(w, 0, COMM_AGREE_WORDS * sizeof *w);
+    w[API_WORD_CALL] = API_OP_CREATE;
+    w[API_WORD_OP] = op->id;
+    memcpy(w + API_WORD_ARGS, args, sizeof args);
 }
 
-/* Every peer's published words [0, n) equal mine: 0, or the first difference (failing the communicator). */
-static int compare_with_peers(a2amm_op *op, int n, const char *call, a2amm_error *err)
+/* The op's symmetric memory, from the highest heap top of every rank (the
+ * same offsets everywhere, whatever each rank destroyed before), its
+ * threads, and a barrier: every rank has made its op, or hears why not. */
+static int make_op(a2amm_op *op, size_t top, a2amm_error *err)
 {
-    int me = comm_rank(op->ctx), R = comm_nranks(op->ctx);
-    int64_t *all = NULL;
-    if (comm_msg(op->ctx)) { /* no peer memory: the words travel by allgather */
-        if (!(all = malloc((size_t)R * (CFG_WORDS + 1) * sizeof *all)))
-            return fail_all(op, a2amm_fail(err, A2AMM_E_NOMEM, "%s: out of memory", call), err);
-        int64_t mine[CFG_WORDS + 1] = {0};
-        memcpy(mine, op->cfg_sym, (size_t)n * sizeof *mine);
-        int rc = comm_allgather(op->ctx, mine, all, sizeof mine, comm_deadline_after(op->cfg.timeout_s), err);
-        if (rc) {
-            free(all);
-            return fail_all(op, rc, err);
-        }
+    comm_heap_raise(op->ctx, top);
+    op->heap_mark = comm_heap_mark(op->ctx);
+    int rc = op_rank_alloc(&op->rk, needs_ring(&op->opt), op->opt.unfused, err);
+    op->heap_end = comm_heap_mark(op->ctx);
+    if (!rc) rc = pool_create(op->opt.threads, &op->rk.pool, err);
+    if (!rc) {
+        free(op->rk.out); /* the caller's buffer is the output */
+        op->rk.out = NULL;
     }
-    for (int p = 0; p < R; p++) {
-        if (p == me) continue;
-        const int64_t *theirs = all ? all + (size_t)p * (CFG_WORDS + 1) : comm_ptr(op->ctx, op->cfg_sym, p);
-        int64_t w[CFG_WORDS + 1];
-        if (theirs) memcpy(w, theirs, (size_t)n * sizeof *w);
-        else if (comm_get(op->ctx, w, op->cfg_sym, (size_t)n * sizeof *w, p, err)) {
-            free(all);
-            return err ? err->code : A2AMM_E_SYS;
-        }
-        for (int i = 0; i < n; i++)
-            if (w[i] != op->cfg_sym[i]) {
-                /* a peer that failed may have released its heap (zeroed) before we read it */
-                if (comm_check_peers(op->ctx, err) != A2AMM_OK) {
-                    free(all);
-                    return A2AMM_E_PEER;
-                }
-                const char *what = i < CFG_WORDS ? CFG_NAMES[i] : "m";
-                int rc = a2amm_fail(err, A2AMM_E_INVAL, "%s: rank %d has %s = %lld, rank %d has %lld: every rank "
-                                    "must pass the same", call, me, what, (long long)op->cfg_sym[i], p, (long long)w[i]);
-                free(all);
-                return fail_all(op, rc, err);
-            }
-    }
-    free(all);
-    return A2AMM_OK;
+    if (rc) return api_fail_all(op->ctx, rc, err);
+    rc = comm_barrier(op->ctx, comm_deadline_after(op->cfg.timeout_s), err);
+    return rc ? api_fail_all(op->ctx, rc, err) : A2AMM_OK;
 }
 
 int a2amm_op_create(a2amm_comm *comm, const a2amm_op_config *config, a2amm_op **out, a2amm_error *err)
@@ -180,55 +175,53 @@ int a2amm_op_create(a2amm_comm *comm, const a2amm_op_config *config, a2amm_op **
     if (out) *out = NULL;
     if (!comm || !config || !out)
         return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: comm, config and op must not be NULL");
+    int rc = api_enter(comm, "a2amm_op_create", err);
+    if (rc) return rc;
     a2amm_op *op = calloc(1, sizeof *op);
-    if (!op) return a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_op_create: out of memory");
+    if (!op) {
+        api_leave(comm);
+        return a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_op_create: out of memory");
+    }
+    op->comm = comm;
     op->ctx = comm->ctx;
+    op->id = ++comm->ops_made;
     op->cfg = with_defaults(config);
     int R = comm_nranks(op->ctx), me = comm_rank(op->ctx);
-    int rc = check_config(&op->cfg, R, &op->shape, &op->z, err);
+    rc = check_config(&op->cfg, R, &op->shape, &op->z, err);
     if (!rc) rc = gemm_isa_select(&op->isa, err);
     if (rc) { /* a bad config on one rank must not leave the others waiting */
-        fail_all(op, rc, err);
+        api_fail_all(op->ctx, rc, err);
         free(op);
+        api_leave(comm);
         return rc;
     }
     op->opt = options_of(&op->cfg);
     if (op->opt.threads == 0) op->opt.threads = pool_cpu_count() / R > 0 ? pool_cpu_count() / R : 1;
-    op->heap_mark = comm_heap_mark(op->ctx);
     op->rk = (op_rank){.s = &op->shape, .z = &op->z, .opt = &op->opt, .ctx = op->ctx, .me = me, .R = R,
                        .m = op->cfg.max_m, .m_max = op->cfg.max_m};
     op->rk.tm = op->cfg.tile_m < op->cfg.max_m ? op->cfg.tile_m : op->cfg.max_m;
-    rc = comm_alloc(op->ctx, (CFG_WORDS + 1) * sizeof(int64_t), 64, (void **)&op->cfg_sym, err);
-    if (!rc) rc = op_rank_alloc(&op->rk, needs_ring(&op->opt), op->opt.unfused, err);
-    if (!rc) rc = pool_create(op->opt.threads, &op->rk.pool, err);
-    if (!rc) {
-        free(op->rk.out); /* the caller's buffer is the output */
-        op->rk.out = NULL;
-        const int64_t words[CFG_WORDS] = {op->cfg.max_m, op->cfg.k, op->cfg.n, op->cfg.a_type,
-                                          op->cfg.b_type, op->cfg.tile_m, op->cfg.depth, op->cfg.path,
-                                          op->cfg.schedule};
-        memcpy(op->cfg_sym, words, sizeof words);
-        comm_set_doing(op->ctx, "a2amm_op_create: waiting for every rank");
-        rc = comm_barrier(op->ctx, comm_deadline_after(op->cfg.timeout_s), err);
-    }
-    if (!rc) rc = compare_with_peers(op, CFG_WORDS, "a2amm_op_create", err);
-    if (!rc) rc = comm_barrier(op->ctx, comm_deadline_after(op->cfg.timeout_s), err); /* all compared: words reusable */
+    int64_t words[COMM_AGREE_WORDS];
+    create_words(op, words);
+    size_t top = 0;
+    comm_set_doing(op->ctx, "a2amm_op_create of op %lld: waiting for every rank", (long long)op->id);
+    rc = api_agree(comm, words, op->cfg.timeout_s, "a2amm_op_create", &top, err);
+    if (!rc) rc = make_op(op, top, err);
     if (rc) {
-        fail_all(op, rc, err);
         op_rank_free(&op->rk);
-        comm_heap_release(op->ctx, op->heap_mark);
+        if (op->heap_end > op->heap_mark) comm_heap_release_range(op->ctx, op->heap_mark, op->heap_end);
         free(op);
+        api_leave(comm);
         return rc;
     }
-    op->heap_end = comm_heap_mark(op->ctx);
+    comm_set_doing(op->ctx, "a2amm_op_create of op %lld: done", (long long)op->id);
     live_add(op);
+    api_leave(comm);
     *out = op;
     return A2AMM_OK;
 }
 
-int a2amm_op_set_weights(a2amm_op *op, const uint8_t *b, const uint8_t *sb, int64_t ldsb, a2amm_error *err)
+static int set_weights(a2amm_op *op, const uint8_t *b, const uint8_t *sb, int64_t ldsb, a2amm_error *err)
 {
-    if (!is_live(op)) return not_live("a2amm_op_set_weights", err);
     if (!b || !sb) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_set_weights: b and sb must not be NULL");
     if (ldsb < op->cfg.k / 32)
         return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_set_weights: ldsb must be at least k/32 = %lld (got %lld)",
@@ -242,9 +235,18 @@ int a2amm_op_set_weights(a2amm_op *op, const uint8_t *b, const uint8_t *sb, int6
     return A2AMM_OK;
 }
 
-int a2amm_op_use_weights(a2amm_op *op, const a2amm_weights *w, a2amm_error *err)
+int a2amm_op_set_weights(a2amm_op *op, const uint8_t *b, const uint8_t *sb, int64_t ldsb, a2amm_error *err)
 {
-    if (!is_live(op)) return not_live("a2amm_op_use_weights", err);
+    if (!is_live(op)) return not_live("a2amm_op_set_weights", err);
+    int rc = take_op(op, OP_IN_LOCAL_CALL, "a2amm_op_set_weights", err);
+    if (rc) return rc;
+    rc = set_weights(op, b, sb, ldsb, err);
+    give_op(op);
+    return rc;
+}
+
+static int use_weights(a2amm_op *op, const a2amm_weights *w, a2amm_error *err)
+{
     if (!w) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_use_weights: w must not be NULL");
     if (w->n != op->cfg.n || w->k != op->cfg.k || w->b_type != op->cfg.b_type)
         return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_use_weights: the weights are n %lld, k %lld, %s; the op's are "
@@ -260,11 +262,24 @@ int a2amm_op_use_weights(a2amm_op *op, const a2amm_weights *w, a2amm_error *err)
     return A2AMM_OK;
 }
 
+int a2amm_op_use_weights(a2amm_op *op, const a2amm_weights *w, a2amm_error *err)
+{
+    if (!is_live(op)) return not_live("a2amm_op_use_weights", err);
+    int rc = take_op(op, OP_IN_LOCAL_CALL, "a2amm_op_use_weights", err);
+    if (rc) return rc;
+    rc = use_weights(op, w, err);
+    give_op(op);
+    return rc;
+}
+
 int a2amm_op_set_observer(a2amm_op *op, a2amm_observer_fn fn, void *arg)
 {
     if (!is_live(op)) return not_live("a2amm_op_set_observer", NULL);
+    int rc = take_op(op, OP_IN_LOCAL_CALL, "a2amm_op_set_observer", NULL);
+    if (rc) return rc;
     op->rk.observer = fn;
     op->rk.observer_arg = fn ? arg : NULL;
+    give_op(op);
     return A2AMM_OK;
 }
 
@@ -279,38 +294,46 @@ int a2amm_op_input(a2amm_op *op, uint8_t **a, uint8_t **sa, int64_t *lda, int64_
     return A2AMM_OK;
 }
 
-int a2amm_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, uint16_t *out, a2amm_error *err)
+/* The caller's arguments of a call: 0, or the error (this rank's alone: the caller fails the others). */
+static int check_run(const a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, const uint16_t *out,
+                     a2amm_error *err)
 {
-    if (!is_live(op)) return not_live("a2amm_op_run", err);
-    /* argument errors fail every rank: the others are (or will be) waiting in this call */
-    int rc = A2AMM_OK;
+    int me = comm_rank(op->ctx);
     if (m < 1 || m > op->cfg.max_m)
-        rc = a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_run: rank %d: m must be 1 to max_m = %lld (got %lld)",
-                        comm_rank(op->ctx), (long long)op->cfg.max_m, (long long)m);
-    else if (!out) rc = a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_run: rank %d: out is NULL", comm_rank(op->ctx));
-    else if ((a == NULL) != (sa == NULL))
-        rc = a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_run: rank %d: a and sa must both be given, or both NULL "
-                        "(the input written at a2amm_op_input)", comm_rank(op->ctx));
-    else if (!op->rk.b)
-        rc = a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_run: rank %d: no weights: call a2amm_op_set_weights (or "
-                        "a2amm_op_use_weights) first",
-                        comm_rank(op->ctx));
-    if (rc) return fail_all(op, rc, err);
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_run: rank %d: m must be 1 to max_m = %lld (got %lld)", me,
+                          (long long)op->cfg.max_m, (long long)m);
+    if (!out) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_run: rank %d: out is NULL", me);
+    if ((a == NULL) != (sa == NULL))
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_run: rank %d: a and sa must both be given, or both NULL (the "
+                          "input written at a2amm_op_input)", me);
+    if (!op->rk.b)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_run: rank %d: no weights: call a2amm_op_set_weights (or "
+                          "a2amm_op_use_weights) first", me);
+    return A2AMM_OK;
+}
+
+/* One call, the op and the communicator taken: copy-in, the agreement (a
+ * barrier that also checks every rank is in this call of this op with this
+ * m), the pipeline into out, a barrier. */
+static int run_call(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, uint16_t *out, a2amm_error *err)
+{
+    int rc = check_run(op, m, a, sa, out, err); /* fails every rank: the others are (or will be) in this call */
+    if (rc) return api_fail_all(op->ctx, rc, err);
     const int64_t ka = op->z.ka, ska = op->z.ska, R = op->shape.R, mm = op->cfg.max_m;
     for (int64_t j = 0; a && j < R; j++) {
         memcpy(op->rk.a + j * mm * ka, a + j * m * ka, (size_t)(m * ka));
         memcpy(op->rk.sa + j * mm * ska, sa + j * m * ska, (size_t)(m * ska));
     }
     op->calls++;
-    op->cfg_sym[CFG_WORDS] = m;
     op->rk.call = op->calls;
     op->rk.ntiles = (m + op->rk.tm - 1) / op->rk.tm;
     op_observe(&op->rk, A2AMM_EVENT_CALL_BEGIN, -1, m, -1, -1, 0, 0);
-    comm_set_doing(op->ctx, "a2amm_op_run call %llu: waiting for every rank", (unsigned long long)op->calls);
+    comm_set_doing(op->ctx, "a2amm_op_run call %llu on op %lld: waiting for every rank", (unsigned long long)op->calls,
+                   (long long)op->id);
     op_observe(&op->rk, A2AMM_EVENT_BARRIER_BEGIN, -1, m, -1, -1, 0, 0);
-    rc = comm_barrier(op->ctx, comm_deadline_after(op->cfg.timeout_s), err);
+    int64_t words[COMM_AGREE_WORDS] = {API_OP_RUN, op->id, m};
+    rc = api_agree(op->comm, words, op->cfg.timeout_s, "a2amm_op_run", NULL, err);
     op_observe(&op->rk, A2AMM_EVENT_BARRIER_END, -1, m, -1, -1, 0, 0);
-    if (!rc) rc = compare_with_peers(op, CFG_WORDS + 1, "a2amm_op_run", err); /* the same m everywhere */
     if (!rc) {
         op->shape.M = m;
         op->rk.m = m;
@@ -320,15 +343,35 @@ int a2amm_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, u
         op->tiles_done += (uint64_t)op->rk.ntiles;
         op->rk.out = NULL;
     }
-    /* nobody reads A, the ring or m once every rank is past this */
-    comm_set_doing(op->ctx, "a2amm_op_run call %llu: done, waiting for every rank", (unsigned long long)op->calls);
+    /* nobody reads A or the ring once every rank is past this */
+    comm_set_doing(op->ctx, "a2amm_op_run call %llu on op %lld: done, waiting for every rank",
+                   (unsigned long long)op->calls, (long long)op->id);
     if (!rc) {
         op_observe(&op->rk, A2AMM_EVENT_BARRIER_BEGIN, -1, m, -1, -1, 0, 0);
         rc = comm_barrier(op->ctx, comm_deadline_after(op->cfg.timeout_s), err);
         op_observe(&op->rk, A2AMM_EVENT_BARRIER_END, -1, m, -1, -1, 0, 0);
     }
-    if (!rc) op_observe(&op->rk, A2AMM_EVENT_CALL_END, -1, m, -1, -1, 0, 0);
-    return rc ? fail_all(op, rc, err) : A2AMM_OK;
+    if (rc) return api_fail_all(op->ctx, rc, err);
+    op_observe(&op->rk, A2AMM_EVENT_CALL_END, -1, m, -1, -1, 0, 0);
+    comm_set_doing(op->ctx, "a2amm_op_run call %llu on op %lld: done", (unsigned long long)op->calls,
+                   (long long)op->id);
+    return A2AMM_OK;
+}
+
+int a2amm_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, uint16_t *out, a2amm_error *err)
+{
+    if (!is_live(op)) return not_live("a2amm_op_run", err);
+    /* a second thread on this op, or in another collective call of its communicator, is refused:
+     * the call running is left alone */
+    int rc = take_op(op, OP_IN_RUN, "a2amm_op_run", err);
+    if (rc) return rc;
+    rc = api_enter(op->comm, "a2amm_op_run", err);
+    if (!rc) {
+        rc = run_call(op, m, a, sa, out, err);
+        api_leave(op->comm);
+    }
+    give_op(op);
+    return rc;
 }
 
 void a2amm_op_destroy(a2amm_op *op)
@@ -336,6 +379,6 @@ void a2amm_op_destroy(a2amm_op *op)
     if (!op || !live_remove(op)) return;
     op->rk.out = NULL;
     op_rank_free(&op->rk);
-    comm_heap_release_range(op->ctx, op->heap_mark, op->heap_end); /* ops may be destroyed in any order */
+    comm_heap_release_range(op->ctx, op->heap_mark, op->heap_end); /* in any order: see make_op */
     free(op);
 }

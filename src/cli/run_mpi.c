@@ -51,6 +51,22 @@ static void say_stopped(int sig)
     _exit(143);
 }
 
+/* This rank failed, or stopped for another's failure: the library returned
+ * (it never aborts on its own), so the command says why and ends the whole
+ * job, as mpirun expects of a failed rank. */
+static _Noreturn void abort_job(a2amm_comm *comm, int rank, int rc)
+{
+    a2amm_error why = {0, ""};
+    if (a2amm_comm_status(comm, &why) == A2AMM_OK) snprintf(why.msg, sizeof why.msg, "%s", a2amm_strerror(rc));
+    char host[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0;
+    MPI_Get_processor_name(host, &len);
+    fprintf(stderr, "a2amm: rank %d on %s failed (%s): %s\n", rank, host, a2amm_strerror(rc), why.msg);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1);
+}
+
 /* Every rank's column of the times into everyone's copy (each rank wrote only its own). */
 static int share_times(a2amm_comm *comm, runner *rn, size_t tbytes, a2amm_error *err)
 {
@@ -83,9 +99,10 @@ int run_files_mpi(runner *rn, run_result *res, size_t tbytes, int64_t *offsets, 
     if (!rc) {
         stopped_comm = comm, stopped_rank = rank;
         signal(SIGTERM, say_stopped);
-        rc = run_rank_main(comm, rn); /* a failure aborts the job, naming the rank */
+        rc = run_rank_main(comm, rn);
         signal(SIGTERM, SIG_DFL);
         stopped_comm = NULL;
+        if (rc) abort_job(comm, rank, rc); /* naming the rank that failed first */
     }
     if (!rc && rn->o.mode == RUN_PRECISION) {
         /* every rank wrote (the end barrier): each commits its own */

@@ -15,7 +15,10 @@
  *
  * Every wait takes a deadline (absolute CLOCK_MONOTONIC nanoseconds, see
  * comm_deadline_after) and ends with A2AMM_E_TIMEOUT when it passes, or with
- * A2AMM_E_PEER as soon as any rank of the world has failed. Waiting ranks
+ * A2AMM_E_PEER as soon as any rank of the world has failed. Every wait is
+ * part of a call every rank makes, so a wait not yet satisfied when another
+ * rank has ended (its function returned, or it left a joined world) can
+ * never be: it fails the world at once, naming that rank. Waiting ranks
  * sleep on a futex, so there may be more ranks than cores.
  *
  * Errors are returned with a message (via the `a2amm_error *`, which may be
@@ -35,6 +38,7 @@
 
 #define COMM_MAX_RANKS 1024
 #define COMM_DOING_CHARS 160 /* longest "what I am doing" text, with its NUL */
+#define COMM_FAIL_CHARS 900  /* longest failure reason, with its NUL */
 
 typedef struct comm_world comm_world; /* the shared mapping; the launcher's */
 typedef struct comm_ctx comm_ctx;     /* one rank's view, inside its process */
@@ -95,18 +99,42 @@ const char *comm_doing(const comm_ctx *ctx);
  */
 int comm_fail(comm_ctx *ctx, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* A2AMM_OK, or A2AMM_E_PEER with the failure's message if the world failed:
- * for long computations between waits. */
+ * for long computations between waits. On a message transport it first
+ * looks for a failure another rank reported. */
 int comm_check_peers(comm_ctx *ctx, a2amm_error *err);
+/* Non-zero once the world has failed (on a message transport, after looking
+ * for another rank's notice); code and reason (may be NULL) get the first
+ * failure's status and message. */
+int comm_failure(comm_ctx *ctx, int *code, char *reason, size_t reason_size);
+/* Records a failure another rank reported (a message transport's notice):
+ * waits end with A2AMM_E_PEER as for a failure of the world; nothing is sent. */
+void comm_peer_failed(comm_ctx *ctx, int rank, int code, const char *reason);
+
+/* ---- Agreement: the words of a collective call ----------------------------- */
+#define COMM_AGREE_WORDS 16
+/*
+ * Every rank's COMM_AGREE_WORDS words from `mine` into all
+ * [nranks][COMM_AGREE_WORDS], in rank order; also a barrier. It needs no
+ * symmetric memory (shm: two sets of words per rank in the world's header,
+ * used in turn, so one barrier suffices; message transports: an allgather),
+ * so ranks whose heaps differ can still agree where to allocate. Every rank
+ * must call it as the same step of the same collective call.
+ */
+int comm_agree(comm_ctx *ctx, const int64_t *mine, int64_t *all, int64_t deadline_ns, a2amm_error *err);
 
 /* ---- Symmetric memory ---------------------------------------------------- */
 /*
  * Allocates `bytes` (zero-filled) in this rank's symmetric heap, aligned to
- * `align` (a power of two up to 4096; 0 means 64). Every rank must make the
- * same allocations in the same order; the same call then gives every rank
- * the same offset. A2AMM_E_NOMEM when the heap is full. Freed only by
- * comm_heap_release, last in first out.
+ * `align` (a power of two up to 4096; 0 means 64), at the heap's top. Every
+ * rank must make the same allocations from the same top; the same call then
+ * gives every rank the same offset (ranks whose tops differ first agree on
+ * the highest, comm_agree, and comm_heap_raise to it). A2AMM_E_NOMEM when
+ * the heap is full. Freed by comm_heap_release(_range).
  */
 int comm_alloc(comm_ctx *ctx, size_t bytes, size_t align, void **out, a2amm_error *err);
+/* Moves the heap's top up to `top` (no change if it is there already): what
+ * lies between is a hole, returned with what is above it. */
+void comm_heap_raise(comm_ctx *ctx, size_t top);
 /*
  * The heap's top, and giving back everything allocated since a mark (zeroed
  * again): every rank must release in the same order, and only memory no
@@ -175,8 +203,10 @@ int comm_barrier(comm_ctx *ctx, int64_t deadline_ns, a2amm_error *err);
  * comm_ptr returns NULL and puts, gets and signals are refused. Rows travel
  * as messages instead: the receiver posts a receive into a ring slot ahead
  * of time, the sender sends straight from its A, and the waiting rank
- * drives the engine's progress. Failures end the whole job (the engine's
- * abort), with the failing rank's message. The engine fills the ops.
+ * drives the engine's progress. A failure is sent to every other rank as a
+ * notice that their waits look for (they end with A2AMM_E_PEER); nothing
+ * is printed and nothing aborted: that is the caller's choice. The engine
+ * fills the ops.
  */
 typedef struct comm_msg_ops {
     /* sends rows a (abytes) and their scales sa (sabytes) to dest's `slot`;
@@ -197,8 +227,10 @@ typedef struct comm_msg_ops {
                     a2amm_error *err);
     int (*allgather)(void *st, const void *mine, void *all, size_t bytes, int64_t deadline_ns, a2amm_error *err);
     int (*barrier)(void *st, int64_t deadline_ns, a2amm_error *err);
-    /* ends the job on every rank, after saying why (never returns) */
+    /* tells every other rank that this communicator failed (rank, code, reason); returns */
     void (*fail)(void *st, int rank, int code, const char *reason);
+    /* looks for another rank's failure notice, recording it (comm_peer_failed); never waits */
+    void (*poll_failure)(void *st);
 } comm_msg_ops;
 
 /* A context over a message engine: rank of nranks, a private heap of heap_bytes. */
@@ -208,8 +240,6 @@ void comm_msg_ctx_destroy(comm_ctx *ctx);
 /* Its ops (NULL on shm: the context has peer memory). */
 const comm_msg_ops *comm_msg(const comm_ctx *ctx);
 void *comm_msg_state(const comm_ctx *ctx);
-/* Every rank's `bytes` from mine into all [nranks][bytes], on any transport. */
-int comm_allgather(comm_ctx *ctx, const void *mine, void *all, size_t bytes, int64_t deadline_ns, a2amm_error *err);
 
 /* ---- The launcher ------------------------------------------------------- */
 /* The body of a rank. Returns A2AMM_OK or a negative A2AMM_E_* status. */

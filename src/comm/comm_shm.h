@@ -12,10 +12,10 @@
 #include <stdatomic.h>
 
 #define COMM_HEAP_ALIGN 4096 /* every heap starts on a page */
-#define COMM_FAIL_CHARS 900
 
-/* A rank's lifecycle as its process reports it in its slot. */
-enum { COMM_PHASE_NOT_STARTED, COMM_PHASE_RUNNING, COMM_PHASE_RETURNED };
+/* A rank's lifecycle as its process reports it in its slot: RETURNED from
+ * its function (a launched rank), LEFT the world (comm_world_leave). */
+enum { COMM_PHASE_NOT_STARTED, COMM_PHASE_RUNNING, COMM_PHASE_RETURNED, COMM_PHASE_LEFT };
 
 /* The failure record's state: the first to move it off NONE writes it. */
 enum { COMM_FAIL_NONE, COMM_FAIL_WRITING, COMM_FAIL_PUBLISHED };
@@ -28,8 +28,10 @@ struct comm_rank_slot {
     _Atomic int32_t phase;                  /* COMM_PHASE_* */
     _Atomic uint64_t barriers_entered;
     _Atomic int64_t progress_ns;            /* comm_now_ns() of its last sign of life */
+    _Atomic int32_t end_status;             /* RETURNED: what its function returned */
     _Alignas(64) char doing[COMM_DOING_CHARS];   /* set by comm_set_doing */
     char waiting[COMM_DOING_CHARS];              /* set by a sleeping wait */
+    int64_t agree[2][COMM_AGREE_WORDS];          /* comm_agree's words, its calls in turn */
 };
 
 /* The start of the shared mapping; the heaps follow at heaps_offset. */
@@ -42,6 +44,7 @@ struct comm_world_header {
     int32_t fail_code;
     char fail_reason[COMM_FAIL_CHARS];
     _Alignas(64) _Atomic uint64_t barrier_arrivals; /* all ranks, all barriers */
+    _Atomic uint32_t ended; /* ranks that returned or left: a wait not yet satisfied then never will be */
     struct comm_rank_slot rank[];
 };
 
@@ -75,6 +78,7 @@ struct comm_ctx {
     size_t freed_lo[COMM_FREED_MAX], freed_hi[COMM_FREED_MAX];
     int nfreed;
     uint64_t barriers_done;
+    uint64_t agreements; /* comm_agree calls so far: which set of words is next */
     a2amm_error last_error; /* the last failure a comm call reported */
     /* a message transport's (msg.c): its ops and state; NULL on shm */
     const comm_msg_ops *msg;
@@ -104,6 +108,9 @@ int comm_world_failed(const struct comm_world_header *hdr, int *rank, int *code,
                       char *reason, size_t reason_size);
 /* "<doing>; blocked on <waiting>", or the part there is; never empty. */
 void comm_describe_rank(const struct comm_world_header *hdr, int rank, char *buf, size_t size);
+/* A rank ends (its function returned `status`, or it left: phase): every
+ * wait not yet satisfied hears of it (comm_wait_word). */
+void comm_rank_ended(struct comm_world_header *hdr, int rank, int phase, int status);
 /* Copies a shared text (which a dying writer may have left unterminated). */
 void comm_copy_shared_text(char *dest, size_t size, const char *shared, size_t shared_size);
 /* Appends to buf at *used like snprintf (buf[0] must be set), never past

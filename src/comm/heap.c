@@ -100,6 +100,23 @@ void comm_quiet(comm_ctx *ctx)
 
 size_t comm_heap_mark(const comm_ctx *ctx) { return ctx->heap_used; }
 
+void comm_heap_raise(comm_ctx *ctx, size_t top)
+{
+    if (top > ctx->heap_bytes) top = ctx->heap_bytes; /* the next allocation says the heap is full */
+    if (top <= ctx->heap_used)
+        return;
+    /* the gap is a hole (already zero: given back, or never used); one that ends here grows instead */
+    int i = 0;
+    while (i < ctx->nfreed && ctx->freed_hi[i] != ctx->heap_used) i++;
+    if (i < ctx->nfreed) {
+        ctx->freed_hi[i] = top;
+    } else if (ctx->nfreed < COMM_FREED_MAX) {
+        ctx->freed_lo[ctx->nfreed] = ctx->heap_used;
+        ctx->freed_hi[ctx->nfreed++] = top;
+    }
+    ctx->heap_used = top;
+}
+
 static void release_top(comm_ctx *ctx, size_t mark);
 
 void comm_heap_release_range(comm_ctx *ctx, size_t start, size_t end)

@@ -26,10 +26,39 @@ typedef struct join_word {
     int32_t pid;
     int32_t fd;   /* rank 0: the memfd, open until every rank mapped it */
     int32_t status;
-    int32_t pad;
+    int32_t rank; /* the rank this process claims */
     uint64_t map_bytes;
     uint64_t heap_bytes;
+    uint64_t magic; /* JOIN_MAGIC: a place nobody wrote is not taken for a rank's */
 } join_word;
+
+#define JOIN_MAGIC 0x61326d6d6a6f696eull /* "a2mmjoin" */
+
+static int two_claim(a2amm_error *err, int rank, int pid1, int pid2)
+{
+    return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_create: two processes claim rank %d (pids %d and %d): each "
+                      "rank of the bootstrap must be claimed by one process", rank, pid1, pid2);
+}
+
+/* Each rank's place in the allgather holds one process that claims that
+ * rank, and this process sits in its own: 0, or the error naming who claims what. */
+static int check_claims(const join_word *all, int rank, int nranks, a2amm_error *err)
+{
+    if (all[rank].magic == JOIN_MAGIC && all[rank].pid != (int32_t)getpid())
+        return two_claim(err, rank, (int)getpid(), all[rank].pid);
+    for (int r = 0; r < nranks; r++) {
+        if (all[r].magic != JOIN_MAGIC)
+            return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_create: no process claimed rank %d of %d (its place in "
+                              "the bootstrap's allgather is empty: two processes may claim one rank)", r, nranks);
+        int x = all[r].rank;
+        if (x == r) continue;
+        if (x >= 0 && x < nranks && all[x].magic == JOIN_MAGIC && all[x].rank == x)
+            return two_claim(err, x, all[x].pid, all[r].pid);
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_create: the process in rank %d's place of the bootstrap's "
+                          "allgather (pid %d) claims rank %d", r, (int)all[r].pid, x);
+    }
+    return A2AMM_OK;
+}
 
 /* Whether pid is a live process: gone, or a zombie its parent has not reaped yet, is dead. */
 static int pid_alive(pid_t pid)
@@ -95,7 +124,7 @@ int comm_world_join(int rank, int nranks, size_t heap_bytes, const comm_bootstra
         return a2amm_fail(err, A2AMM_E_NOMEM, "comm: out of memory joining the world");
     }
     comm_world *world = NULL;
-    join_word me = {.pid = (int32_t)getpid(), .fd = -1, .heap_bytes = heap_bytes};
+    join_word me = {.pid = (int32_t)getpid(), .fd = -1, .rank = rank, .heap_bytes = heap_bytes, .magic = JOIN_MAGIC};
     a2amm_error why = {0, ""};
     if (rank == 0) {
         int fd = -1;
@@ -106,7 +135,9 @@ int comm_world_join(int rank, int nranks, size_t heap_bytes, const comm_bootstra
     int rc = A2AMM_OK;
     if (bs->allgather(bs->arg, &me, all, sizeof me) != 0)
         rc = a2amm_fail(err, A2AMM_E_PEER, "comm: rank %d: the bootstrap's allgather failed", rank);
-    else if (all[0].status)
+    else
+        rc = check_claims(all, rank, nranks, err);
+    if (!rc && all[0].status)
         rc = a2amm_fail(err, rank ? A2AMM_E_PEER : me.status, "comm: rank 0 could not make the world%s%s",
                         rank ? "" : ": ", rank ? "" : why.msg);
     for (int r = 0; !rc && r < nranks; r++)
@@ -172,7 +203,7 @@ void comm_world_leave(comm_world *world, comm_ctx *ctx)
         atomic_store(&world->stop_watching, 1);
         pthread_join(world->watcher, NULL);
     }
-    atomic_store(&world->hdr->rank[world->joined_rank].phase, COMM_PHASE_RETURNED);
+    comm_rank_ended(world->hdr, world->joined_rank, COMM_PHASE_LEFT, A2AMM_OK);
     comm_world_destroy(world);
     free(ctx);
 }

@@ -67,7 +67,7 @@ static _Noreturn void run_rank(comm_world *world, int rank, comm_rank_fn rank_fn
         }
     }
     comm_progress(&ctx);
-    atomic_store(&slot->phase, COMM_PHASE_RETURNED);
+    comm_rank_ended(world->hdr, rank, COMM_PHASE_RETURNED, status); /* a peer still waiting for it hears now */
     fflush(NULL);
     _exit(exit_code_of(status));
 }

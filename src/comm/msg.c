@@ -52,20 +52,3 @@ void comm_msg_ctx_destroy(comm_ctx *ctx)
 
 const comm_msg_ops *comm_msg(const comm_ctx *ctx) { return ctx->msg; }
 void *comm_msg_state(const comm_ctx *ctx) { return ctx->msg_state; }
-
-int comm_allgather(comm_ctx *ctx, const void *mine, void *all, size_t bytes, int64_t deadline_ns, a2amm_error *err)
-{
-    if (ctx->msg) return ctx->msg->allgather(ctx->msg_state, mine, all, bytes, deadline_ns, err);
-    /* shm: through a symmetric block of the heap, between two barriers */
-    size_t mark = comm_heap_mark(ctx);
-    char *sym = NULL;
-    int rc = comm_alloc(ctx, bytes ? bytes : 1, 64, (void **)&sym, err);
-    if (!rc) {
-        memcpy(sym, mine, bytes);
-        rc = comm_barrier(ctx, deadline_ns, err);
-    }
-    for (int p = 0; !rc && p < ctx->nranks; p++) memcpy((char *)all + (size_t)p * bytes, comm_ptr(ctx, sym, p), bytes);
-    if (!rc) rc = comm_barrier(ctx, deadline_ns, err);
-    comm_heap_release(ctx, mark);
-    return rc;
-}

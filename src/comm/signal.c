@@ -74,6 +74,30 @@ static int cmp_holds(uint64_t seen, comm_cmp cmp, uint64_t value)
     return 0;
 }
 
+/* Fails the world naming a rank other than this one that has ended; 0 if none has. */
+static int fail_for_ended_rank(comm_ctx *ctx)
+{
+    struct comm_world_header *hdr = ctx->hdr;
+    for (int r = 0; r < ctx->nranks; r++) {
+        int phase = atomic_load(&hdr->rank[r].phase);
+        if (r == ctx->rank || (phase != COMM_PHASE_RETURNED && phase != COMM_PHASE_LEFT))
+            continue;
+        char how[64], said[COMM_DOING_CHARS], doing[COMM_DOING_CHARS], reason[COMM_FAIL_CHARS];
+        if (phase == COMM_PHASE_RETURNED)
+            snprintf(how, sizeof how, "its function returned %d", (int)atomic_load(&hdr->rank[r].end_status));
+        else
+            snprintf(how, sizeof how, "it left the communicator");
+        comm_copy_shared_text(said, sizeof said, hdr->rank[r].doing, COMM_DOING_CHARS);
+        comm_copy_shared_text(doing, sizeof doing, hdr->rank[ctx->rank].doing, COMM_DOING_CHARS);
+        snprintf(reason, sizeof reason, "rank %d ended (%s) before making the collective call rank %d waits in "
+                 "(%s); rank %d said last: %s", r, how, ctx->rank, doing[0] ? doing : "(no activity recorded)", r,
+                 said[0] ? said : "(nothing)");
+        comm_mark_failed(hdr, r, A2AMM_E_PEER, reason);
+        return 1;
+    }
+    return 0;
+}
+
 int comm_wait_word(comm_ctx *ctx, _Atomic uint64_t *word, comm_cmp cmp, uint64_t value,
                    int64_t deadline_ns, uint64_t *seen, const char *what, a2amm_error *err)
 {
@@ -108,6 +132,18 @@ int comm_wait_word(comm_ctx *ctx, _Atomic uint64_t *word, comm_cmp cmp, uint64_t
         if (comm_world_failed(ctx->hdr, NULL, NULL, NULL, 0)) {
             status = A2AMM_E_PEER;
             break;
+        }
+        if (atomic_load(&ctx->hdr->ended) != 0) {
+            /* a rank ended: what it did before is seen now, so a word still short will stay so */
+            v = atomic_load(word);
+            if (cmp_holds(v, cmp, value)) {
+                status = A2AMM_OK;
+                break;
+            }
+            if (fail_for_ended_rank(ctx)) {
+                status = A2AMM_E_PEER;
+                break;
+            }
         }
         int64_t now = comm_now_ns();
         if (now >= deadline_ns) {

@@ -228,15 +228,36 @@ int comm_fail(comm_ctx *ctx, int code, const char *fmt, ...)
         snprintf(reason, sizeof reason, "%s", text);
     else
         snprintf(reason, sizeof reason, "%s %s", prefix, text);
+    /* a message transport tells the others, once: not again for a failure it heard of */
+    int first = !comm_world_failed(ctx->hdr, NULL, NULL, NULL, 0);
     comm_mark_failed(ctx->hdr, ctx->rank, code, reason);
-    if (ctx->msg) ctx->msg->fail(ctx->msg_state, ctx->rank, code, reason);
+    if (ctx->msg && first) ctx->msg->fail(ctx->msg_state, ctx->rank, code, reason);
     return code;
+}
+
+int comm_failure(comm_ctx *ctx, int *code, char *reason, size_t reason_size)
+{
+    if (ctx->msg) ctx->msg->poll_failure(ctx->msg_state);
+    return comm_world_failed(ctx->hdr, NULL, code, reason, reason_size);
+}
+
+void comm_peer_failed(comm_ctx *ctx, int rank, int code, const char *reason)
+{
+    comm_mark_failed(ctx->hdr, rank, code, reason);
+}
+
+void comm_rank_ended(struct comm_world_header *hdr, int rank, int phase, int status)
+{
+    atomic_store(&hdr->rank[rank].end_status, status);
+    atomic_store(&hdr->rank[rank].phase, phase);
+    atomic_fetch_add(&hdr->ended, 1); /* seq_cst, after everything this rank did */
+    comm_ring_all_doorbells(hdr);
 }
 
 int comm_check_peers(comm_ctx *ctx, a2amm_error *err)
 {
     char reason[COMM_FAIL_CHARS];
-    if (!comm_world_failed(ctx->hdr, NULL, NULL, reason, sizeof reason))
+    if (!comm_failure(ctx, NULL, reason, sizeof reason))
         return A2AMM_OK;
     return comm_report(ctx, err, A2AMM_E_PEER, "rank %d: stopped because the run failed: %s",
                        ctx->rank, reason);

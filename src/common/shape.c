@@ -7,13 +7,14 @@
 
 const char *a2amm_fp8_type_name(a2amm_fp8_type t)
 {
-    return t == A2AMM_E5M2 ? "e5m2" : "e4m3";
+    return t == A2AMM_E4M3 ? "e4m3" : t == A2AMM_E5M2 ? "e5m2" : "(not an fp8 type)";
 }
 
 int a2amm_fp8_type_parse(const char *s, a2amm_fp8_type *out)
 {
-    if (s && strcasecmp(s, "e4m3") == 0) { *out = A2AMM_E4M3; return A2AMM_OK; }
-    if (s && strcasecmp(s, "e5m2") == 0) { *out = A2AMM_E5M2; return A2AMM_OK; }
+    if (!s || !out) return A2AMM_E_INVAL;
+    if (strcasecmp(s, "e4m3") == 0) { *out = A2AMM_E4M3; return A2AMM_OK; }
+    if (strcasecmp(s, "e5m2") == 0) { *out = A2AMM_E5M2; return A2AMM_OK; }
     return A2AMM_E_INVAL;
 }
 
@@ -27,6 +28,7 @@ static int mul_within(uint64_t a, uint64_t b, uint64_t limit, uint64_t *out)
 
 int a2amm_shape_check(const a2amm_shape *s, a2amm_sizes *sizes, a2amm_error *err)
 {
+    if (!s) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_shape_check: shape is NULL");
     if (s->M < 1 || s->K < 1 || s->N < 1 || s->R < 1)
         return a2amm_fail(err, A2AMM_E_INVAL,
                           "M, K, N and R must all be at least 1 (got M=%lld K=%lld N=%lld R=%lld)",

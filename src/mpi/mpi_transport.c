@@ -14,6 +14,12 @@
  * until then (seen in a trace over 1 Gbit/s: tile 0 of 4 came after 27 ms,
  * with the other three); one at a time, tile 0 comes first at the link's
  * full rate and the rest follow while it is multiplied.
+ *
+ * Failures are the caller's to act on: the duplicates return MPI's errors
+ * (MPI_ERRORS_RETURN) instead of aborting, and a rank that fails the
+ * communicator sends every other rank a notice on a fourth duplicate,
+ * which their waits look for between tests (they end with A2AMM_E_PEER,
+ * naming it). Nothing here prints or calls MPI_Abort.
  */
 #include "a2amm_mpi.h"
 
@@ -40,8 +46,21 @@ typedef struct peer_sends {
     int head, n, qcap;
 } peer_sends;
 
+/* A failure, as one rank tells the others. */
+typedef struct fail_notice {
+    int32_t rank, code;
+    char reason[COMM_FAIL_CHARS];
+} fail_notice;
+
+#define TAG_FAILED 1
+#define NOTICE_PUSH_NS 1000000000LL /* how long a failing rank helps its notices out before returning */
+
 typedef struct mpi_state {
-    MPI_Comm tiles, exchange, coll;
+    MPI_Comm tiles, exchange, coll, notices;
+    comm_ctx *ctx;          /* whose failure record a notice fills */
+    int failed;             /* this rank failed, or heard of another's failure */
+    fail_notice sent;       /* the notice this rank sent (kept until its sends complete) */
+    MPI_Request *sent_req;  /* [size] */
     int rank, size;
     int cap;                /* slots per peer in the request tables */
     MPI_Request *recv_req;  /* [size][cap][2] */
@@ -140,6 +159,32 @@ static int any_sending(const mpi_state *s)
     return 0;
 }
 
+/* Takes in any failure notice that has come; returns whether the communicator failed. */
+static int heard_of_failure(mpi_state *s)
+{
+    int flag = 0;
+    MPI_Status st;
+    while (MPI_Iprobe(MPI_ANY_SOURCE, TAG_FAILED, s->notices, &flag, &st) == MPI_SUCCESS && flag) {
+        fail_notice n;
+        memset(&n, 0, sizeof n);
+        if (MPI_Recv(&n, (int)sizeof n, MPI_BYTE, st.MPI_SOURCE, TAG_FAILED, s->notices, MPI_STATUS_IGNORE) !=
+            MPI_SUCCESS)
+            snprintf(n.reason, sizeof n.reason, "rank %d failed (its notice could not be read)", st.MPI_SOURCE);
+        n.reason[sizeof n.reason - 1] = '\0';
+        if (!s->failed) comm_peer_failed(s->ctx, (int)n.rank, (int)n.code, n.reason);
+        s->failed = 1;
+    }
+    return s->failed;
+}
+
+/* A wait that stops for the communicator's failure: A2AMM_E_PEER with the failure's message. */
+static int stopped_by_failure(mpi_state *s, const char *what, a2amm_error *err)
+{
+    a2amm_error why = {0, ""};
+    comm_check_peers(s->ctx, &why);
+    return a2amm_fail(err, A2AMM_E_PEER, "mpi: stopped %s: %s", what, why.msg);
+}
+
 /* What a wait waits for: 1 once it holds, 0 not yet, -1 when MPI reports a failure. */
 typedef int (*wait_test)(const mpi_state *s, const void *arg);
 
@@ -153,6 +198,7 @@ static int wait_until(mpi_state *s, wait_test holds, const void *arg, int64_t de
         int h = holds(s, arg);
         if (h < 0) return a2amm_fail(err, A2AMM_E_SYS, "mpi: %s failed", what);
         if (h) return A2AMM_OK;
+        if (heard_of_failure(s)) return stopped_by_failure(s, what, err);
         if (comm_now_ns() > deadline_ns) return a2amm_fail(err, A2AMM_E_TIMEOUT, "mpi: timed out %s", what);
         back_off(spins);
     }
@@ -281,6 +327,11 @@ static int op_exchange(void *st, const void *send, void *recv, size_t stride, si
         MPI_Isend((const char *)send + (size_t)to * stride, (int)bytes, MPI_BYTE, to, 0, s->exchange, &r[n++]);
     }
     rc = wait_all(s, r, n, deadline_ns, "in the all-to-all exchange", err);
+    for (int i = 0; rc && i < n; i++) { /* a receive left behind must not land in recv after the call */
+        if (r[i] == MPI_REQUEST_NULL) continue;
+        if (i % 2 == 0) MPI_Cancel(&r[i]);
+        MPI_Request_free(&r[i]);
+    }
     free(r);
     return rc;
 }
@@ -303,20 +354,33 @@ static int op_barrier(void *st, int64_t deadline_ns, a2amm_error *err)
     return wait_all(s, &r, 1, deadline_ns, "at a barrier", err);
 }
 
+/* Tells every other rank, once, and helps the notices out for a while (their
+ * waits then end within moments); the caller decides what happens next. */
 static void op_fail(void *st, int rank, int code, const char *reason)
 {
     mpi_state *s = st;
-    char host[MPI_MAX_PROCESSOR_NAME] = "";
-    int len = 0;
-    MPI_Get_processor_name(host, &len);
-    fprintf(stderr, "a2amm: rank %d on %s failed (%s): %s\n", rank, host, a2amm_strerror(code), reason);
-    fflush(stderr);
-    MPI_Abort(s->coll, 1);
-    abort();
+    s->failed = 1;
+    if (s->sent_req) return; /* told them already */
+    if (!(s->sent_req = malloc((size_t)s->size * sizeof *s->sent_req))) return;
+    s->sent = (fail_notice){.rank = rank, .code = code};
+    snprintf(s->sent.reason, sizeof s->sent.reason, "%s", reason);
+    for (int p = 0; p < s->size; p++) {
+        s->sent_req[p] = MPI_REQUEST_NULL;
+        if (p != s->rank)
+            MPI_Isend(&s->sent, (int)sizeof s->sent, MPI_BYTE, p, TAG_FAILED, s->notices, &s->sent_req[p]);
+    }
+    int64_t end = comm_now_ns() + NOTICE_PUSH_NS;
+    int done = 0;
+    for (long spins = 0; !done && comm_now_ns() < end; spins++) {
+        if (MPI_Testall(s->size, s->sent_req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) break;
+        if (!done) back_off(spins);
+    }
 }
 
+static void op_poll_failure(void *st) { (void)heard_of_failure(st); }
+
 static const comm_msg_ops MPI_OPS = {op_send, op_post, op_wait, op_progress, op_flush,
-                                     op_exchange, op_allgather, op_barrier, op_fail};
+                                     op_exchange, op_allgather, op_barrier, op_fail, op_poll_failure};
 
 static void mpi_comm_destroy(a2amm_comm *comm)
 {
@@ -327,9 +391,13 @@ static void mpi_comm_destroy(a2amm_comm *comm)
             if (s->recv_req[i] != MPI_REQUEST_NULL) MPI_Cancel(&s->recv_req[i]), MPI_Request_free(&s->recv_req[i]);
             if (s->send_req[i] != MPI_REQUEST_NULL) MPI_Request_free(&s->send_req[i]);
         }
+        for (int p = 0; s->sent_req && p < s->size; p++)
+            if (s->sent_req[p] != MPI_REQUEST_NULL) MPI_Request_free(&s->sent_req[p]);
+        (void)heard_of_failure(s); /* notices nobody waited for are taken in, not left behind */
         MPI_Comm_free(&s->tiles), MPI_Comm_free(&s->exchange), MPI_Comm_free(&s->coll);
+        MPI_Comm_free(&s->notices);
         for (int d = 0; s->out && d < s->size; d++) free(s->out[d].q);
-        free(s->out), free(s->recv_req), free(s->send_req), free(s);
+        free(s->out), free(s->recv_req), free(s->send_req), free(s->sent_req), free(s);
     }
     free(comm);
 }
@@ -349,16 +417,19 @@ int a2amm_mpi_comm_create(MPI_Comm mpi_comm, size_t heap_bytes, a2amm_comm **out
     }
     MPI_Comm_rank(mpi_comm, &s->rank);
     MPI_Comm_size(mpi_comm, &s->size);
-    MPI_Comm_dup(mpi_comm, &s->tiles);
-    MPI_Comm_dup(mpi_comm, &s->exchange);
-    MPI_Comm_dup(mpi_comm, &s->coll);
+    MPI_Comm *dups[] = {&s->tiles, &s->exchange, &s->coll, &s->notices};
+    for (size_t i = 0; i < sizeof dups / sizeof dups[0]; i++) {
+        MPI_Comm_dup(mpi_comm, dups[i]);
+        MPI_Comm_set_errhandler(*dups[i], MPI_ERRORS_RETURN); /* an MPI error is a status here, not an abort */
+    }
     int rc = comm_msg_ctx_create(s->rank, s->size, heap_bytes ? heap_bytes : (size_t)1 << 30, &MPI_OPS, s,
                                  &comm->ctx, err);
     if (rc) {
-        MPI_Comm_free(&s->tiles), MPI_Comm_free(&s->exchange), MPI_Comm_free(&s->coll);
+        for (size_t i = 0; i < sizeof dups / sizeof dups[0]; i++) MPI_Comm_free(dups[i]);
         free(s), free(comm);
         return rc;
     }
+    s->ctx = comm->ctx;
     comm->destroy = mpi_comm_destroy;
     *out = comm;
     return A2AMM_OK;

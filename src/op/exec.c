@@ -167,8 +167,10 @@ static int observe_tile(op_rank *rk, int64_t t, int64_t rows, a2amm_error *err)
     a2amm_event ev = event_of(rk, A2AMM_EVENT_TILE, t, rows, -1, -1);
     int rc = rk->observer(rk->observer_arg, &ev);
     if (!rc) return A2AMM_OK;
-    a2amm_fail(err, rc < 0 ? rc : A2AMM_E_INVAL, "rank %d: the observer stopped the call at tile %lld", rk->me,
-               (long long)t);
+    char why[COMM_FAIL_CHARS] = ""; /* the observer may have failed the communicator itself, saying why */
+    comm_failure(rk->ctx, NULL, why, sizeof why);
+    a2amm_fail(err, rc < 0 ? rc : A2AMM_E_INVAL, "rank %d: the observer stopped the call at tile %lld%s%s", rk->me,
+               (long long)t, why[0] ? ": " : "", why);
     return comm_fail(rk->ctx, err ? err->code : A2AMM_E_INVAL, "%s", err ? err->msg : "the observer stopped the call");
 }
 
