@@ -107,7 +107,10 @@ int cli_dir_lock(const char *cmd, const char *dir, int create)
             fprintf(stderr, "a2amm %s: %s: cannot lock the folder: %s\n", cmd, dir, strerror(e));
         return -1;
     }
-    int removed = io_remove_stale(dir);
+    int completed = 0, removed = io_remove_stale(dir, NULL, &completed);
+    if (completed)
+        fprintf(stderr, "a2amm %s: completed putting in place the outputs of a run that was killed while doing so "
+                "(%d file%s) in %s\n", cmd, completed, completed == 1 ? "" : "s", dir);
     if (removed)
         fprintf(stderr, "a2amm %s: removed %d temporary file%s an interrupted run left in %s\n", cmd, removed,
                 removed == 1 ? "" : "s", dir);
