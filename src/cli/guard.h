@@ -11,7 +11,8 @@
  * it unused. It leaves the command's process group (a kill of the whole
  * group reaches the command and its ranks, not the one that cleans after
  * them) and holds the folder's lock (an inherited descriptor) until it is
- * done. It is named "a2amm-guard" (ps, pgrep).
+ * done. It is named "a2amm-guard" (ps, pgrep). Its wait has no deadline of
+ * its own: it lasts as long as the command, whose deadlines bound it.
  */
 #ifndef A2AMM_CLI_GUARD_H
 #define A2AMM_CLI_GUARD_H
