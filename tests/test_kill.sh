@@ -36,12 +36,16 @@ gone_soon() { local _; for _ in $(seq 100); do all_gone "$@" && return 0; sleep 
 # the one that paused, $procs CMD and every child it has then.
 paused() {
     local phase=$1 _; shift
+    : >"$SCRATCH/log" # here, not only in the background, where it may come after the first look
     A2AMM_FAULT=pause-$phase "$@" >"$SCRATCH/log" 2>&1 &
     pid=$!
     for _ in $(seq 300); do grep -q "paused at $phase " "$SCRATCH/log" && break; sleep 0.05; done
     paused=$(sed -n "s/.*paused at $phase (pid \([0-9]*\)).*/\1/p" "$SCRATCH/log")
     procs="$pid $(pgrep -P $pid | tr '\n' ' ')"
-    check "$phase: reached (the process says so)" test -n "$paused" || sed 's/^/    /' "$SCRATCH/log" >&2
+    check "$phase: reached (the process says so)" test -n "$paused" || {
+        sed 's/^/    /' "$SCRATCH/log" >&2
+        ps -o pid,ppid,stat,wchan:24,comm -p $pid --ppid $pid >&2
+    }
 }
 guard_of() { pgrep -P "$1" -x a2amm-guard; }
 
@@ -93,6 +97,20 @@ for phase in staged commit-1; do
     after_kill "group kill at $phase" $([ $phase = staged ] && echo old || echo new)
     next_run_clean "group kill at $phase"
 done
+
+# --- a run started at once after a kill -9: the guard may still hold the
+# folder's lock for a moment; the run waits for it instead of being refused
+set_old
+paused commit-1 "$A2AMM" run $M $K $N $R --dir "$d"
+{ kill -9 $pid; wait $pid; } 2>/dev/null # the launcher is gone; its guard may not be yet
+expect_ok "a run started at once after a kill -9" "$A2AMM" run $M $K $N $R --dir "$d"
+check "and it wrote the new bits" outputs_are new
+check "nothing left" nothing_left_in "$d"
+flock "$d" sleep 0.5 &
+holder=$!
+for _ in $(seq 200); do flock -n "$d" true || break; sleep 0.01; done
+expect_ok "a run while the lock is held for 0.5 s more waits for it" "$A2AMM" run $M $K $N $R --dir "$d"
+wait $holder
 
 # --- a rank killed after it staged its output: the launcher fails the run, changes nothing
 set_old
