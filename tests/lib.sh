@@ -37,6 +37,9 @@ cpu_runs() { "$A2AMM" cpu --runs "$1" >/dev/null; }
 cpu_uses() {
     "$A2AMM" cpu --json | python3 -c "import json,sys; sys.exit(0 if json.load(sys.stdin)['features']['$1']['used'] else 1)"
 }
+# rank_pids LAUNCHER: the rank processes of a run: the launcher's children but
+# its guard (the a2amm-guard process that cleans up after a kill -9)
+rank_pids() { ps -o pid=,comm= --ppid "$1" 2>/dev/null | awk '$2 != "a2amm-guard" { print $1 }'; }
 # yes_no CMD...: "yes" where the command succeeds, else "no"
 yes_no() { if "$@"; then echo yes; else echo no; fi; }
 

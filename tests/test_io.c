@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -252,10 +253,107 @@ static void test_staged(void)
           io_write_atomic(meta_stale, data, 1, &err) == 0, "making leftovers: %s", err.msg);
     char st[512];
     snprintf(st, sizeof st, "%s/st", tmpdir);
-    CHECK(io_remove_stale(st) == 2, "io_remove_stale removes the layout's leftovers only");
+    CHECK(io_remove_stale(st, NULL, NULL) == 2, "io_remove_stale removes the layout's leftovers only");
     CHECK(access(stale, F_OK) != 0 && access(meta_stale, F_OK) != 0 && access(other, F_OK) == 0,
           "what remains is what is not ours");
     CHECK(access(path, F_OK) == 0, "the real file stays");
+}
+
+
+/* Each rank's file of a set in folder d: its content (a byte per rank and version), or -1 when absent. */
+static int set_file(const char *d, int r, const char *suffix)
+{
+    char path[600];
+    uint8_t b[8];
+    snprintf(path, sizeof path, "%s/output/%d/npu_out.bin%s", d, r, suffix);
+    a2amm_error err;
+    return io_read_exact(path, b, sizeof b, &err) ? -1 : b[0];
+}
+
+/* Stages version v of a 3-rank set under tag. */
+static void stage_set(const char *d, const char *tag, int v)
+{
+    for (int r = 0; r < 3; r++) {
+        char path[600];
+        uint8_t b[8];
+        memset(b, 16 * v + r, sizeof b);
+        snprintf(path, sizeof path, "%s/output/%d/npu_out.bin", d, r);
+        a2amm_error err;
+        CHECK(io_write_staged(path, tag, b, sizeof b, &err) == 0, "staging %s: %s", path, err.msg);
+    }
+}
+
+static int steps[8], nsteps;
+static void record_step(void *arg, int renamed)
+{
+    (void)arg;
+    if (nsteps < 8) steps[nsteps++] = renamed;
+}
+static void die_after_one(void *arg, int renamed)
+{
+    (void)arg;
+    if (renamed == 1) _exit(0); /* a process killed between two renames */
+}
+
+/* The outputs as a set: all or nothing, and a commit cut short is completed by io_remove_stale. */
+static void test_set(void)
+{
+    char d[512], marker[700], found[700];
+    a2amm_error err;
+    snprintf(d, sizeof d, "%s/set", tmpdir);
+    snprintf(marker, sizeof marker, "%s/output/npu_out.bin.commit.t1", d);
+    stage_set(d, "t1", 1);
+    CHECK(io_set_commit(d, "npu_out.bin", 3, "t1", record_step, NULL, &err) == 0, "commit: %s", err.msg);
+    CHECK(set_file(d, 0, "") == 16 && set_file(d, 1, "") == 17 && set_file(d, 2, "") == 18, "the set is in place");
+    CHECK(nsteps == 4 && steps[0] == 0 && steps[3] == 3, "step at the commit point and after each rename (%d)", nsteps);
+    CHECK(access(marker, F_OK) != 0 && !io_set_pending(d, NULL, 0), "no marker after the commit");
+
+    stage_set(d, "t2", 2);
+    char gone[600];
+    snprintf(gone, sizeof gone, "%s/output/1/npu_out.bin.tmp.t2", d);
+    unlink(gone);
+    CHECK(io_set_commit(d, "npu_out.bin", 3, "t2", NULL, NULL, &err) == A2AMM_E_IO && strstr(err.msg, "rank 1") &&
+          strstr(err.msg, "missing"), "a missing staged file refuses the commit, naming it: %s", err.msg);
+    CHECK(set_file(d, 0, "") == 16 && set_file(d, 2, "") == 18 && set_file(d, 0, ".tmp.t2") < 0 &&
+          set_file(d, 2, ".tmp.t2") < 0, "nothing changed, the staged files removed");
+
+    char folder[600];
+    snprintf(folder, sizeof folder, "%s/output/2/npu_out.bin", d);
+    unlink(folder);
+    mkdir(folder, 0755);
+    stage_set(d, "t3", 3);
+    CHECK(io_set_commit(d, "npu_out.bin", 3, "t3", NULL, NULL, &err) == A2AMM_E_IO && strstr(err.msg, "is a folder"),
+          "a folder in an output's place refuses the commit: %s", err.msg);
+    CHECK(set_file(d, 0, "") == 16 && set_file(d, 1, "") == 17, "nothing changed");
+    rmdir(folder);
+
+    /* killed between two renames: the marker says the commit began; the next one completes it */
+    stage_set(d, "t4", 4);
+    pid_t pid = fork();
+    if (pid == 0) {
+        io_set_commit(d, "npu_out.bin", 3, "t4", die_after_one, NULL, NULL);
+        _exit(1);
+    }
+    int status = -1;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the committer died after one rename");
+    CHECK(set_file(d, 0, "") == 64 && set_file(d, 1, "") == 17 && set_file(d, 1, ".tmp.t4") == 65,
+          "a mix, as the kill left it");
+    CHECK(io_set_pending(d, found, sizeof found) && strstr(found, "npu_out.bin.commit.t4"),
+          "the interrupted commit is seen: %s", found);
+    int completed = -1;
+    CHECK(io_remove_stale(d, "other", &completed) == 0 && completed == 0 && set_file(d, 1, "") == 17,
+          "another tag's cleaning leaves it");
+    CHECK(io_remove_stale(d, NULL, &completed) == 0 && completed == 2, "io_remove_stale completes it (%d)", completed);
+    CHECK(set_file(d, 0, "") == 64 && set_file(d, 1, "") == 65 && set_file(d, 2, "") == 66, "the new set, whole");
+    CHECK(!io_set_pending(d, NULL, 0), "no marker left");
+
+    stage_set(d, "t5", 5);
+    stage_set(d, "t6", 6);
+    CHECK(io_remove_stale(d, "t5", &completed) == 3 && completed == 0, "one tag's staged files removed");
+    CHECK(set_file(d, 0, ".tmp.t5") < 0 && set_file(d, 0, ".tmp.t6") == 96, "the other tag's kept");
+    io_set_discard(d, "npu_out.bin", 3, "t6");
+    CHECK(set_file(d, 2, ".tmp.t6") < 0 && set_file(d, 2, "") == 66, "discarded, the set unchanged");
 }
 
 int main(void)
@@ -271,6 +369,7 @@ int main(void)
     test_meta();
     test_gen_determinism();
     test_staged();
+    test_set();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

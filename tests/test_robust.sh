@@ -3,8 +3,9 @@
 # ranks with R = 1 and after the last barrier, a memory limit, kill -9 and
 # SIGINT/SIGTERM at the launcher, a failed run's outputs, two commands on
 # one folder, and what each rank is reported as (a fork that fails:
-# test_nproc.sh). Bounds in seconds are generous for a loaded 2-core
-# machine; each is far below the hang it rules out.
+# test_nproc.sh; kill -9 at every phase: test_kill.sh). Bounds in seconds
+# are generous for a loaded 2-core machine; each is far below the hang it
+# rules out.
 . "$(dirname "$0")/lib.sh"
 
 d="$SCRATCH/d"
@@ -74,8 +75,8 @@ expect_output "error: the message names rank 2 once" "error: rank 2: injected er
 for sig in INT TERM; do
     A2AMM_FAULT_RANK=1 A2AMM_FAULT=stall "$A2AMM" run 256 256 64 4 --dir "$d" --tile-m 32 >"$SCRATCH/sig" 2>&1 &
     launcher=$!
-    for _ in $(seq 100); do [ "$(pgrep -P $launcher | wc -l)" -eq 4 ] && break; sleep 0.05; done
-    kids=$(pgrep -P $launcher)
+    for _ in $(seq 100); do [ "$(rank_pids $launcher | wc -l)" -eq 4 ] && break; sleep 0.05; done
+    kids=$(pgrep -P $launcher) # the ranks and the guard
     sleep 0.5
     kill -$sig $launcher
     wait $launcher; rc=$?
@@ -87,30 +88,31 @@ for sig in INT TERM; do
     check "SIG$sig: no temporary left" no_temporaries
 done
 
-# --- kill -9 of the launcher: its ranks die; the next run removes what was left
+# --- kill -9 of the launcher: its ranks and its guard end; the next run removes
+# what a writer killed with no guard left (test_kill.sh: kills at every phase)
 A2AMM_FAULT_RANK=1 A2AMM_FAULT=stall "$A2AMM" run 256 256 64 4 --dir "$d" --tile-m 32 >/dev/null 2>&1 &
 launcher=$!
-for _ in $(seq 100); do [ "$(pgrep -P $launcher | wc -l)" -eq 4 ] && break; sleep 0.05; done
-kids=$(pgrep -P $launcher); sleep 0.3
+for _ in $(seq 100); do [ "$(rank_pids $launcher | wc -l)" -eq 4 ] && break; sleep 0.05; done
+kids=$(pgrep -P $launcher); sleep 0.3 # the ranks and the guard (it holds the folder's lock until it is done)
 kill -9 $launcher; wait $launcher 2>/dev/null
 # gone (or a zombie) within 10 s: they notice the launcher's death themselves
 not_running() { st=$(ps -o stat= -p "$1" 2>/dev/null); [ -z "$st" ] || [ "${st#Z}" != "$st" ]; }
 for k in $kids; do
     for _ in $(seq 100); do not_running "$k" && break; sleep 0.1; done
-    check "launcher kill -9: rank pid $k not running" not_running "$k"
+    check "launcher kill -9: pid $k (a rank or the guard) not running" not_running "$k"
 done
 check "launcher kill -9: outputs untouched" outputs_untouched
 printf 'x' > "$d/output/3/npu_out.bin.tmp.999999"   # as a writer killed between naming and renaming leaves
 printf 'x' > "$d/input/0/input_a.bin.tmp.999998"
 expect_ok "the next run" "$A2AMM" run 256 256 64 4 --dir "$d"
-# (2 made here, and the staged outputs of the killed launcher's finished ranks)
-check "the next run says it removed what was left" grep -Eq "removed ([2-9]|[1-9][0-9]+) temporary files" "$SCRATCH/out"
+# (the 2 made here: the guard left nothing)
+check "the next run says it removed what was left" grep -q "removed 2 temporary files" "$SCRATCH/out"
 check "no temporary left after it" no_temporaries
 
 # --- one gen or run at a time per folder
 A2AMM_FAULT_RANK=0 A2AMM_FAULT=stall "$A2AMM" run 256 256 64 4 --dir "$d" --timeout 30 >/dev/null 2>&1 &
 holder=$!
-for _ in $(seq 100); do [ "$(pgrep -P $holder | wc -l)" -eq 4 ] && break; sleep 0.05; done
+for _ in $(seq 100); do [ "$(rank_pids $holder | wc -l)" -eq 4 ] && break; sleep 0.05; done
 expect_fail "a second run on a busy folder is refused" "is in use by another a2amm gen or run" "$A2AMM" run 256 256 64 4 --dir "$d"
 expect_fail "a gen on a busy folder is refused" "is in use by another a2amm gen or run" "$A2AMM" gen 256 256 64 4 --dir "$d"
 kill -INT $holder; wait $holder

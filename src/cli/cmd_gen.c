@@ -3,11 +3,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/data_dir.h"
+#include "cli/fault.h"
+#include "cli/guard.h"
 #include "common/error.h"
 #include "gen/gen.h"
 #include "io/io.h"
@@ -66,6 +69,23 @@ static int write_goldens(const char *dir, const a2amm_shape *s, const a2amm_size
     free(a);
     free(sa);
     return rc;
+}
+
+/* What a killed gen leaves (its files' temporary names), removed by its guard (guard.h). */
+typedef struct gen_leftovers {
+    const char *dir;
+    char tag[32];
+} gen_leftovers;
+
+static void clean_after_kill(void *arg)
+{
+    const gen_leftovers *g = arg;
+    char meta[IO_PATH_MAX];
+    struct stat st;
+    io_remove_stale(g->dir, g->tag, NULL);
+    if (io_meta_path(meta, sizeof meta, g->dir, NULL) == A2AMM_OK && lstat(meta, &st) != 0) /* else it finished */
+        dprintf(STDERR_FILENO, "a2amm gen: gen (pid %s) was killed before it finished: %s has no meta file, so it "
+                "is not a complete set (its guard removed what it was writing)\n", g->tag, g->dir);
 }
 
 int cmd_gen(int argc, char **argv)
@@ -130,6 +150,14 @@ int cmd_gen(int argc, char **argv)
     }
     if (cli_dir_lock("gen", dir, 1) < 0) return 1;
     unlink(meta_file);
+    gen_leftovers leftovers = {.dir = dir};
+    snprintf(leftovers.tag, sizeof leftovers.tag, "%ld", (long)getpid()); /* io_write_atomic's */
+    cli_guard guard;
+    if (cli_guard_start(&guard, clean_after_kill, &leftovers, &err)) {
+        cli_print_error("gen", &err);
+        return 1;
+    }
+    fault_pause("gen-inputs", -1);
 
     printf("a2amm gen: M=%lld K=%lld N=%lld R=%lld, A %s, B %s, dist %s, scale mode %s, seed %" PRIu64 "\n",
            (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R,
@@ -144,12 +172,15 @@ int cmd_gen(int argc, char **argv)
     double t0 = cli_now();
     if (!rc) rc = gen_write_inputs(dir, &s, &z, &opt, in, &err);
     double t1 = cli_now();
+    if (!rc && golden) fault_pause("gen-golden", -1);
     cli_progress progress;
     cli_progress_start(&progress, quiet, 0);
     if (!rc && golden) rc = write_goldens(dir, &s, &z, in, out, &progress, &err);
     cli_progress_end(&progress);
     double t2 = cli_now();
+    if (!rc) fault_pause("gen-meta", -1);
     if (!rc) rc = io_meta_write(dir, &meta, &err);
+    cli_guard_stop(&guard); /* every write is complete or removed */
     for (int r = 0; in && r < s.R; r++) io_rank_inputs_free(&in[r]);
     free(in);
     free(out);

@@ -67,6 +67,8 @@ static void run_usage(FILE *f)
             "\n"
             "Outputs are written as a set: every rank's npu_out.bin when the run succeeds,\n"
             "none changed when it fails or is interrupted (Ctrl-C: exit 130, SIGTERM: 143).\n"
+            "Killed (kill -9 included), it leaves the old set or the new one, never a mix,\n"
+            "and no temporary file: its guard process (a2amm-guard) cleans up.\n"
             "One gen or run at a time per folder (a second is refused).\n"
             "\n"
             "A2AMM_ISA=ref|avx2|avx512|amx forces a kernel level (default: the best this CPU\n"

@@ -22,6 +22,7 @@ static void verify_usage(FILE *f)
             "equal_nan=True). Prints the seed's summary per rank (abs err max/mean/rmse,\n"
             "rel err max, count over tolerance, top-left corners), the worst error in bf16\n"
             "ulps and the first element that is not close. Exit 0 only if every rank passes.\n"
+            "A folder where a killed run left its outputs half put in place is refused.\n"
             "\n"
             "options:\n"
             "  --dir DIR   the folder gen and run used (default: .)\n"
@@ -113,6 +114,13 @@ int cmd_verify(int argc, char **argv)
     a2amm_shape held_shape = {M, 0, N, R, A2AMM_E4M3, A2AMM_E4M3};
     int held = cli_meta_hold("verify", dir, &held_shape, NULL, NULL, CLI_TYPES_UNUSED);
     if (held) return held;
+    char marker[IO_PATH_MAX];
+    if (io_set_pending(dir, marker, sizeof marker)) {
+        fprintf(stderr, "a2amm verify: %s: a run was killed while putting its outputs in place and nothing completed "
+                "it (its guard was killed too), so the outputs may be a mix of two runs: the next a2amm run or gen "
+                "on %s completes it\n", marker, dir);
+        return 1;
+    }
     if (M > (INT64_C(1) << 40) / N) {
         fprintf(stderr, "a2amm verify: M*N = %lld*%lld is too large\n", (long long)M, (long long)N);
         return 2;

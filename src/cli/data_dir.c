@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include <signal.h>
+#include <time.h>
 
 #include "cli/args.h"
 #include "io/io.h"
@@ -117,8 +118,19 @@ int cli_dir_lock(const char *cmd, const char *dir, int create)
         fprintf(stderr, "a2amm %s: %s: cannot open the folder: %s\n", cmd, dir, strerror(errno));
         return -1;
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int e = errno;
+    /* a moment's grace: a run just killed holds the lock until its guard has cleaned up (milliseconds) */
+    int locked = 0, e = 0;
+    for (int tries = 0; tries <= 100; tries++) { /* 2 s */
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            locked = 1;
+            break;
+        }
+        e = errno;
+        if (e != EWOULDBLOCK && e != EINTR) break;
+        struct timespec pause = {0, 20000000};
+        nanosleep(&pause, NULL);
+    }
+    if (!locked) {
         close(fd);
         if (e == EWOULDBLOCK)
             fprintf(stderr, "a2amm %s: %s is in use by another a2amm gen or run (it holds the folder's lock): "
@@ -127,7 +139,10 @@ int cli_dir_lock(const char *cmd, const char *dir, int create)
             fprintf(stderr, "a2amm %s: %s: cannot lock the folder: %s\n", cmd, dir, strerror(e));
         return -1;
     }
-    int removed = io_remove_stale(dir);
+    int completed = 0, removed = io_remove_stale(dir, NULL, &completed);
+    if (completed)
+        fprintf(stderr, "a2amm %s: completed putting in place the outputs of a run that was killed while doing so "
+                "(%d file%s) in %s\n", cmd, completed, completed == 1 ? "" : "s", dir);
     if (removed)
         fprintf(stderr, "a2amm %s: removed %d temporary file%s an interrupted run left in %s\n", cmd, removed,
                 removed == 1 ? "" : "s", dir);

@@ -35,8 +35,10 @@ int cli_meta_hold(const char *cmd, const char *dir, a2amm_shape *s, const char *
 /*
  * Takes the folder's lock (flock on DIR itself, created when create is set)
  * for a command that writes in it (gen, run): a second one on the same
- * folder is refused, naming it, instead of mixing two sets of files. Then
- * removes what interrupted writers left (io_remove_stale), saying so.
+ * folder is refused, naming it, instead of mixing two sets of files (after
+ * 2 s, the time a killed run's guard may take to clean up and let go). Then
+ * puts right what interrupted writers left (io_remove_stale: completes a
+ * run's commit of its outputs, removes temporary files), saying so.
  * Returns the descriptor that holds the lock (closed at exit), or -1 after
  * printing why.
  */

@@ -21,6 +21,7 @@
 
 #include "cli/args.h"
 #include "cli/fault.h"
+#include "cli/guard.h"
 #include "cli/progress.h"
 #include "cli/measure.h"
 #include "cli/out_path.h"
@@ -57,6 +58,7 @@ static int load_inputs(rank_state *st, a2amm_error *err)
     if (!st->b || !st->sb || !st->out)
         return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate %.1f MB for B and the output",
                           (double)(z->b_bytes + z->sb_bytes + z->out_bytes) / 1e6);
+    fault_pause("load", st->me);
     uint8_t *dst[4] = {a, sa, st->b, st->sb};
     size_t bytes[4] = {z->a_bytes, z->sa_bytes, z->b_bytes, z->sb_bytes};
     for (int i = 0; i < 4; i++) {
@@ -105,6 +107,7 @@ static int rank_precision(rank_state *st, a2amm_error *err)
         rc = io_rank_path(path, sizeof path, rn->dir, "output", st->me, "npu_out.bin", err);
         if (!rc) rc = io_write_staged(path, rn->tag, st->out, rn->z.out_bytes, err);
         trace_span(rn->trace, TRACE_WRITE, t0, trace_now_ns(), -1);
+        if (!rc) fault_pause("staged", st->me);
     }
     a2amm_comm_say(st->comm, "waiting at the end barrier");
     if (!rc) rc = run_traced_barrier(st, err);
@@ -203,21 +206,48 @@ static int check_options(const char *dir, const a2amm_shape *s, const run_option
     return o->trace_path ? cli_check_output("--trace", o->trace_path, dir, s->R, err) : A2AMM_OK;
 }
 
+/* The failure tests' pauses inside the commit (fault.h). */
+static void commit_step(void *arg, int renamed)
+{
+    (void)arg;
+    if (renamed == 0) fault_pause("commit-0", -1);
+    if (renamed == 1) fault_pause("commit-1", -1);
+}
+
 /*
- * The outputs as a set: every rank's staged npu_out.bin renamed into place
- * when the whole run succeeded, all of them removed otherwise, so that a
- * failed run changes no output.
+ * The outputs as a set (io_set_commit): every rank's staged npu_out.bin put
+ * in place when the whole run succeeded, all of them removed otherwise, so
+ * that a failed run changes no output.
  */
 static int settle_outputs(const runner *rn, int success, a2amm_error *err)
 {
-    int rc = A2AMM_OK;
-    for (int r = 0; r < rn->s.R; r++) {
-        char path[IO_PATH_MAX];
-        if (io_rank_path(path, sizeof path, rn->dir, "output", r, "npu_out.bin", NULL)) continue;
-        if (success && !rc) rc = io_commit_staged(path, rn->tag, err);
-        else io_discard_staged(path, rn->tag);
+    if (!success) {
+        io_set_discard(rn->dir, "npu_out.bin", (int)rn->s.R, rn->tag);
+        return A2AMM_OK;
     }
-    return rc;
+    fault_pause("before-commit", -1);
+    return io_set_commit(rn->dir, "npu_out.bin", (int)rn->s.R, rn->tag, commit_step, NULL, err);
+}
+
+/*
+ * What a killed launcher leaves, put right by its guard (guard.h) once the
+ * launcher and every rank are gone: a commit it began is completed, staged
+ * outputs and trace parts of this run are removed.
+ */
+static void clean_after_kill(void *arg)
+{
+    const runner *rn = arg;
+    int completed = 0, removed = io_remove_stale(rn->dir, rn->tag, &completed);
+    if (rn->o.trace_path) {
+        run_trace_merge_parts(rn->o.trace_path, rn->tag, (int)rn->s.R, 0, NULL, NULL);
+        io_discard_staged(rn->o.trace_path, rn->tag); /* the merged trace's temporary name */
+    }
+    if (completed)
+        dprintf(STDERR_FILENO, "a2amm run: the run (pid %s) was killed while putting its outputs in place: its "
+                "guard completed the set (%d file%s)\n", rn->tag, completed, completed == 1 ? "" : "s");
+    else if (removed)
+        dprintf(STDERR_FILENO, "a2amm run: the run (pid %s) was killed before its outputs were committed: its guard "
+                "removed %d staged file%s (the outputs are as they were)\n", rn->tag, removed, removed == 1 ? "" : "s");
 }
 
 /* Symmetric memory per rank: the op(s), and in perf mode the AllToAll's staging. */
@@ -347,6 +377,14 @@ int run_files(const char *dir, const a2amm_shape *s, const run_options *opt, run
         munmap(rn.times, tbytes + BASELINE_WHAT_CHARS);
         return rc;
     }
+    /* a run that writes files has a guard, which cleans up after a kill of the launcher */
+    cli_guard guard = {0, -1};
+    if (rn.o.mode == RUN_PRECISION || rn.o.trace_path) rc = cli_guard_start(&guard, clean_after_kill, &rn, err);
+    if (rc) {
+        munmap(rn.times, tbytes + BASELINE_WHAT_CHARS);
+        return rc;
+    }
+    fault_pause("launch", -1);
     a2amm_launch_options lo = {.heap_bytes = run_heap_bytes(&rn), .timeout_s = run_limit_s(&rn, res->ntiles),
                                .stall_s = rn.o.timeout_s * 1.5 + 1.0, .stop = rn.o.stop, .reports = res->ranks};
     progress_watch watch = {&rn, 0};
@@ -360,6 +398,7 @@ int run_files(const char *dir, const a2amm_shape *s, const run_options *opt, run
     if (rn.o.mode == RUN_PRECISION) {
         int settled = settle_outputs(&rn, rc == A2AMM_OK, err);
         if (!rc) rc = settled;
+        if (!rc) fault_pause("after-commit", -1);
     }
     if (!rc && rn.o.mode == RUN_PERF) rc = run_collect_perf(&rn, &res->perf, err);
     if (rn.o.trace_path) { /* the ranks' parts into one file; only removed after a failure */
@@ -368,6 +407,7 @@ int run_files(const char *dir, const a2amm_shape *s, const run_options *opt, run
         int traced = run_trace_merge_parts(rn.o.trace_path, rn.tag, R, rc == A2AMM_OK, &meta, err);
         if (!rc) rc = traced;
     }
+    cli_guard_stop(&guard);
     munmap(rn.times, tbytes + BASELINE_WHAT_CHARS);
     return rc;
 }

@@ -302,52 +302,221 @@ int io_write_stream(const char *path, int (*fill)(FILE *f, void *arg), void *arg
     return A2AMM_OK;
 }
 
-/* Whether name is "<one of the layout's files>.tmp.<anything>". */
-static int is_stale_name(const char *name)
+/*
+ * The outputs of a run as one set. The commit point is the marker
+ * DIR/output/<name>.commit.<tag>: made only once every rank's staged file is
+ * complete, removed once all are renamed. Whoever finds a marker (the
+ * guard of a killed run, the next gen or run on the folder) finishes what
+ * it began: renames every <r>/<name>.tmp.<tag> left into place.
+ */
+static int set_path(char *buf, size_t len, const char *dir, int rank, const char *name, const char *ext,
+                    const char *tag, a2amm_error *err)
 {
+    int n = rank < 0 ? snprintf(buf, len, "%s/output/%s.%s.%s", dir, name, ext, tag)
+                     : snprintf(buf, len, "%s/output/%d/%s.%s.%s", dir, rank, name, ext, tag);
+    if (n < 0 || (size_t)n >= len) return path_too_long(err, dir, n, len);
+    return A2AMM_OK;
+}
+
+void io_set_discard(const char *dir, const char *name, int n, const char *tag)
+{
+    for (int r = 0; r < n; r++) {
+        char tmp[IO_PATH_MAX];
+        if (set_path(tmp, sizeof tmp, dir, r, name, "tmp", tag, NULL) == A2AMM_OK) unlink(tmp);
+    }
+}
+
+/* Before the commit point: every staged file there, and no folder in a final name's place. */
+static int set_ready(const char *dir, const char *name, int n, const char *tag, a2amm_error *err)
+{
+    for (int r = 0; r < n; r++) {
+        char tmp[IO_PATH_MAX], path[IO_PATH_MAX];
+        struct stat st;
+        int rc = set_path(tmp, sizeof tmp, dir, r, name, "tmp", tag, err);
+        if (!rc) rc = io_rank_path(path, sizeof path, dir, "output", r, name, err);
+        if (rc) return rc;
+        int missing = lstat(tmp, &st) != 0;
+        if (missing || !S_ISREG(st.st_mode))
+            return a2amm_fail(err, A2AMM_E_IO, "rank %d: its staged %s is %s", r, shown(tmp),
+                              missing ? "missing" : "not a file");
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            return a2amm_fail(err, A2AMM_E_IO, "rank %d: %s is a folder: it cannot be replaced by the output", r,
+                              shown(path));
+    }
+    return A2AMM_OK;
+}
+
+int io_set_commit(const char *dir, const char *name, int n, const char *tag, void (*step)(void *arg, int renamed),
+                  void *arg, a2amm_error *err)
+{
+    char marker[IO_PATH_MAX];
+    int rc = set_path(marker, sizeof marker, dir, -1, name, "commit", tag, err);
+    if (!rc) rc = set_ready(dir, name, n, tag, err);
+    int fd = rc ? -1 : open(marker, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (!rc && fd < 0) rc = a2amm_fail(err, A2AMM_E_IO, "%s: cannot create: %s", shown(marker), strerror(errno));
+    if (rc) {
+        io_set_discard(dir, name, n, tag);
+        return rc;
+    }
+    /* its being there is the commit point; the text is for whoever finds it */
+    char text[256];
+    int len = snprintf(text, sizeof text, "a2amm: a run (tag %s) is putting output/<r>/%s of its %d ranks in place "
+                       "as one set; if it was killed, the next a2amm gen or run on this folder completes it\n",
+                       tag, name, n);
+    size_t put;
+    write_all(fd, text, len > 0 && (size_t)len < sizeof text ? (size_t)len : 0, &put);
+    close(fd);
+    if (step) step(arg, 0);
+    for (int r = 0; r < n; r++) {
+        char tmp[IO_PATH_MAX], path[IO_PATH_MAX];
+        if (set_path(tmp, sizeof tmp, dir, r, name, "tmp", tag, NULL) ||
+            io_rank_path(path, sizeof path, dir, "output", r, name, NULL))
+            continue; /* fit before the commit point (set_ready) */
+        if (rename(tmp, path) != 0) {
+            /* never a mix: this rank's file is neither old nor new, and the run fails */
+            int e = errno;
+            unlink(tmp);
+            unlink(path);
+            if (!rc)
+                rc = a2amm_fail(err, A2AMM_E_IO, "rank %d: %s: cannot rename from %s: %s (removed: the outputs "
+                                "are incomplete)", r, shown(path), shown(tmp), strerror(e));
+        }
+        if (step) step(arg, r + 1);
+    }
+    unlink(marker);
+    return rc;
+}
+
+/*
+ * Whether name is "<one of the layout's files>.<ext>.<tag>" (any tag when
+ * tag is NULL); *base_len is the length of the layout file's name.
+ */
+static int is_ours(const char *name, const char *ext, const char *tag, size_t *base_len)
+{
+    size_t e = strlen(ext);
     for (int i = 0; i <= IO_RANK_FILES; i++) {
         const char *ours = i < IO_RANK_FILES ? io_rank_files[i].name : META_NAME;
         size_t n = strlen(ours);
-        if (!strncmp(name, ours, n) && !strncmp(name + n, ".tmp.", 5)) return 1;
+        if (strncmp(name, ours, n) || name[n] != '.' || strncmp(name + n + 1, ext, e) || name[n + 1 + e] != '.')
+            continue;
+        if (tag && strcmp(name + n + 2 + e, tag)) continue;
+        if (base_len) *base_len = n;
+        return 1;
     }
     return 0;
 }
 
-/* Removes stale temporary files in one folder; adds to *removed. */
-static void clean_folder(const char *folder, int *removed)
+/* Removes the temporary files of one folder (of one tag, or all); adds to *removed. */
+static void clean_folder(const char *folder, const char *tag, int *removed)
 {
     DIR *d = opendir(folder);
     if (!d) return;
     for (struct dirent *e; (e = readdir(d));) {
         char path[IO_PATH_MAX];
-        if (!is_stale_name(e->d_name)) continue;
+        if (!is_ours(e->d_name, "tmp", tag, NULL)) continue;
         int n = snprintf(path, sizeof path, "%s/%s", folder, e->d_name);
         if (n > 0 && (size_t)n < sizeof path && unlink(path) == 0) ++*removed;
     }
     closedir(d);
 }
 
-int io_remove_stale(const char *dir)
+/* Calls fn(folder, ...) for each rank folder (a name of digits) of DIR/<sub>. */
+static void each_rank_folder(const char *sub, void (*fn)(const char *folder, void *arg), void *arg)
 {
-    int removed = 0;
+    DIR *d = opendir(sub);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' || strspn(e->d_name, "0123456789") != strlen(e->d_name))
+            continue;
+        char rank_dir[IO_PATH_MAX];
+        int n = snprintf(rank_dir, sizeof rank_dir, "%s/%s", sub, e->d_name);
+        if (n > 0 && (size_t)n < sizeof rank_dir) fn(rank_dir, arg);
+    }
+    closedir(d);
+}
+
+/* One interrupted commit: its file's name, its tag, and how many were renamed. */
+typedef struct roll_forward {
+    char name[64];
+    const char *tag;
+    int renamed;
+} roll_forward;
+
+static void roll_forward_folder(const char *folder, void *arg)
+{
+    roll_forward *f = arg;
+    char tmp[IO_PATH_MAX], path[IO_PATH_MAX];
+    int a = snprintf(tmp, sizeof tmp, "%s/%s.tmp.%s", folder, f->name, f->tag);
+    int b = snprintf(path, sizeof path, "%s/%s", folder, f->name);
+    if (a > 0 && (size_t)a < sizeof tmp && b > 0 && (size_t)b < sizeof path && rename(tmp, path) == 0) f->renamed++;
+}
+
+/* Completes every interrupted commit of DIR/output (of one tag, or all); how many files it renamed. */
+static int complete_commits(const char *dir, const char *tag)
+{
+    char out[IO_PATH_MAX];
+    int n = snprintf(out, sizeof out, "%s/output", dir), renamed = 0;
+    if (n < 0 || (size_t)n >= sizeof out) return 0;
+    DIR *d = opendir(out);
+    if (!d) return 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t base = 0;
+        if (!is_ours(e->d_name, "commit", tag, &base) || base >= sizeof ((roll_forward *)0)->name) continue;
+        roll_forward f = {.tag = e->d_name + base + strlen(".commit."), .renamed = 0};
+        memcpy(f.name, e->d_name, base);
+        f.name[base] = '\0';
+        each_rank_folder(out, roll_forward_folder, &f);
+        char marker[IO_PATH_MAX];
+        n = snprintf(marker, sizeof marker, "%s/%s", out, e->d_name);
+        if (n > 0 && (size_t)n < sizeof marker) unlink(marker);
+        renamed += f.renamed;
+    }
+    closedir(d);
+    return renamed;
+}
+
+/* clean_folder's arguments for each_rank_folder. */
+typedef struct clean_job {
+    const char *tag;
+    int removed;
+} clean_job;
+
+static void clean_rank_folder(const char *folder, void *arg)
+{
+    clean_job *j = arg;
+    clean_folder(folder, j->tag, &j->removed);
+}
+
+int io_remove_stale(const char *dir, const char *tag, int *completed)
+{
+    int done = complete_commits(dir, tag);
+    if (completed) *completed = done;
+    clean_job job = {tag, 0};
     static const char *const SUBS[] = {"input", "output"};
     for (int s = 0; s < 2; s++) {
         char sub[IO_PATH_MAX];
         int n = snprintf(sub, sizeof sub, "%s/%s", dir, SUBS[s]);
         if (n < 0 || (size_t)n >= sizeof sub) continue;
-        clean_folder(sub, &removed); /* the meta file's */
-        DIR *d = opendir(sub);
-        if (!d) continue;
-        for (struct dirent *e; (e = readdir(d));) {
-            if (e->d_name[0] < '0' || e->d_name[0] > '9' || strspn(e->d_name, "0123456789") != strlen(e->d_name))
-                continue;
-            char rank_dir[IO_PATH_MAX];
-            n = snprintf(rank_dir, sizeof rank_dir, "%s/%s", sub, e->d_name);
-            if (n > 0 && (size_t)n < sizeof rank_dir) clean_folder(rank_dir, &removed);
-        }
-        closedir(d);
+        clean_folder(sub, tag, &job.removed); /* the meta file's */
+        each_rank_folder(sub, clean_rank_folder, &job);
     }
-    return removed;
+    return job.removed;
+}
+
+int io_set_pending(const char *dir, char *marker, size_t size)
+{
+    char out[IO_PATH_MAX];
+    int n = snprintf(out, sizeof out, "%s/output", dir), found = 0;
+    if (n < 0 || (size_t)n >= sizeof out) return 0;
+    DIR *d = opendir(out);
+    if (!d) return 0;
+    for (struct dirent *e; !found && (e = readdir(d));)
+        if (is_ours(e->d_name, "commit", NULL, NULL)) {
+            found = 1;
+            if (size) snprintf(marker, size, "%s/%s", out, e->d_name);
+        }
+    closedir(d);
+    return found;
 }
 
 int io_rank_inputs_alloc(const a2amm_sizes *sz, io_rank_inputs *in, a2amm_error *err)

@@ -92,20 +92,47 @@ int io_write_atomic(const char *path, const void *buf, size_t bytes, a2amm_error
 int io_write_stream(const char *path, int (*fill)(FILE *f, void *arg), void *arg, a2amm_error *err);
 
 /*
- * The same in two steps, so that several files can be put in place as a
- * set: io_write_staged leaves the complete content at PATH.tmp.<tag>;
- * io_commit_staged renames it to PATH, io_discard_staged removes it.
+ * The same in two steps: io_write_staged leaves the complete content at
+ * PATH.tmp.<tag>; io_commit_staged renames it to PATH, io_discard_staged
+ * removes it.
  */
 int io_write_staged(const char *path, const char *tag, const void *buf, size_t bytes, a2amm_error *err);
 int io_commit_staged(const char *path, const char *tag, a2amm_error *err);
 void io_discard_staged(const char *path, const char *tag);
 
 /*
- * Removes what interrupted writers left in DIR: every "<layout file>.tmp.*"
- * in DIR/input, DIR/output and their rank folders. Call it holding the
- * folder's lock (no writer of ours is then running). Returns how many.
+ * A run's outputs as one set: DIR/output/<r>/NAME for every r < n, each
+ * staged by io_write_staged as NAME.tmp.<tag>.
+ *
+ * io_set_commit checks that every staged file is there (and no folder is in
+ * a final name's place), else removes them all and fails: nothing changed.
+ * Then it makes the marker DIR/output/NAME.commit.<tag> (the commit point),
+ * renames the files in rank order, and removes the marker. A process that
+ * dies between the two leaves the marker: io_remove_stale then completes the
+ * commit, so the folder holds the old set or the new one, never a mix. A
+ * rename that fails after the commit point removes that rank's file (old
+ * and new) and fails. step(arg, k), when not NULL, is called once the
+ * marker is made (k = 0) and after each rename (k = 1..n): the failure
+ * tests pause there.
+ * io_set_discard removes every staged file of the set.
  */
-int io_remove_stale(const char *dir);
+int io_set_commit(const char *dir, const char *name, int n, const char *tag, void (*step)(void *arg, int renamed),
+                  void *arg, a2amm_error *err);
+void io_set_discard(const char *dir, const char *name, int n, const char *tag);
+
+/*
+ * Puts right what interrupted writers left in DIR (of one tag, or of any
+ * when tag is NULL): first completes every interrupted commit of a set
+ * (renames its staged files into place; *completed, when not NULL, says how
+ * many), then removes every "<layout file>.tmp.<tag>" in DIR/input,
+ * DIR/output and their rank folders. With tag NULL, call it holding the
+ * folder's lock (no writer of ours is then running). Returns how many files
+ * it removed.
+ */
+int io_remove_stale(const char *dir, const char *tag, int *completed);
+
+/* Whether DIR/output holds the marker of an interrupted commit (its path into marker). */
+int io_set_pending(const char *dir, char *marker, size_t size);
 
 /* mkdir -p. */
 int io_mkdirs(const char *path, a2amm_error *err);
