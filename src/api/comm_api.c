@@ -198,14 +198,17 @@ int a2amm_comm_alltoall(a2amm_comm *comm, const void *send, void *recv, size_t b
         return a2amm_fail(err, A2AMM_E_OVERFLOW, "a2amm_comm_alltoall: %d blocks of %zu bytes overflow", R, block_bytes);
     int rc = api_enter(comm, "a2amm_comm_alltoall", err);
     if (rc) return rc;
-    const comm_msg_ops *msg = comm_msg(ctx);
+    /* a transport with an exchange of its own moves the blocks straight from send into recv; shm
+     * stages them through symmetric memory */
+    const comm_transport *tp = comm_transport_of(ctx);
+    int staged = !tp->exchange;
     /* the stage too small (the same on every rank that passes the same sizes): given back first, so
      * that the agreement finds where a new one fits on every rank */
-    int grow = !msg && comm->stage_bytes < total;
+    int grow = staged && comm->stage_bytes < total;
     if (grow) {
         comm_heap_release_range(ctx, comm->stage_start, comm->stage_end);
         comm->stage = NULL, comm->stage_bytes = 0;
-    } else if (!msg && total) {
+    } else if (staged && total) {
         memcpy(comm->stage, send, total);
     }
     /* every rank's block size agreed before a byte moves: a difference is an error on every rank */
@@ -213,12 +216,11 @@ int a2amm_comm_alltoall(a2amm_comm *comm, const void *send, void *recv, size_t b
     size_t top = 0;
     comm_set_doing(ctx, "a2amm_comm_alltoall: waiting for every rank");
     rc = api_agree(comm, words, timeout_s, "a2amm_comm_alltoall", &top, err);
-    if (!rc && msg && block_bytes) { /* a message transport: straight from send into recv */
+    if (!rc && !staged && block_bytes) {
         memcpy((uint8_t *)recv + (size_t)me * block_bytes, (const uint8_t *)send + (size_t)me * block_bytes, block_bytes);
         comm_set_doing(ctx, "a2amm_comm_alltoall: exchanging");
-        rc = msg->exchange(comm_msg_state(ctx), send, recv, block_bytes, block_bytes, comm_deadline_after(timeout_s),
-                           err);
-    } else if (!rc && !msg) {
+        rc = tp->exchange(ctx, send, recv, block_bytes, block_bytes, comm_deadline_after(timeout_s), err);
+    } else if (!rc && staged) {
         rc = alltoall_shm(comm, send, recv, block_bytes, grow, top, timeout_s, err);
     }
     if (rc) api_fail_all(ctx, rc, err);

@@ -16,11 +16,14 @@
 
 int comm_agree(comm_ctx *ctx, const int64_t *mine, int64_t *all, int64_t deadline_ns, a2amm_error *err)
 {
+    comm_progress(ctx);
+    if (ctx->tp->agree) return ctx->tp->agree(ctx, mine, all, deadline_ns, err);
+    return ctx->tp->allgather(ctx, mine, all, COMM_AGREE_WORDS * sizeof *mine, deadline_ns, err);
+}
+
+int comm_shm_agree(comm_ctx *ctx, const int64_t *mine, int64_t *all, int64_t deadline_ns, a2amm_error *err)
+{
     const size_t bytes = COMM_AGREE_WORDS * sizeof *mine;
-    if (ctx->msg) {
-        comm_progress(ctx);
-        return ctx->msg->allgather(ctx->msg_state, mine, all, bytes, deadline_ns, err);
-    }
     int set = (int)(ctx->agreements++ % 2);
     memcpy(ctx->hdr->rank[ctx->rank].agree[set], mine, bytes);
     int rc = comm_barrier(ctx, deadline_ns, err); /* orders the writes before every reader's loads */

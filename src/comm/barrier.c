@@ -9,13 +9,14 @@
 
 int comm_barrier(comm_ctx *ctx, int64_t deadline_ns, a2amm_error *err)
 {
-    if (ctx->msg) {
-        comm_progress(ctx);
-        return ctx->msg->barrier(ctx->msg_state, deadline_ns, err);
-    }
-    struct comm_world_header *hdr = ctx->hdr;
     comm_quiet(ctx);
     comm_progress(ctx);
+    return ctx->tp->barrier(ctx, deadline_ns, err);
+}
+
+int comm_shm_barrier(comm_ctx *ctx, int64_t deadline_ns, a2amm_error *err)
+{
+    struct comm_world_header *hdr = ctx->hdr;
     uint64_t number = ++ctx->barriers_done;
     uint64_t target = number * (uint64_t)ctx->nranks;
     atomic_store(&hdr->rank[ctx->rank].barriers_entered, number);

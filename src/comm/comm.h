@@ -197,49 +197,51 @@ int comm_signal_wait_until(comm_ctx *ctx, uint64_t *sig_sym, comm_cmp cmp, uint6
 
 /* Waits for every rank to arrive; implies comm_quiet. Same error rules. */
 int comm_barrier(comm_ctx *ctx, int64_t deadline_ns, a2amm_error *err);
+/* Every rank's `bytes` from mine into all [nranks][bytes], in rank order. */
+int comm_allgather(comm_ctx *ctx, const void *mine, void *all, size_t bytes, int64_t deadline_ns, a2amm_error *err);
 
-/* ---- Transports that move messages (liba2amm_mpi) ------------------------
- * A context made over another engine's messages has no peer memory:
- * comm_ptr returns NULL and puts, gets and signals are refused. Rows travel
- * as messages instead: the receiver posts a receive into a ring slot ahead
- * of time, the sender sends straight from its A, and the waiting rank
- * drives the engine's progress. A failure is sent to every other rank as a
- * notice that their waits look for (they end with A2AMM_E_PEER); nothing
- * is printed and nothing aborted: that is the caller's choice. The engine
- * fills the ops.
+/* ---- Transports ------------------------------------------------------------
+ * What a transport does its own way; every comm call goes through this
+ * table, none asks which transport it is on. The shm transport (this
+ * folder) fills it for processes that map each other's heaps. Another
+ * engine's library (liba2amm_mpi) fills it for ranks that only exchange
+ * messages: their contexts have a private heap and no peer memory, so
+ * comm_ptr returns NULL and puts, gets and signals are refused there; rows
+ * travel through the transport's own tile channel (comm/channel.h). A
+ * failure is sent to every other rank as a notice that their waits look
+ * for (they end with A2AMM_E_PEER); nothing is printed and nothing aborted:
+ * that is the caller's choice. NULL entries take the default said.
  */
-typedef struct comm_msg_ops {
-    /* sends rows a (abytes) and their scales sa (sabytes) to dest's `slot`;
-     * first waits until this rank's previous send to that slot of dest is done */
-    int (*send)(void *st, int slot, int dest, const void *a, size_t abytes, const void *sa, size_t sabytes,
-                int64_t deadline_ns, a2amm_error *err);
-    /* posts the receive of src's next rows for `slot` into a and sa */
-    int (*post)(void *st, int slot, int src, void *a, size_t abytes, void *sa, size_t sabytes, a2amm_error *err);
-    /* waits until the receive posted for (slot, src) is complete */
-    int (*wait)(void *st, int slot, int src, int64_t deadline_ns, a2amm_error *err);
-    /* drives the engine a little (between matmul calls); never waits */
-    void (*progress)(void *st);
-    /* waits until every send of this rank is complete */
-    int (*flush)(void *st, int64_t deadline_ns, a2amm_error *err);
-    /* block p of send (at p * stride, `bytes` long) goes to peer p, whose
-     * block `me` of recv it becomes; this rank's own block is not moved */
-    int (*exchange)(void *st, const void *send, void *recv, size_t stride, size_t bytes, int64_t deadline_ns,
+struct comm_channel_ops;
+typedef struct comm_transport {
+    const char *name;  /* "shm", "mpi" */
+    int peer_memory;   /* ranks load and store each other's symmetric heaps */
+    int (*barrier)(comm_ctx *ctx, int64_t deadline_ns, a2amm_error *err);
+    /* every rank's `bytes` from mine into all [nranks][bytes], in rank order */
+    int (*allgather)(comm_ctx *ctx, const void *mine, void *all, size_t bytes, int64_t deadline_ns, a2amm_error *err);
+    /* comm_agree's words (NULL: through allgather) */
+    int (*agree)(comm_ctx *ctx, const int64_t *mine, int64_t *all, int64_t deadline_ns, a2amm_error *err);
+    /* block p of send (at p * stride, `bytes` long) goes to peer p, whose block
+     * `me` of recv it becomes; this rank's own block is not moved (NULL: the
+     * caller stages through symmetric memory) */
+    int (*exchange)(comm_ctx *ctx, const void *send, void *recv, size_t stride, size_t bytes, int64_t deadline_ns,
                     a2amm_error *err);
-    int (*allgather)(void *st, const void *mine, void *all, size_t bytes, int64_t deadline_ns, a2amm_error *err);
-    int (*barrier)(void *st, int64_t deadline_ns, a2amm_error *err);
-    /* tells every other rank that this communicator failed (rank, code, reason); returns */
-    void (*fail)(void *st, int rank, int code, const char *reason);
-    /* looks for another rank's failure notice, recording it (comm_peer_failed); never waits */
-    void (*poll_failure)(void *st);
-} comm_msg_ops;
+    /* tells every other rank this communicator failed (NULL: the failure record is shared) */
+    void (*tell_failure)(comm_ctx *ctx, int rank, int code, const char *reason);
+    /* takes in another rank's failure notice into the record (comm_peer_failed); never waits (NULL: none) */
+    void (*poll_failure)(comm_ctx *ctx);
+    /* how tiles of rows travel (NULL: the shm channels, direct and put) */
+    const struct comm_channel_ops *channel;
+} comm_transport;
 
-/* A context over a message engine: rank of nranks, a private heap of heap_bytes. */
-int comm_msg_ctx_create(int rank, int nranks, size_t heap_bytes, const comm_msg_ops *ops, void *state,
-                        comm_ctx **out, a2amm_error *err);
-void comm_msg_ctx_destroy(comm_ctx *ctx);
-/* Its ops (NULL on shm: the context has peer memory). */
-const comm_msg_ops *comm_msg(const comm_ctx *ctx);
-void *comm_msg_state(const comm_ctx *ctx);
+/* A context over a transport without peer memory: rank of nranks, a
+ * private heap of heap_bytes, the transport's own state. */
+int comm_private_ctx_create(int rank, int nranks, size_t heap_bytes, const comm_transport *tp, void *state,
+                            comm_ctx **out, a2amm_error *err);
+void comm_private_ctx_destroy(comm_ctx *ctx);
+/* The context's transport, and the state its library keeps in it (NULL on shm). */
+const comm_transport *comm_transport_of(const comm_ctx *ctx);
+void *comm_transport_state(const comm_ctx *ctx);
 
 /* ---- The launcher ------------------------------------------------------- */
 /* The body of a rank. Returns A2AMM_OK or a negative A2AMM_E_* status. */

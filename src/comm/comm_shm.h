@@ -80,10 +80,16 @@ struct comm_ctx {
     uint64_t barriers_done;
     uint64_t agreements; /* comm_agree calls so far: which set of words is next */
     a2amm_error last_error; /* the last failure a comm call reported */
-    /* a message transport's (msg.c): its ops and state; NULL on shm */
-    const comm_msg_ops *msg;
-    void *msg_state;
+    /* its transport (shm's own, or another engine's) and that transport's state */
+    const comm_transport *tp;
+    void *tp_state;
 };
+
+/* The shm transport's table (transport.c): what world contexts use. */
+extern const comm_transport comm_shm_transport;
+/* Its barrier and agreement (barrier.c, agree.c). */
+int comm_shm_barrier(comm_ctx *ctx, int64_t deadline_ns, a2amm_error *err);
+int comm_shm_agree(comm_ctx *ctx, const int64_t *mine, int64_t *all, int64_t deadline_ns, a2amm_error *err);
 
 void comm_ctx_init(comm_ctx *ctx, comm_world *world, int rank);
 

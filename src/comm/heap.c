@@ -38,8 +38,8 @@ size_t comm_sym_offset(const comm_ctx *ctx, const void *sym)
 void *comm_ptr(const comm_ctx *ctx, const void *sym, int pe)
 {
     size_t offset = comm_sym_offset(ctx, sym);
-    if (ctx->msg && pe == ctx->rank) return (void *)sym;
-    if (ctx->msg || offset == SIZE_MAX || pe < 0 || pe >= ctx->nranks)
+    if (!ctx->tp->peer_memory) return pe == ctx->rank ? (void *)sym : NULL;
+    if (offset == SIZE_MAX || pe < 0 || pe >= ctx->nranks)
         return NULL;
     return ctx->heaps + (size_t)pe * ctx->heap_bytes + offset;
 }
@@ -48,9 +48,9 @@ char *comm_peer_range(comm_ctx *ctx, const void *sym, size_t bytes, int pe, cons
                         a2amm_error *err)
 {
     size_t offset = comm_sym_offset(ctx, sym);
-    if (ctx->msg) {
-        comm_report(ctx, err, A2AMM_E_INVAL, "rank %d: %s to pe %d: this transport moves messages and has no "
-                    "access to peers' memory", ctx->rank, op, pe);
+    if (!ctx->tp->peer_memory) {
+        comm_report(ctx, err, A2AMM_E_INVAL, "rank %d: %s to pe %d: the %s transport moves messages and has no "
+                    "access to peers' memory", ctx->rank, op, pe, ctx->tp->name);
         return NULL;
     }
     if (pe < 0 || pe >= ctx->nranks) {
@@ -167,7 +167,7 @@ static void release_top(comm_ctx *ctx, size_t mark)
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     char *plo = (char *)(((uintptr_t)lo + page - 1) & ~(uintptr_t)(page - 1));
     char *phi = (char *)((uintptr_t)hi & ~(uintptr_t)(page - 1));
-    if (plo < phi && madvise(plo, (size_t)(phi - plo), ctx->msg ? MADV_DONTNEED : MADV_REMOVE) == 0) {
+    if (plo < phi && madvise(plo, (size_t)(phi - plo), ctx->tp->peer_memory ? MADV_REMOVE : MADV_DONTNEED) == 0) {
         memset(lo, 0, (size_t)(plo - lo));
         memset(phi, 0, (size_t)(hi - phi));
     } else {

@@ -108,6 +108,7 @@ void comm_ctx_init(comm_ctx *ctx, comm_world *world, int rank)
     ctx->heaps = world->heaps;
     ctx->heap_bytes = world->hdr->heap_bytes;
     ctx->my_heap = world->heaps + (size_t)rank * ctx->heap_bytes;
+    ctx->tp = &comm_shm_transport;
 }
 
 int comm_rank(const comm_ctx *ctx) { return ctx->rank; }
@@ -228,16 +229,16 @@ int comm_fail(comm_ctx *ctx, int code, const char *fmt, ...)
         snprintf(reason, sizeof reason, "%s", text);
     else
         snprintf(reason, sizeof reason, "%s %s", prefix, text);
-    /* a message transport tells the others, once: not again for a failure it heard of */
+    /* a transport without a shared record tells the others, once: not again for a failure it heard of */
     int first = !comm_world_failed(ctx->hdr, NULL, NULL, NULL, 0);
     comm_mark_failed(ctx->hdr, ctx->rank, code, reason);
-    if (ctx->msg && first) ctx->msg->fail(ctx->msg_state, ctx->rank, code, reason);
+    if (ctx->tp->tell_failure && first) ctx->tp->tell_failure(ctx, ctx->rank, code, reason);
     return code;
 }
 
 int comm_failure(comm_ctx *ctx, int *code, char *reason, size_t reason_size)
 {
-    if (ctx->msg) ctx->msg->poll_failure(ctx->msg_state);
+    if (ctx->tp->poll_failure) ctx->tp->poll_failure(ctx);
     return comm_world_failed(ctx->hdr, NULL, code, reason, reason_size);
 }
 

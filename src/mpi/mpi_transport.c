@@ -1,5 +1,6 @@
 /*
- * The MPI transport (liba2amm_mpi): comm's message ops over two-sided MPI.
+ * The MPI transport (liba2amm_mpi): comm's transport table and a tile
+ * channel of its own (comm/channel.h) over two-sided MPI.
  * Tiles travel on one duplicate of the caller's communicator (tag 2 x slot
  * for the rows, 2 x slot + 1 for their scales; MPI keeps messages between
  * two ranks with one tag in order, so a slot's tiles match its receives in
@@ -30,6 +31,7 @@
 #include <time.h>
 
 #include "api/api_internal.h"
+#include "comm/channel.h"
 #include "common/error.h"
 
 /* A tile send not on the wire yet. */
@@ -261,61 +263,86 @@ static int enqueue(mpi_state *s, int dest, queued_send q, a2amm_error *err)
     return A2AMM_OK;
 }
 
-static int op_send(void *st, int slot, int dest, const void *a, size_t abytes, const void *sa, size_t sabytes,
-                   int64_t deadline_ns, a2amm_error *err)
+static mpi_state *state_of(const comm_ctx *ctx) { return comm_transport_state(ctx); }
+
+/* A tile's part as one message: its rows must lie contiguous (the op's do). */
+static int contiguous(const comm_tile *tile, const comm_rows *part, size_t *bytes, a2amm_error *err)
 {
-    mpi_state *s = st;
+    *bytes = (size_t)tile->rows * part->width;
+    if (part->width && tile->rows > 1 && part->stride != part->width)
+        return a2amm_fail(err, A2AMM_E_INVAL, "mpi: tile %lld's rows are %zu bytes apart, not contiguous (%zu bytes "
+                          "each): this transport sends a part as one message", (long long)tile->t, part->stride,
+                          part->width);
+    return too_big(*bytes, err);
+}
+
+static int chan_send(comm_channel *ch, const comm_tile *tile, int64_t deadline_ns, a2amm_error *err)
+{
+    mpi_state *s = state_of(ch->ctx);
+    int slot = tile->slot, dest = tile->peer;
+    size_t abytes, sabytes;
     int rc = ensure_slot(s, slot, err);
-    if (!rc) rc = too_big(abytes, err);
+    if (!rc) rc = contiguous(tile, &tile->from[0], &abytes, err);
+    if (!rc) rc = contiguous(tile, &tile->from[1], &sabytes, err);
     if (rc) return rc;
+    const void *a = tile->from[0].base, *sa = tile->from[1].base;
     /* flow control, as the ring's: the slot's previous send must be complete */
     char what[96];
     snprintf(what, sizeof what, "waiting for slot %d's previous send to rank %d", slot, dest);
-    if ((rc = wait_until(s, slot_free, &(slot_ref){dest, slot}, deadline_ns, what, err))) return rc;
+    if ((rc = wait_until(s, slot_free, &(slot_ref){dest, slot}, deadline_ns, what, err)))
+        return rc == A2AMM_E_TIMEOUT ? a2amm_fail(err, rc, "%s", what) : rc; /* the op says it timed out, and when */
     rc = enqueue(s, dest, (queued_send){slot, a, sa, (int)abytes, (int)sabytes}, err);
     return rc ? rc : pump(s, err);
 }
 
-static int op_post(void *st, int slot, int src, void *a, size_t abytes, void *sa, size_t sabytes, a2amm_error *err)
+static int chan_post(comm_channel *ch, const comm_tile *tile, a2amm_error *err)
 {
-    mpi_state *s = st;
+    mpi_state *s = state_of(ch->ctx);
+    int slot = tile->slot, src = tile->peer;
+    size_t abytes, sabytes;
     int rc = ensure_slot(s, slot, err);
-    if (!rc) rc = too_big(abytes, err);
+    if (!rc) rc = contiguous(tile, &tile->into[0], &abytes, err);
+    if (!rc) rc = contiguous(tile, &tile->into[1], &sabytes, err);
     if (rc) return rc;
     MPI_Request *r = req_at(s->recv_req, s, src, slot);
-    if (MPI_Irecv(a, (int)abytes, MPI_BYTE, src, 2 * slot, s->tiles, &r[0]) != MPI_SUCCESS ||
-        MPI_Irecv(sa, (int)sabytes, MPI_BYTE, src, 2 * slot + 1, s->tiles, &r[1]) != MPI_SUCCESS)
+    if (MPI_Irecv(tile->into[0].base, (int)abytes, MPI_BYTE, src, 2 * slot, s->tiles, &r[0]) != MPI_SUCCESS ||
+        MPI_Irecv(tile->into[1].base, (int)sabytes, MPI_BYTE, src, 2 * slot + 1, s->tiles, &r[1]) != MPI_SUCCESS)
         return a2amm_fail(err, A2AMM_E_SYS, "mpi: MPI_Irecv from rank %d failed", src);
     return A2AMM_OK;
 }
 
-static int op_wait(void *st, int slot, int src, int64_t deadline_ns, a2amm_error *err)
+static int chan_wait(comm_channel *ch, const comm_tile *tile, int64_t deadline_ns, comm_rows at[COMM_TILE_PARTS],
+                     a2amm_error *err)
 {
-    mpi_state *s = st;
+    mpi_state *s = state_of(ch->ctx);
+    int slot = tile->slot, src = tile->peer;
     if (slot >= s->cap) return a2amm_fail(err, A2AMM_E_INVAL, "mpi: no receive posted for slot %d", slot);
     char what[96];
-    snprintf(what, sizeof what, "waiting for tile slot %d from rank %d", slot, src);
-    return wait_all(s, req_at(s->recv_req, s, src, slot), 2, deadline_ns, what, err);
+    snprintf(what, sizeof what, "waiting for tile %lld (slot %d) from rank %d", (long long)tile->t, slot, src);
+    int rc = wait_all(s, req_at(s->recv_req, s, src, slot), 2, deadline_ns, what, err);
+    if (rc == A2AMM_E_TIMEOUT) return a2amm_fail(err, rc, "%s", what); /* the op says it timed out, and when */
+    for (int p = 0; !rc && p < COMM_TILE_PARTS; p++) at[p] = tile->into[p];
+    return rc;
 }
 
-static void op_progress(void *st)
+static void chan_progress(comm_channel *ch)
 {
-    mpi_state *s = st;
+    mpi_state *s = state_of(ch->ctx);
     int flag;
     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, s->tiles, &flag, MPI_STATUS_IGNORE); /* drives the engine */
     (void)pump(s, NULL); /* a failure shows again at the next send, wait or flush */
 }
 
-static int op_flush(void *st, int64_t deadline_ns, a2amm_error *err)
+static int chan_flush(comm_channel *ch, int64_t deadline_ns, a2amm_error *err)
 {
     /* every tile send goes through the queues: none queued or on the wire is all complete */
-    return wait_until(st, nothing_sending, NULL, deadline_ns, "completing the sends", err);
+    return wait_until(state_of(ch->ctx), nothing_sending, NULL, deadline_ns, "completing the sends", err);
 }
 
-static int op_exchange(void *st, const void *send, void *recv, size_t stride, size_t bytes, int64_t deadline_ns,
+static int tp_exchange(comm_ctx *ctx, const void *send, void *recv, size_t stride, size_t bytes, int64_t deadline_ns,
                        a2amm_error *err)
 {
-    mpi_state *s = st;
+    mpi_state *s = state_of(ctx);
     int rc = too_big(bytes, err);
     MPI_Request *r = rc ? NULL : malloc((size_t)s->size * 2 * sizeof *r);
     if (!rc && !r) rc = a2amm_fail(err, A2AMM_E_NOMEM, "mpi: out of memory for the exchange");
@@ -336,9 +363,16 @@ static int op_exchange(void *st, const void *send, void *recv, size_t stride, si
     return rc;
 }
 
-static int op_allgather(void *st, const void *mine, void *all, size_t bytes, int64_t deadline_ns, a2amm_error *err)
+static int chan_exchange(comm_channel *ch, const uint8_t *send, uint8_t *recv, size_t stride, size_t bytes,
+                         int64_t deadline_ns, a2amm_error *err)
 {
-    mpi_state *s = st;
+    return tp_exchange(ch->ctx, send, recv, stride, bytes, deadline_ns, err);
+}
+
+static int tp_allgather(comm_ctx *ctx, const void *mine, void *all, size_t bytes, int64_t deadline_ns,
+                        a2amm_error *err)
+{
+    mpi_state *s = state_of(ctx);
     MPI_Request r;
     if (too_big(bytes, err)) return err ? err->code : A2AMM_E_INVAL;
     if (MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, s->coll, &r) != MPI_SUCCESS)
@@ -346,9 +380,9 @@ static int op_allgather(void *st, const void *mine, void *all, size_t bytes, int
     return wait_all(s, &r, 1, deadline_ns, "in an allgather", err);
 }
 
-static int op_barrier(void *st, int64_t deadline_ns, a2amm_error *err)
+static int tp_barrier(comm_ctx *ctx, int64_t deadline_ns, a2amm_error *err)
 {
-    mpi_state *s = st;
+    mpi_state *s = state_of(ctx);
     MPI_Request r;
     if (MPI_Ibarrier(s->coll, &r) != MPI_SUCCESS) return a2amm_fail(err, A2AMM_E_SYS, "mpi: MPI_Ibarrier failed");
     return wait_all(s, &r, 1, deadline_ns, "at a barrier", err);
@@ -356,9 +390,9 @@ static int op_barrier(void *st, int64_t deadline_ns, a2amm_error *err)
 
 /* Tells every other rank, once, and helps the notices out for a while (their
  * waits then end within moments); the caller decides what happens next. */
-static void op_fail(void *st, int rank, int code, const char *reason)
+static void tp_tell_failure(comm_ctx *ctx, int rank, int code, const char *reason)
 {
-    mpi_state *s = st;
+    mpi_state *s = state_of(ctx);
     s->failed = 1;
     if (s->sent_req) return; /* told them already */
     if (!(s->sent_req = malloc((size_t)s->size * sizeof *s->sent_req))) return;
@@ -377,15 +411,22 @@ static void op_fail(void *st, int rank, int code, const char *reason)
     }
 }
 
-static void op_poll_failure(void *st) { (void)heard_of_failure(st); }
+static void tp_poll_failure(comm_ctx *ctx) { (void)heard_of_failure(state_of(ctx)); }
 
-static const comm_msg_ops MPI_OPS = {op_send, op_post, op_wait, op_progress, op_flush,
-                                     op_exchange, op_allgather, op_barrier, op_fail, op_poll_failure};
+static const comm_channel_ops MPI_CHANNEL = {
+    .name = "mpi", .moves_rows = 1, .post = chan_post, .send = chan_send, .wait = chan_wait,
+    .progress = chan_progress, .flush = chan_flush, .exchange = chan_exchange,
+};
+
+static const comm_transport MPI_TRANSPORT = {
+    .name = "mpi", .peer_memory = 0, .barrier = tp_barrier, .allgather = tp_allgather, .exchange = tp_exchange,
+    .tell_failure = tp_tell_failure, .poll_failure = tp_poll_failure, .channel = &MPI_CHANNEL,
+};
 
 static void mpi_comm_destroy(a2amm_comm *comm)
 {
-    mpi_state *s = comm_msg_state(comm->ctx);
-    comm_msg_ctx_destroy(comm->ctx);
+    mpi_state *s = comm_transport_state(comm->ctx);
+    comm_private_ctx_destroy(comm->ctx);
     if (s) {
         for (int i = 0; s->cap && i < s->size * s->cap * 2; i++) {
             if (s->recv_req[i] != MPI_REQUEST_NULL) MPI_Cancel(&s->recv_req[i]), MPI_Request_free(&s->recv_req[i]);
@@ -422,8 +463,8 @@ int a2amm_mpi_comm_create(MPI_Comm mpi_comm, size_t heap_bytes, a2amm_comm **out
         MPI_Comm_dup(mpi_comm, dups[i]);
         MPI_Comm_set_errhandler(*dups[i], MPI_ERRORS_RETURN); /* an MPI error is a status here, not an abort */
     }
-    int rc = comm_msg_ctx_create(s->rank, s->size, heap_bytes ? heap_bytes : (size_t)1 << 30, &MPI_OPS, s,
-                                 &comm->ctx, err);
+    int rc = comm_private_ctx_create(s->rank, s->size, heap_bytes ? heap_bytes : (size_t)1 << 30, &MPI_TRANSPORT, s,
+                                     &comm->ctx, err);
     if (rc) {
         for (size_t i = 0; i < sizeof dups / sizeof dups[0]; i++) MPI_Comm_free(dups[i]);
         free(s), free(comm);

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "comm/channel.h"
 #include "comm/comm.h"
 #include "common/pool.h"
 #include "gemm/gemm.h"
@@ -21,16 +22,15 @@ typedef struct op_rank {
     int64_t ntiles, tm;          /* tiles of this execution, rows per tile */
     /* symmetric memory */
     uint8_t *a, *sa;             /* my A_r [R][m_max, ka] and SA_r: block j holds the rows for rank j */
-    uint8_t *ring, *ring_s;      /* put path: [depth][R][tm] rows of ka / ska */
-    uint64_t *arrived;           /* put path: [depth][R], set by the source */
-    uint64_t *released;          /* put path: [R], set by each destination */
+    uint8_t *ring, *ring_s;      /* put path: [depth][R][tm] rows of ka / ska, where other ranks' rows land */
     uint8_t *xbuf, *xbuf_s;      /* unfused: [R][m_max] rows of ka / ska */
+    comm_channel chan;           /* how the rows of a tile travel (direct, put, or the transport's own) */
     /* local */
     const gemm_b *b;             /* the weights in use: owned_b, or borrowed */
     gemm_b *owned_b;             /* weights set by a2amm_op_set_weights */
     pool *pool;
     float *c;                    /* [tm, N] accumulators */
-    uint16_t *out;               /* [m, N] result */
+    uint16_t *out;               /* [m, N] result: the caller's buffer, during a call */
     a2amm_observer_fn observer;  /* the caller's, or NULL */
     void *observer_arg;
     uint64_t call;               /* the current call's number */
@@ -46,6 +46,8 @@ void op_rank_free(op_rank *rk);
 size_t op_rank_heap_bytes(const a2amm_shape *s, const a2amm_sizes *z, const op_options *opt,
                           int need_ring, int need_xbuf);
 
+/* An event of this rank's current call, stamped now (a matmul's carries its columns). */
+a2amm_event op_event(const op_rank *rk, a2amm_event_kind kind, int64_t tile, int64_t rows, int peer, int slot);
 /* Tells the caller's observer (if any) of an event of this rank (see a2amm_event). */
 void op_observe(const op_rank *rk, a2amm_event_kind kind, int64_t tile, int64_t rows, int peer, int slot,
                 int64_t bytes, uint64_t signal);
