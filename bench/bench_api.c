@@ -62,8 +62,8 @@ static void bench_api_usage(FILE *f)
 }
 
 typedef struct api_bench {
-    a2amm_shape s;
-    a2amm_sizes z;
+    op_shape s;
+    op_sizes z;
     run_options o;
     int iters;
     io_rank_inputs *in;   /* every rank's inputs (inherited by the ranks through fork) */
@@ -171,7 +171,7 @@ int cmd_bench_api(int argc, char **argv)
         bench_api_usage(stderr);
         return 2;
     }
-    b.s = (a2amm_shape){0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
+    b.s = (op_shape){0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
     if (cli_parse_shape("bench api", pos, &b.s, &b.z)) return 2;
     b.iters = b.o.iters == 10 ? 3 : b.o.iters; /* --iters: repetitions per round */
     b.o.iters = b.iters;

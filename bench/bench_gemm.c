@@ -178,7 +178,7 @@ static int gemm_parse(int argc, char **argv, gemm_opts *o, int *exit_code)
 
 /* What every contender needs: MXFP8 inputs and their dequantized values. */
 typedef struct gemm_inputs {
-    a2amm_sizes z;
+    op_sizes z;
     io_rank_inputs q; /* a [M, K], sa [M, ska]; b = B^T [N, K], sb [N, sk] */
     float *af, *bf;   /* dequantized A [M, K] and B^T [N, K] (exact) */
 } gemm_inputs;
@@ -194,10 +194,10 @@ static double gemm_peak_bytes(const gemm_opts *o, size_t flush_bytes)
 
 static int gemm_inputs_make(const gemm_opts *o, gemm_inputs *in, a2amm_error *err)
 {
-    a2amm_shape s = {o->M, o->K, o->N, 1, A2AMM_E4M3, A2AMM_E4M3};
+    op_shape s = {o->M, o->K, o->N, 1, A2AMM_E4M3, A2AMM_E4M3};
     gen_options g = {GEN_DIST_NORMAL, GEMM_SEED, MX_SCALE_FLOOR};
     memset(in, 0, sizeof *in);
-    int rc = a2amm_shape_check(&s, &in->z, err);
+    int rc = op_shape_check(&s, &in->z, err);
     if (!rc) rc = io_rank_inputs_alloc(&in->z, &in->q, err);
     if (!rc) rc = gen_rank_inputs(&s, &in->z, &g, 0, &in->q, err);
     if (rc) return rc;

@@ -86,7 +86,7 @@ A2AMM_API const char *a2amm_version(void);
 A2AMM_API int a2amm_version_number(void);
 
 /* A short, static description of a status code ("file size mismatch").
- * Thread-safe, as are the fp8 type calls, a2amm_shape_check, the MX calls,
+ * Thread-safe, as are the fp8 type calls, the MX calls,
  * a2amm_kernel and a2amm_matmul. */
 A2AMM_API const char *a2amm_strerror(int status);
 
@@ -107,37 +107,6 @@ A2AMM_API const char *a2amm_fp8_type_name(a2amm_fp8_type t);
 /* Parses "e4m3" or "e5m2" (case-insensitive) into *out; A2AMM_E_INVAL for
  * anything else, or a NULL s or out. */
 A2AMM_API int a2amm_fp8_type_parse(const char *s, a2amm_fp8_type *out);
-
-/* ---- Shapes ------------------------------------------------------------- */
-/*
- * The operator's shape in the seed's command-line order M K N R.
- * Rank r holds A_r [R*M, ka] fp8 with scales [R*M, ska], and B_r stored
- * transposed [N, K] fp8 with scales [N, sk]; ka = K/R; ska = 2*ceil(ka/64);
- * sk = 2*ceil(K/64). Every rank writes out_r [M, N] bf16.
- */
-typedef struct a2amm_shape {
-    int64_t M, K, N, R;
-    a2amm_fp8_type a_type, b_type;
-} a2amm_shape;
-
-/* Sizes derived from a checked shape, in elements (= bytes for fp8/E8M0). */
-typedef struct a2amm_sizes {
-    int64_t ka;        /* K / R */
-    int64_t ska;       /* scale bytes per A row: 2*ceil(ka/64) */
-    int64_t sk;        /* scale bytes per B row: 2*ceil(K/64) */
-    size_t a_bytes;    /* input_a.bin: R*M*ka */
-    size_t sa_bytes;   /* input_scaleA.bin: R*M*ska */
-    size_t b_bytes;    /* input_b.bin: N*K */
-    size_t sb_bytes;   /* input_scaleB.bin: N*sk */
-    size_t out_bytes;  /* npu_out.bin / cpu_output.bin: M*N*2 */
-} a2amm_sizes;
-
-/*
- * Checks the contract's rules (M, K, N, R >= 1; K divisible by R; K/R a
- * multiple of 32; no size overflows) and fills *sizes (may be NULL). A NULL
- * shape is A2AMM_E_INVAL.
- */
-A2AMM_API int a2amm_shape_check(const a2amm_shape *shape, a2amm_sizes *sizes, a2amm_error *err);
 
 /* ---- MX data -------------------------------------------------------------- */
 /*

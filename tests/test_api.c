@@ -14,6 +14,7 @@
 
 #include "a2amm.h"
 #include "check.h"
+#include "common/shape.h"
 #include "mx/mx.h"
 
 static float randn(void)
@@ -178,9 +179,9 @@ static void test_matmul(void)
 static void test_names_and_nulls(void)
 {
     a2amm_error err = {0, ""};
-    CHECK(a2amm_shape_check(NULL, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "shape is NULL"),
+    CHECK(op_shape_check(NULL, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "shape is NULL"),
           "a NULL shape: %s", err.msg);
-    CHECK(a2amm_shape_check(NULL, NULL, NULL) == A2AMM_E_INVAL, "a NULL shape, no error record");
+    CHECK(op_shape_check(NULL, NULL, NULL) == A2AMM_E_INVAL, "a NULL shape, no error record");
     a2amm_fp8_type t = A2AMM_E4M3;
     CHECK(a2amm_fp8_type_parse("E5M2", NULL) == A2AMM_E_INVAL, "parse into NULL");
     CHECK(a2amm_fp8_type_parse(NULL, &t) == A2AMM_E_INVAL, "parse of NULL");
@@ -209,14 +210,14 @@ static void *ts_run(void *arg)
     ts_job *j = arg;
     a2amm_error err;
     const char *kernel = NULL;
-    a2amm_sizes z;
-    a2amm_shape s = {TS_M, TS_K, TS_N, 3, A2AMM_E4M3, A2AMM_E4M3}; /* K/R = 32 */
+    op_sizes z;
+    op_shape s = {TS_M, TS_K, TS_N, 3, A2AMM_E4M3, A2AMM_E4M3}; /* K/R = 32 */
     for (int i = 0; !j->rc && i < TS_ROUNDS; i++) {
         j->rc = a2amm_mx_quantize_f32(j->x, TS_M, TS_K, TS_K, A2AMM_E4M3, A2AMM_SCALE_RCEIL, j->codes, TS_K, j->scales,
                                       3, &err);
         if (!j->rc) j->rc = a2amm_matmul(j->w, j->codes, TS_K, j->scales, 3, TS_M, A2AMM_E4M3, j->out, TS_N, 1, &err);
         if (!j->rc) j->rc = a2amm_kernel(&kernel, &err);
-        if (!j->rc) j->rc = a2amm_shape_check(&s, &z, &err);
+        if (!j->rc) j->rc = op_shape_check(&s, &z, &err);
     }
     return NULL;
 }

@@ -77,8 +77,8 @@ typedef struct shared {
     char msg[R][1100];
 } shared;
 
-static a2amm_shape shape = {M, K, N, R, A2AMM_E4M3, A2AMM_E4M3};
-static a2amm_sizes sizes;
+static op_shape shape = {M, K, N, R, A2AMM_E4M3, A2AMM_E4M3};
+static op_sizes sizes;
 static io_rank_inputs in[R];
 static shared *sh;
 
@@ -264,7 +264,7 @@ static void test_bad_bootstrap(void)
 int main(void)
 {
     a2amm_error err;
-    if (a2amm_shape_check(&shape, &sizes, &err)) {
+    if (op_shape_check(&shape, &sizes, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }

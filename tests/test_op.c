@@ -52,8 +52,8 @@ static char a2amm_bin[600];
 /* Everything the ranks read (inherited through fork) and write (shared). */
 typedef struct world_data {
     int R;
-    a2amm_shape s;
-    a2amm_sizes z;
+    op_shape s;
+    op_sizes z;
     io_rank_inputs in[2][MAX_R]; /* [weights set][rank]: set 1 differs in B only */
     uint16_t *got;               /* shared: [CONFIGS][CALLS][R][MAX_M * N] */
     int *status;                 /* shared: [R] */
@@ -138,11 +138,11 @@ static int run_command(char *const args[])
 /* The command (`a2amm run` over files) on the data of one call: rank j's bf16 [m, N] into want[j]. */
 static int pipeline_outputs(const world_data *w, int64_t m, int weights, const char *dir, uint16_t **want)
 {
-    a2amm_shape s = w->s;
+    op_shape s = w->s;
     s.M = m;
-    a2amm_sizes z;
+    op_sizes z;
     a2amm_error err;
-    if (a2amm_shape_check(&s, &z, &err)) return -1;
+    if (op_shape_check(&s, &z, &err)) return -1;
     uint8_t *a = malloc(z.a_bytes), *sa = malloc(z.sa_bytes);
     int rc = 0;
     for (int r = 0; r < w->R && !rc; r++) {
@@ -173,11 +173,11 @@ static int pipeline_outputs(const world_data *w, int64_t m, int weights, const c
 /* |got - fp64 reference| within the contract: checked through ref_op_rank's own bf16 output, 2 ulps. */
 static int close_to_reference(const world_data *w, int64_t m, int weights, int r, const uint16_t *got)
 {
-    a2amm_shape s = w->s;
+    op_shape s = w->s;
     s.M = m;
-    a2amm_sizes z;
+    op_sizes z;
     a2amm_error err;
-    a2amm_shape_check(&s, &z, &err);
+    op_shape_check(&s, &z, &err);
     uint8_t *as[MAX_R], *sas[MAX_R];
     for (int j = 0; j < w->R; j++) {
         as[j] = malloc(z.a_bytes), sas[j] = malloc(z.sa_bytes);
@@ -199,9 +199,9 @@ static int close_to_reference(const world_data *w, int64_t m, int weights, int r
 static void test_calls(int R)
 {
     world_data w = {.R = R};
-    w.s = (a2amm_shape){MAX_M, K_PER_RANK * R, N, R, R == 2 ? A2AMM_E5M2 : A2AMM_E4M3, A2AMM_E4M3};
+    w.s = (op_shape){MAX_M, K_PER_RANK * R, N, R, R == 2 ? A2AMM_E5M2 : A2AMM_E4M3, A2AMM_E4M3};
     a2amm_error err;
-    CHECK(a2amm_shape_check(&w.s, &w.z, &err) == 0, "shape: %s", err.msg);
+    CHECK(op_shape_check(&w.s, &w.z, &err) == 0, "shape: %s", err.msg);
     gen_options g0 = {GEN_DIST_NORMAL, 100 + (uint64_t)R, MX_SCALE_FLOOR}, g1 = {GEN_DIST_NORMAL, 200 + (uint64_t)R, MX_SCALE_FLOOR};
     for (int r = 0; r < R; r++) {
         io_rank_inputs_alloc(&w.z, &w.in[0][r], &err);

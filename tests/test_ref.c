@@ -16,16 +16,16 @@
 #include "ref/ref_op.h"
 
 typedef struct problem {
-    a2amm_shape s;
-    a2amm_sizes z;
+    op_shape s;
+    op_sizes z;
     io_rank_inputs *in;
 } problem;
 
 static int problem_make(problem *p, int64_t M, int64_t K, int64_t N, int64_t R, a2amm_fp8_type at,
                         a2amm_fp8_type bt, gen_dist dist, uint64_t seed)
 {
-    p->s = (a2amm_shape){M, K, N, R, at, bt};
-    if (a2amm_shape_check(&p->s, &p->z, NULL)) return -1;
+    p->s = (op_shape){M, K, N, R, at, bt};
+    if (op_shape_check(&p->s, &p->z, NULL)) return -1;
     p->in = calloc((size_t)R, sizeof *p->in);
     gen_options o = {dist, seed, MX_SCALE_FLOOR};
     for (int r = 0; r < R; r++) {
@@ -62,8 +62,8 @@ static long double element(uint8_t code, uint8_t scale, a2amm_fp8_type t)
 /* Exact sum and the sum of |products| for out_j[i][c]. */
 static void scalar_dot(const problem *p, int j, int64_t i, int64_t c, long double *sum, long double *mag)
 {
-    const a2amm_shape *s = &p->s;
-    const a2amm_sizes *z = &p->z;
+    const op_shape *s = &p->s;
+    const op_sizes *z = &p->z;
     long double acc = 0, abs_acc = 0;
     for (int64_t r = 0; r < s->R; r++)
         for (int64_t t = 0; t < z->ka; t++) {
@@ -91,7 +91,7 @@ static int golden_ok(uint16_t got, long double sum, long double mag)
 
 static void check_problem(const char *what, problem *p)
 {
-    const a2amm_shape *s = &p->s;
+    const op_shape *s = &p->s;
     const uint8_t **a = malloc((size_t)s->R * sizeof *a), **sa = malloc((size_t)s->R * sizeof *sa);
     uint16_t *out = malloc(p->z.out_bytes);
     for (int r = 0; r < s->R; r++) a[r] = p->in[r].a, sa[r] = p->in[r].sa;
@@ -235,7 +235,7 @@ static void test_dot_rounding(void)
 
 static void test_bad_rank(void)
 {
-    a2amm_shape s = {4, 64, 4, 2, A2AMM_E4M3, A2AMM_E4M3};
+    op_shape s = {4, 64, 4, 2, A2AMM_E4M3, A2AMM_E4M3};
     a2amm_error err = {0, ""};
     uint8_t buf[1024] = {0};
     const uint8_t *a[2] = {buf, buf};

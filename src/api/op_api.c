@@ -21,8 +21,8 @@ struct a2amm_op {
     comm_ctx *ctx;
     int64_t id;        /* its number on the communicator (1, 2, ...): the same on every rank */
     a2amm_op_config cfg;
-    a2amm_shape shape; /* M is the current call's m */
-    a2amm_sizes z;     /* of the largest shape */
+    op_shape shape; /* M is the current call's m */
+    op_sizes z;     /* of the largest shape */
     op_options opt;
     op_rank rk;
     gemm_isa isa;
@@ -94,7 +94,7 @@ static a2amm_op_config with_defaults(const a2amm_op_config *c)
     return d;
 }
 
-static int check_config(const a2amm_op_config *c, int R, a2amm_shape *shape, a2amm_sizes *z, a2amm_error *err)
+static int check_config(const a2amm_op_config *c, int R, op_shape *shape, op_sizes *z, a2amm_error *err)
 {
     if (c->max_m < 1) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: max_m must be at least 1 (got %lld)", (long long)c->max_m);
     if ((c->a_type != A2AMM_E4M3 && c->a_type != A2AMM_E5M2) || (c->b_type != A2AMM_E4M3 && c->b_type != A2AMM_E5M2))
@@ -109,9 +109,9 @@ static int check_config(const a2amm_op_config *c, int R, a2amm_shape *shape, a2a
     if (c->schedule != A2AMM_SCHEDULE_FUSED && c->schedule != A2AMM_SCHEDULE_UNFUSED)
         return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: schedule must be A2AMM_SCHEDULE_FUSED or "
                           "A2AMM_SCHEDULE_UNFUSED");
-    *shape = (a2amm_shape){c->max_m, c->k, c->n, R, c->a_type, c->b_type};
+    *shape = (op_shape){c->max_m, c->k, c->n, R, c->a_type, c->b_type};
     a2amm_error why = {0, ""};
-    int rc = a2amm_shape_check(shape, z, &why);
+    int rc = op_shape_check(shape, z, &why);
     if (rc) return a2amm_fail(err, rc, "a2amm_op_create: %s", why.msg);
     return A2AMM_OK;
 }
@@ -130,8 +130,8 @@ size_t a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks)
 {
     if (!config || nranks < 1) return 0;
     a2amm_op_config c = with_defaults(config);
-    a2amm_shape s;
-    a2amm_sizes z;
+    op_shape s;
+    op_sizes z;
     if (check_config(&c, nranks, &s, &z, NULL)) return 0;
     op_options o = options_of(&c);
     return op_rank_heap_bytes(&s, &z, &o, needs_ring(&o), o.unfused);

@@ -104,7 +104,7 @@ double cli_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int cli_parse_shape(const char *cmd, char **mknr, a2amm_shape *shape, a2amm_sizes *sizes)
+int cli_parse_shape(const char *cmd, char **mknr, op_shape *shape, op_sizes *sizes)
 {
     static const char *names[4] = {"M", "K", "N", "R"};
     int64_t v[4];
@@ -113,7 +113,7 @@ int cli_parse_shape(const char *cmd, char **mknr, a2amm_shape *shape, a2amm_size
             return -1;
     shape->M = v[0], shape->K = v[1], shape->N = v[2], shape->R = v[3];
     a2amm_error err;
-    if (a2amm_shape_check(shape, sizes, &err) != A2AMM_OK) {
+    if (op_shape_check(shape, sizes, &err) != A2AMM_OK) {
         cli_print_error(cmd, &err);
         return -1;
     }

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "a2amm.h"
+#include "common/shape.h"
 
 /* argv[*i] is `name VALUE` or `name=VALUE`: sets *value, advances *i past
  * it and returns 1; returns 0 when argv[*i] is another argument, -1 (after
@@ -46,5 +47,5 @@ double cli_now(void);
 
 /* Parses M K N R from four strings and checks the shape's rules (printing
  * the rule that fails). Types are left as they are in *shape. */
-int cli_parse_shape(const char *cmd, char **mknr, a2amm_shape *shape, a2amm_sizes *sizes);
+int cli_parse_shape(const char *cmd, char **mknr, op_shape *shape, op_sizes *sizes);
 #endif

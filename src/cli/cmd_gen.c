@@ -50,7 +50,7 @@ static void gen_usage(FILE *f)
             "  a2amm gen 700 256 96 2 --dir /tmp/a2amm-demo --a-type e5m2\n");
 }
 
-static int write_goldens(const char *dir, const a2amm_shape *s, const a2amm_sizes *z,
+static int write_goldens(const char *dir, const op_shape *s, const op_sizes *z,
                          const io_rank_inputs *in, uint16_t *out, cli_progress *progress, a2amm_error *err)
 {
     const uint8_t **a = malloc((size_t)s->R * sizeof *a);
@@ -92,7 +92,7 @@ int cmd_gen(int argc, char **argv)
 {
     const char *dir = ".";
     gen_options opt = {GEN_DIST_NORMAL, 1, MX_SCALE_FLOOR};
-    a2amm_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
+    op_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
     char *pos[4];
     int npos = 0, golden = 1, quiet = 0;
     for (int i = 1; i < argc; i++) {
@@ -134,7 +134,7 @@ int cmd_gen(int argc, char **argv)
         gen_usage(stderr);
         return 2;
     }
-    a2amm_sizes z;
+    op_sizes z;
     if (cli_parse_shape("gen", pos, &s, &z)) return 2;
     if (cli_dir_check("gen", dir)) return 2;
 

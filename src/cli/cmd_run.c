@@ -110,7 +110,7 @@ static const char *rank_word(const a2amm_rank_report *k)
 }
 
 /* --json in precision mode: the run as one object (shape, each rank, time, the outputs). */
-static void print_precision_json(const char *dir, const a2amm_shape *s, const run_options *o, const run_result *res,
+static void print_precision_json(const char *dir, const op_shape *s, const run_options *o, const run_result *res,
                                  int rc, const a2amm_error *err, double wall)
 {
     printf("{\"command\":\"run\",\"mode\":\"precision\",\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%lld",
@@ -184,7 +184,7 @@ static int run_command(int argc, char **argv, int seed_form)
         return 2;
     }
     if ((int)o.path == -1) o.path = o.transport == RUN_MPI ? A2AMM_PATH_PUT : A2AMM_PATH_DIRECT;
-    a2amm_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
+    op_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
     if (cli_parse_shape("run", pos, &s, NULL)) return 2;
     if (cli_dir_check("run", dir)) return 2;
     int held = cli_meta_hold("run", dir, &s, at, bt, seed_form ? CLI_TYPES_SEED : CLI_TYPES_NAMED);

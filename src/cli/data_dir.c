@@ -48,7 +48,7 @@ static int hold_type(const char *cmd, const char *path, const char *flag, const 
  * E4M3 x E4M3 and runs on data from the seed's own scripts, which write
  * none; the types not named are taken as E4M3, and said so on stderr.
  */
-static int assume_seed_types(const char *cmd, const char *path, const char *at, const char *bt, a2amm_shape *s)
+static int assume_seed_types(const char *cmd, const char *path, const char *at, const char *bt, op_shape *s)
 {
     s->a_type = s->b_type = A2AMM_E4M3;
     if ((at && cli_parse_type(cmd, "--a-type", at, &s->a_type)) || (bt && cli_parse_type(cmd, "--b-type", bt, &s->b_type)))
@@ -60,7 +60,7 @@ static int assume_seed_types(const char *cmd, const char *path, const char *at, 
     return 0;
 }
 
-int cli_meta_hold(const char *cmd, const char *dir, a2amm_shape *s, const char *at, const char *bt,
+int cli_meta_hold(const char *cmd, const char *dir, op_shape *s, const char *at, const char *bt,
                   cli_types_rule rule)
 {
     char path[IO_PATH_MAX];
@@ -87,7 +87,7 @@ int cli_meta_hold(const char *cmd, const char *dir, a2amm_shape *s, const char *
             return 2;
         return 0;
     }
-    const a2amm_shape *m = &meta.shape;
+    const op_shape *m = &meta.shape;
     if (m->M != s->M || m->N != s->N || m->R != s->R || (s->K && m->K != s->K)) {
         char given[128], made[128];
         if (s->K)

@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include "a2amm.h"
+#include "common/shape.h"
 
 /* A usable --dir: not empty. Prints why not; 0 or -1. */
 int cli_dir_check(const char *cmd, const char *dir);
@@ -29,7 +30,7 @@ typedef enum cli_types_rule {
  * s->K == 0 means the command has no K (verify). Prints why; 0, or the
  * process exit code (1 for a bad file, 2 for a contradiction).
  */
-int cli_meta_hold(const char *cmd, const char *dir, a2amm_shape *s, const char *at, const char *bt,
+int cli_meta_hold(const char *cmd, const char *dir, op_shape *s, const char *at, const char *bt,
                   cli_types_rule rule);
 
 /*

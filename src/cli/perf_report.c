@@ -60,7 +60,7 @@ static void print_breakdown_json(const run_perf *p, int R)
     printf("]");
 }
 
-void cli_print_op_perf(const a2amm_shape *s, const run_options *o, const run_result *res, int json)
+void cli_print_op_perf(const op_shape *s, const run_options *o, const run_result *res, int json)
 {
     const run_perf *p = &res->perf;
     double flops = 2.0 * (double)s->M * (double)s->N * (double)s->K * (double)s->R; /* all ranks */

@@ -2,6 +2,7 @@
 #ifndef A2AMM_CLI_PERF_REPORT_H
 #define A2AMM_CLI_PERF_REPORT_H
 
+#include "common/shape.h"
 #include "cli/runner.h"
 
 typedef struct cli_summary { double min, median, max; } cli_summary;
@@ -10,6 +11,6 @@ typedef struct cli_summary { double min, median, max; } cli_summary;
 cli_summary cli_summarize(const double *v, int n);
 
 /* The perf table of an op run (or one JSON object with --json). */
-void cli_print_op_perf(const a2amm_shape *s, const run_options *o, const run_result *res, int json);
+void cli_print_op_perf(const op_shape *s, const run_options *o, const run_result *res, int json);
 
 #endif

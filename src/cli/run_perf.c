@@ -29,7 +29,7 @@ static int v_unfused(rank_state *st, a2amm_error *err)
 
 static int v_matmul(rank_state *st, a2amm_error *err)
 {
-    const a2amm_shape *s = &st->rn->s;
+    const op_shape *s = &st->rn->s;
     return a2amm_matmul(st->w, st->xa, s->K, st->xsa, s->K / 32, s->M, s->a_type, st->out, s->N, st->rn->threads,
                         err);
 }
@@ -37,8 +37,8 @@ static int v_matmul(rank_state *st, a2amm_error *err)
 /* The AllToAll alone: A and its scales, as the op moves them, with no matmul. */
 static int v_alltoall(rank_state *st, a2amm_error *err)
 {
-    const a2amm_shape *s = &st->rn->s;
-    const a2amm_sizes *z = &st->rn->z;
+    const op_shape *s = &st->rn->s;
+    const op_sizes *z = &st->rn->z;
     uint8_t *a = NULL, *sa = NULL;
     a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
     int rc = a2amm_comm_alltoall(st->comm, a, st->ra, (size_t)(s->M * z->ka), st->rn->o.timeout_s, err);
@@ -51,8 +51,8 @@ static int v_alltoall(rank_state *st, a2amm_error *err)
 static int baseline_exchange(rank_state *st, a2amm_error *err)
 {
     if (st->rn->o.transport != RUN_MPI) return v_alltoall(st, err);
-    const a2amm_shape *s = &st->rn->s;
-    const a2amm_sizes *z = &st->rn->z;
+    const op_shape *s = &st->rn->s;
+    const op_sizes *z = &st->rn->z;
     uint8_t *a = NULL, *sa = NULL;
     a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
     int64_t counts[2] = {s->M * z->ka, s->M * z->ska};
@@ -70,8 +70,8 @@ static int baseline_exchange(rank_state *st, a2amm_error *err)
 /* What a user writes today: the whole AllToAll, dequantize to fp32, the baseline's matmul, bf16 out. */
 static int v_baseline(rank_state *st, a2amm_error *err)
 {
-    const a2amm_shape *s = &st->rn->s;
-    const a2amm_sizes *z = &st->rn->z;
+    const op_shape *s = &st->rn->s;
+    const op_sizes *z = &st->rn->z;
     int rc = baseline_exchange(st, err);
     for (int j = 0; !rc && j < st->R; j++) /* block j is rank j's rows: columns j*ka.. of X */
         rc = a2amm_mx_dequantize_f32(st->ra + (size_t)j * (size_t)(s->M * z->ka), z->ka,
@@ -83,7 +83,7 @@ static int v_baseline(rank_state *st, a2amm_error *err)
 /* The baseline's matmul made on the weights dequantized as read; rank 0 says how it runs. */
 static int baseline_setup(rank_state *st, a2amm_error *err)
 {
-    const a2amm_shape *s = &st->rn->s;
+    const op_shape *s = &st->rn->s;
     st->gemm = st->rn->o.gemm ? st->rn->o.gemm : &run_sgemm_baseline;
     float *bt = malloc((size_t)(s->N * s->K) * sizeof(float));
     if (!bt) return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the baseline's fp32 weights");
@@ -102,8 +102,8 @@ static int baseline_setup(rank_state *st, a2amm_error *err)
 int run_perf_setup(rank_state *st, a2amm_error *err)
 {
     const runner *rn = st->rn;
-    const a2amm_shape *s = &rn->s;
-    const a2amm_sizes *z = &rn->z;
+    const op_shape *s = &rn->s;
+    const op_sizes *z = &rn->z;
     int rc = A2AMM_OK;
     if (rn->o.unfused) st->op_u = st->op;
     else {

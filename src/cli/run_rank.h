@@ -10,14 +10,15 @@
 #include <stdint.h>
 
 #include "a2amm.h"
+#include "common/shape.h"
 #include "cli/fault.h"
 #include "cli/runner.h"
 #include "cli/trace.h"
 
 typedef struct runner {
     const char *dir;
-    a2amm_shape s;
-    a2amm_sizes z;
+    op_shape s;
+    op_sizes z;
     run_options o;
     int threads;   /* per rank, resolved */
     char tag[32];  /* outputs are staged as npu_out.bin.tmp.<tag>, committed as a set */

@@ -49,7 +49,7 @@ static void rank_state_free(rank_state *st)
 /* Reads this rank's files: A and its scales straight into the op's input, B and its scales aside. */
 static int load_inputs(rank_state *st, a2amm_error *err)
 {
-    const a2amm_sizes *z = &st->rn->z;
+    const op_sizes *z = &st->rn->z;
     uint8_t *a = NULL, *sa = NULL;
     a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
     st->b = malloc(z->b_bytes);
@@ -167,7 +167,7 @@ int run_rank_main(a2amm_comm *comm, void *arg)
 
 /* Every rank's four input files exist with the right sizes: a bad file on
  * one rank is reported before any rank starts. */
-static int check_inputs(const char *dir, const a2amm_shape *s, const a2amm_sizes *z, a2amm_error *err)
+static int check_inputs(const char *dir, const op_shape *s, const op_sizes *z, a2amm_error *err)
 {
     size_t bytes[4] = {z->a_bytes, z->sa_bytes, z->b_bytes, z->sb_bytes};
     for (int r = 0; r < s->R; r++)
@@ -191,7 +191,7 @@ static int check_inputs(const char *dir, const a2amm_shape *s, const a2amm_sizes
     return A2AMM_OK;
 }
 
-static int check_options(const char *dir, const a2amm_shape *s, const run_options *o, a2amm_error *err)
+static int check_options(const char *dir, const op_shape *s, const run_options *o, a2amm_error *err)
 {
     if (o->tile_m < 1) return a2amm_fail(err, A2AMM_E_INVAL, "--tile-m must be at least 1 (got %lld)", (long long)o->tile_m);
     if (o->depth < 1) return a2amm_fail(err, A2AMM_E_INVAL, "--depth must be at least 1 (got %d)", o->depth);
@@ -324,12 +324,12 @@ static trace_meta meta_of(const runner *rn, const run_result *res, const int64_t
     return m;
 }
 
-int run_files(const char *dir, const a2amm_shape *s, const run_options *opt, run_result *res, a2amm_error *err)
+int run_files(const char *dir, const op_shape *s, const run_options *opt, run_result *res, a2amm_error *err)
 {
     memset(res, 0, sizeof *res);
     runner rn = {.dir = dir, .s = *s, .o = *opt};
     snprintf(rn.tag, sizeof rn.tag, "%ld", (long)getpid());
-    int rc = a2amm_shape_check(s, &rn.z, err);
+    int rc = op_shape_check(s, &rn.z, err);
     if (!rc) rc = check_options(dir, s, &rn.o, err);
     if (!rc) rc = a2amm_kernel(&res->kernel, err);
     if (!rc && rn.o.transport == RUN_MPI && rn.o.path != A2AMM_PATH_PUT)

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "a2amm.h"
+#include "common/shape.h"
 
 /* The most ranks a run takes. */
 #define RUN_MAX_R 1024
@@ -104,7 +105,7 @@ typedef struct run_result {
  * names the rank and what it was doing. The result (free it with
  * run_result_free) is filled as far as the run got.
  */
-int run_files(const char *dir, const a2amm_shape *shape, const run_options *opt, run_result *result,
+int run_files(const char *dir, const op_shape *shape, const run_options *opt, run_result *result,
               a2amm_error *err);
 void run_result_free(run_result *r);
 

@@ -210,7 +210,7 @@ static void span_args(FILE *f, const trace_rec *r)
 
 static void write_meta(FILE *f, int R, const trace_meta *m, int64_t origin)
 {
-    const a2amm_shape *s = m->s;
+    const op_shape *s = m->s;
     fprintf(f, "\"otherData\":{\"tool\":\"a2amm\",\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%d,\"mode\":",
             (long long)s->M, (long long)s->K, (long long)s->N, R);
     cli_json_fstr(f, m->mode);

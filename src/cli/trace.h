@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "a2amm.h"
+#include "common/shape.h"
 
 typedef enum trace_kind {
     TRACE_CALL, TRACE_BARRIER, TRACE_TILE, TRACE_WAIT, TRACE_MATMUL, TRACE_SEND, TRACE_SIGNAL, TRACE_EXCHANGE,
@@ -63,7 +64,7 @@ int trace_save(const trace_rank *t, const char *path, a2amm_error *err);
 int trace_load(const char *path, trace_rec **recs, size_t *n, size_t *dropped, a2amm_error *err);
 
 typedef struct trace_meta {
-    const a2amm_shape *s;
+    const op_shape *s;
     const char *mode;            /* "precision" or "perf" */
     const char *transport;       /* "shm" or "mpi" */
     const char *path;            /* "direct" or "put" */

@@ -1,5 +1,6 @@
-/* The contract's shape rules and the sizes that follow from a shape. */
+/* The contract's shape rules and the sizes that follow from a shape (common/shape.h); the fp8 type names. */
 #include "common/error.h"
+#include "common/shape.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -26,9 +27,9 @@ static int mul_within(uint64_t a, uint64_t b, uint64_t limit, uint64_t *out)
     return 1;
 }
 
-int a2amm_shape_check(const a2amm_shape *s, a2amm_sizes *sizes, a2amm_error *err)
+int op_shape_check(const op_shape *s, op_sizes *sizes, a2amm_error *err)
 {
-    if (!s) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_shape_check: shape is NULL");
+    if (!s) return a2amm_fail(err, A2AMM_E_INVAL, "op_shape_check: shape is NULL");
     if (s->M < 1 || s->K < 1 || s->N < 1 || s->R < 1)
         return a2amm_fail(err, A2AMM_E_INVAL,
                           "M, K, N and R must all be at least 1 (got M=%lld K=%lld N=%lld R=%lld)",

@@ -80,7 +80,7 @@ static int fill_matrix(const gen_options *o, rng *g, a2amm_fp8_type type, int64_
     return A2AMM_OK;
 }
 
-int gen_rank_inputs(const a2amm_shape *s, const a2amm_sizes *z, const gen_options *o, int rank,
+int gen_rank_inputs(const op_shape *s, const op_sizes *z, const gen_options *o, int rank,
                     io_rank_inputs *in, a2amm_error *err)
 {
     rng ga = rng_stream(o->seed, rank, 0), gb = rng_stream(o->seed, rank, 1);
@@ -89,7 +89,7 @@ int gen_rank_inputs(const a2amm_shape *s, const a2amm_sizes *z, const gen_option
     return rc;
 }
 
-int gen_write_inputs(const char *dir, const a2amm_shape *s, const a2amm_sizes *z, const gen_options *opt,
+int gen_write_inputs(const char *dir, const op_shape *s, const op_sizes *z, const gen_options *opt,
                      io_rank_inputs *in, a2amm_error *err)
 {
     for (int r = 0; r < s->R; r++) {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "a2amm.h"
+#include "common/shape.h"
 #include "io/io.h"
 #include "mx/mx.h"
 #include "util/dist.h"
@@ -21,7 +22,7 @@ typedef struct gen_options {
 
 /* Fills rank r's four arrays (allocated for this shape). Scale pad bytes
  * are 0. Returns A2AMM_E_NOMEM when a row buffer cannot be allocated. */
-int gen_rank_inputs(const a2amm_shape *shape, const a2amm_sizes *sizes, const gen_options *opt,
+int gen_rank_inputs(const op_shape *shape, const op_sizes *sizes, const gen_options *opt,
                     int rank, io_rank_inputs *in, a2amm_error *err);
 
 /*
@@ -29,7 +30,7 @@ int gen_rank_inputs(const a2amm_shape *shape, const a2amm_sizes *sizes, const ge
  * frees them with io_rank_inputs_free, also after a failure) and writes them
  * in the seed's layout under dir.
  */
-int gen_write_inputs(const char *dir, const a2amm_shape *shape, const a2amm_sizes *sizes,
+int gen_write_inputs(const char *dir, const op_shape *shape, const op_sizes *sizes,
                      const gen_options *opt, io_rank_inputs *in, a2amm_error *err);
 
 #endif

@@ -519,7 +519,7 @@ int io_set_pending(const char *dir, char *marker, size_t size)
     return found;
 }
 
-int io_rank_inputs_alloc(const a2amm_sizes *sz, io_rank_inputs *in, a2amm_error *err)
+int io_rank_inputs_alloc(const op_sizes *sz, io_rank_inputs *in, a2amm_error *err)
 {
     in->a = malloc(sz->a_bytes ? sz->a_bytes : 1);
     in->sa = malloc(sz->sa_bytes ? sz->sa_bytes : 1);
@@ -549,7 +549,7 @@ typedef struct input_file {
     uint8_t *buf;
 } input_file;
 
-static void input_table(const a2amm_sizes *sz, const io_rank_inputs *in, input_file t[4])
+static void input_table(const op_sizes *sz, const io_rank_inputs *in, input_file t[4])
 {
     t[0] = (input_file){io_rank_files[0].name, sz->a_bytes, in->a};
     t[1] = (input_file){io_rank_files[1].name, sz->sa_bytes, in->sa};
@@ -557,7 +557,7 @@ static void input_table(const a2amm_sizes *sz, const io_rank_inputs *in, input_f
     t[3] = (input_file){io_rank_files[3].name, sz->sb_bytes, in->sb};
 }
 
-int io_load_rank_inputs(const char *dir, int rank, const a2amm_sizes *sz,
+int io_load_rank_inputs(const char *dir, int rank, const op_sizes *sz,
                         io_rank_inputs *in, a2amm_error *err)
 {
     input_file t[4];
@@ -571,7 +571,7 @@ int io_load_rank_inputs(const char *dir, int rank, const a2amm_sizes *sz,
     return A2AMM_OK;
 }
 
-int io_save_rank_inputs(const char *dir, int rank, const a2amm_sizes *sz,
+int io_save_rank_inputs(const char *dir, int rank, const op_sizes *sz,
                         const io_rank_inputs *in, a2amm_error *err)
 {
     input_file t[4];

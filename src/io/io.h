@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "a2amm.h"
+#include "common/shape.h"
 
 #define IO_PATH_MAX 4096
 
@@ -31,7 +32,7 @@ typedef struct io_rank_inputs {
 
 /* What gen records beside the inputs. */
 typedef struct io_meta {
-    a2amm_shape shape;
+    op_shape shape;
     char dist[24];
     char scale_mode[24];
     uint64_t seed;
@@ -138,13 +139,13 @@ int io_set_pending(const char *dir, char *marker, size_t size);
 int io_mkdirs(const char *path, a2amm_error *err);
 
 /* Allocates (io_rank_inputs_alloc) and frees the four arrays of one rank. */
-int io_rank_inputs_alloc(const a2amm_sizes *sz, io_rank_inputs *in, a2amm_error *err);
+int io_rank_inputs_alloc(const op_sizes *sz, io_rank_inputs *in, a2amm_error *err);
 void io_rank_inputs_free(io_rank_inputs *in);
 
 /* Reads / writes rank r's four input files, each checked for its size. */
-int io_load_rank_inputs(const char *dir, int rank, const a2amm_sizes *sz,
+int io_load_rank_inputs(const char *dir, int rank, const op_sizes *sz,
                         io_rank_inputs *in, a2amm_error *err);
-int io_save_rank_inputs(const char *dir, int rank, const a2amm_sizes *sz,
+int io_save_rank_inputs(const char *dir, int rank, const op_sizes *sz,
                         const io_rank_inputs *in, a2amm_error *err);
 
 /*

@@ -118,7 +118,7 @@ static int64_t row_bytes(const op_rank *rk, int64_t rows) { return rows * (rk->z
  * this rank sends them (peer receives), else this rank receives them. */
 static comm_tile tile_with(const op_rank *rk, uint64_t g, int64_t t, int peer, int send)
 {
-    const a2amm_sizes *z = rk->z;
+    const op_sizes *z = rk->z;
     int64_t i0 = t * rk->tm, rows = rk->m - i0 < rk->tm ? rk->m - i0 : rk->tm;
     int slot = (int)(g % (uint64_t)rk->opt->depth);
     int src = send ? rk->me : peer, dst = send ? peer : rk->me;
@@ -215,7 +215,7 @@ static int release_tile(op_rank *rk, uint64_t g, int64_t t, a2amm_error *err)
 
 int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err)
 {
-    const a2amm_sizes *z = rk->z;
+    const op_sizes *z = rk->z;
     const comm_channel *ch = &rk->chan;
     int depth = rk->opt->depth;
     int64_t prefill = rk->ntiles < depth ? rk->ntiles : depth;
@@ -267,7 +267,7 @@ int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err)
 /* The matmul of the unfused execution, on every source's rows in place. */
 static int exec_local(op_rank *rk, a2amm_error *err)
 {
-    const a2amm_sizes *z = rk->z;
+    const op_sizes *z = rk->z;
     for (int64_t t = 0; t < rk->ntiles; t++) {
         int64_t i0 = t * rk->tm, rows = rk->m - i0 < rk->tm ? rk->m - i0 : rk->tm;
         int rc = observe_tile(rk, t, rows, err);
@@ -291,7 +291,7 @@ static int exec_local(op_rank *rk, a2amm_error *err)
 /* The unfused exchange: every peer's rows for me into xbuf, then a barrier. */
 static int exchange_all(op_rank *rk, a2amm_error *err)
 {
-    const a2amm_sizes *z = rk->z;
+    const op_sizes *z = rk->z;
     /* blocks are m_max rows apart; this execution moves the first m rows of each */
     size_t blk = (size_t)(rk->m_max * z->ka), blk_s = (size_t)(rk->m_max * z->ska);
     size_t len = (size_t)(rk->m * z->ka), len_s = (size_t)(rk->m * z->ska);

@@ -33,7 +33,7 @@ static comm_channel_kind channel_kind(const op_options *opt)
     return opt->path == OP_PATH_PUT ? COMM_CHANNEL_PUT : COMM_CHANNEL_DIRECT;
 }
 
-size_t op_rank_heap_bytes(const a2amm_shape *s, const a2amm_sizes *z, const op_options *opt,
+size_t op_rank_heap_bytes(const op_shape *s, const op_sizes *z, const op_options *opt,
                           int need_ring, int need_xbuf)
 {
     size_t tm = (size_t)(opt->tile_m < s->M ? opt->tile_m : s->M);
@@ -55,8 +55,8 @@ static void on_signal(void *arg, const comm_tile *tile, int slot, uint64_t value
 
 int op_rank_alloc(op_rank *rk, int need_ring, int need_xbuf, a2amm_error *err)
 {
-    const a2amm_shape *s = rk->s;
-    const a2amm_sizes *z = rk->z;
+    const op_shape *s = rk->s;
+    const op_sizes *z = rk->z;
     size_t R = (size_t)s->R, tm = (size_t)rk->tm, depth = (size_t)rk->opt->depth;
     int rc = comm_alloc(rk->ctx, z->a_bytes, ALIGN, (void **)&rk->a, err);
     if (!rc) rc = comm_alloc(rk->ctx, z->sa_bytes, ALIGN, (void **)&rk->sa, err);

@@ -7,13 +7,14 @@
 
 #include "comm/channel.h"
 #include "comm/comm.h"
+#include "common/shape.h"
 #include "common/pool.h"
 #include "gemm/gemm.h"
 #include "op/op.h"
 
 typedef struct op_rank {
-    const a2amm_shape *s;
-    const a2amm_sizes *z;
+    const op_shape *s;
+    const op_sizes *z;
     const op_options *opt;
     comm_ctx *ctx;
     int me, R;
@@ -43,7 +44,7 @@ int op_rank_alloc(op_rank *rk, int need_ring, int need_xbuf, a2amm_error *err);
 void op_rank_free(op_rank *rk);
 
 /* Symmetric heap bytes one rank needs. */
-size_t op_rank_heap_bytes(const a2amm_shape *s, const a2amm_sizes *z, const op_options *opt,
+size_t op_rank_heap_bytes(const op_shape *s, const op_sizes *z, const op_options *opt,
                           int need_ring, int need_xbuf);
 
 /* An event of this rank's current call, stamped now (a matmul's carries its columns). */

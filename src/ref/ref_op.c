@@ -15,7 +15,7 @@ typedef struct dequant_tables {
     double a_val[256], b_val[256], scale[256];
 } dequant_tables;
 
-static void tables_init(dequant_tables *t, const a2amm_shape *s)
+static void tables_init(dequant_tables *t, const op_shape *s)
 {
     for (int i = 0; i < 256; i++) {
         t->a_val[i] = mx_fp8_to_f32((uint8_t)i, s->a_type);
@@ -25,7 +25,7 @@ static void tables_init(dequant_tables *t, const a2amm_shape *s)
 }
 
 /* X_j [M, K]: the rows A_r sends to j, laid side by side by source rank. */
-static void gather_x(const a2amm_shape *s, const a2amm_sizes *z, int j, const uint8_t *const *a,
+static void gather_x(const op_shape *s, const op_sizes *z, int j, const uint8_t *const *a,
                      const uint8_t *const *sa, const dequant_tables *t, double *x)
 {
     for (int64_t i = 0; i < s->M; i++)
@@ -39,7 +39,7 @@ static void gather_x(const a2amm_shape *s, const a2amm_sizes *z, int j, const ui
 }
 
 /* Bt [N, K]: B transposed, as stored. */
-static void dequant_b(const a2amm_shape *s, const a2amm_sizes *z, const uint8_t *b,
+static void dequant_b(const op_shape *s, const op_sizes *z, const uint8_t *b,
                       const uint8_t *sb, const dequant_tables *t, double *bt)
 {
     for (int64_t c = 0; c < s->N; c++)
@@ -62,11 +62,11 @@ static int any_nonfinite(const double *v, int64_t n)
 }
 
 /* Dequantizes X and Bt; on success the caller frees both. */
-static int dequant_operands(const a2amm_shape *s, a2amm_sizes *z, int j, const uint8_t *const *a,
+static int dequant_operands(const op_shape *s, op_sizes *z, int j, const uint8_t *const *a,
                             const uint8_t *const *sa, const uint8_t *b, const uint8_t *sb,
                             double **x_out, double **bt_out, a2amm_error *err)
 {
-    int rc = a2amm_shape_check(s, z, err);
+    int rc = op_shape_check(s, z, err);
     if (rc) return rc;
     if (j < 0 || j >= s->R)
         return a2amm_fail(err, A2AMM_E_INVAL, "rank %d is outside 0..%lld", j, (long long)s->R - 1);
@@ -87,10 +87,10 @@ static int dequant_operands(const a2amm_shape *s, a2amm_sizes *z, int j, const u
     return A2AMM_OK;
 }
 
-int ref_op_rank(const a2amm_shape *s, int j, const uint8_t *const *a, const uint8_t *const *sa,
+int ref_op_rank(const op_shape *s, int j, const uint8_t *const *a, const uint8_t *const *sa,
                 const uint8_t *b, const uint8_t *sb, uint16_t *out, a2amm_error *err)
 {
-    a2amm_sizes z;
+    op_sizes z;
     double *x = NULL, *bt = NULL;
     if (s->M > INT_MAX || s->N > INT_MAX || s->K > INT_MAX)
         return a2amm_fail(err, A2AMM_E_OVERFLOW, "reference: M, N and K must each be below 2^31 for dgemm");

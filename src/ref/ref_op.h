@@ -13,13 +13,14 @@
 #include <stdint.h>
 
 #include "a2amm.h"
+#include "common/shape.h"
 
 /*
  * Computes out_j [M, N] bf16 for destination rank j.
  * a[r], sa[r]: A_r and SA_r of every source rank r < R.
  * b, sb: rank j's own B (transposed, [N, K]) and SB.
  */
-int ref_op_rank(const a2amm_shape *shape, int j, const uint8_t *const *a, const uint8_t *const *sa,
+int ref_op_rank(const op_shape *shape, int j, const uint8_t *const *a, const uint8_t *const *sa,
                 const uint8_t *b, const uint8_t *sb, uint16_t *out, a2amm_error *err);
 
 #endif

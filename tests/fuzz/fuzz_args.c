@@ -70,11 +70,11 @@ static int parse_and_check(const uint8_t *data, size_t size)
         !(o.timeout_s >= 0.001 && o.timeout_s <= 1e7))
         abort();
     if (npos != 4) return 0;
-    a2amm_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
-    a2amm_sizes z;
+    op_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
+    op_sizes z;
     if (cli_parse_shape("run", pos, &s, &z)) return 0;
     a2amm_error err;
-    if (a2amm_shape_check(&s, &z, &err) != A2AMM_OK) abort();
+    if (op_shape_check(&s, &z, &err) != A2AMM_OK) abort();
     if (s.K % s.R || (s.K / s.R) % 32) abort();
     return 0;
 }

@@ -20,7 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (rc != A2AMM_E_FORMAT || strncmp(err.msg, "fuzz/a2amm-meta.txt", 19) != 0) abort();
         return 0;
     }
-    const a2amm_shape *s = &m.shape;
+    const op_shape *s = &m.shape;
     if (s->M < 1 || s->K < 1 || s->N < 1 || s->R < 1) abort();
     if ((s->a_type != A2AMM_E4M3 && s->a_type != A2AMM_E5M2) || (s->b_type != A2AMM_E4M3 && s->b_type != A2AMM_E5M2))
         abort();
