@@ -268,7 +268,7 @@ A2AMM_API int a2amm_comm_create(const a2amm_bootstrap *bootstrap, size_t heap_by
  * (destroy them first). NULL is fine. */
 A2AMM_API void a2amm_comm_destroy(a2amm_comm *comm);
 
-/* Local. Says what this rank is doing now ("loading input_a.bin"): it appears in
+/* Local. Says what this rank is doing now ("loading the weights"): it appears in
  * failure messages and reports, and counts as a sign of life. */
 A2AMM_API void a2amm_comm_say(a2amm_comm *comm, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* What this rank said it was doing last (a2amm_comm_say, or the op's own
