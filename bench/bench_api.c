@@ -88,7 +88,7 @@ static int api_rank(a2amm_comm *comm, void *arg)
     api_bench *b = arg;
     int me = a2amm_comm_rank(comm), R = (int)b->s.R;
     a2amm_error err = {0, ""};
-    a2amm_op_config cfg = {.max_m = b->s.M, .k = b->s.K, .n = b->s.N, .a_type = b->s.a_type,
+    a2amm_op_config cfg = {.size = sizeof(a2amm_op_config), .max_m = b->s.M, .k = b->s.K, .n = b->s.N, .a_type = b->s.a_type,
                            .b_type = b->s.b_type, .tile_m = b->o.tile_m, .depth = b->o.depth,
                            .threads = b->o.threads, .path = b->o.path,
                            .timeout_s = b->o.timeout_s};
@@ -111,9 +111,9 @@ static int api_rank(a2amm_comm *comm, void *arg)
         if (!rc) rc = timed_call(comm, op, b, in, out, &fl, &b->t_call[slot], &err);
         /* the same call traced: every span kept, as --trace does */
         tr.n = 0;
-        if (!rc) rc = a2amm_op_set_observer(op, trace_observe, &tr);
+        if (!rc) rc = a2amm_op_set_observer(op, trace_observe, &tr, &err);
         if (!rc) rc = timed_call(comm, op, b, in, out, &fl, &b->t_traced[slot], &err);
-        if (!rc) rc = a2amm_op_set_observer(op, NULL, NULL);
+        if (!rc) rc = a2amm_op_set_observer(op, NULL, NULL, &err);
     }
     trace_rank_free(&tr);
     a2amm_op_destroy(op);
@@ -199,10 +199,12 @@ int cmd_bench_api(int argc, char **argv)
     if (b.t_call != MAP_FAILED) b.t_weights = b.t_call + (size_t)b.iters * (size_t)R;
     if (b.t_call != MAP_FAILED) b.t_traced = b.t_weights + (size_t)b.iters * (size_t)R;
     int n_run = 0, n_call = 0, n_w = 0, n_traced = 0;
-    a2amm_op_config heap_cfg = {.max_m = b.s.M, .k = b.s.K, .n = b.s.N, .a_type = b.s.a_type, .b_type = b.s.b_type,
+    a2amm_op_config heap_cfg = {.size = sizeof(a2amm_op_config), .max_m = b.s.M, .k = b.s.K, .n = b.s.N, .a_type = b.s.a_type, .b_type = b.s.b_type,
                                 .tile_m = b.o.tile_m, .depth = b.o.depth,
                                 .path = b.o.path};
-    a2amm_launch_options lo = {.heap_bytes = a2amm_op_heap_bytes(&heap_cfg, R) + (1u << 20)};
+    size_t op_heap = 0; /* a config that breaks a rule says so at create */
+    a2amm_op_heap_bytes(&heap_cfg, R, &op_heap, NULL);
+    a2amm_launch_options lo = {.size = sizeof(a2amm_launch_options), .heap_bytes = op_heap + (1u << 20)};
     cli_progress progress;
     cli_progress_start(&progress, quiet, json);
     for (int round = 0; !rc && round < rounds; round++) {

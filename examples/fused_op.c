@@ -42,8 +42,10 @@ static int rank_main(a2amm_comm *comm, void *arg)
     a2amm_mx_quantize_f32(w, N, K, K, A2AMM_E4M3, A2AMM_SCALE_RCEIL, b, K, sb, K / 32, &err);
 
     /* the op, made once; weights set once; one collective call per step */
-    a2amm_op_config cfg = {.max_m = M, .k = K, .n = N, .a_type = A2AMM_E4M3, .b_type = A2AMM_E4M3,
-                           .path = A2AMM_PATH_PUT, .tile_m = 32};
+    a2amm_op_config cfg;
+    a2amm_op_config_init(&cfg); /* the defaults, and the layout this header knows: later libraries read it as such */
+    cfg.max_m = M, cfg.k = K, cfg.n = N, cfg.a_type = A2AMM_E4M3, cfg.b_type = A2AMM_E4M3;
+    cfg.path = A2AMM_PATH_PUT, cfg.tile_m = 32;
     a2amm_op *op = NULL;
     int rc = a2amm_op_create(comm, &cfg, &op, &err);
     if (!rc) rc = a2amm_op_set_weights(op, b, sb, K / 32, &err);

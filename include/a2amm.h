@@ -1,12 +1,19 @@
 /*
  * a2amm: the fused AllToAll + MXFP8 quantized matmul across R ranks.
  *
- * This header is the library's manual. Every call returns an int status:
- * 0 (A2AMM_OK) on success, a negative A2AMM_E_* code on failure. Calls that
- * can fail in ways a user must understand (a file of the wrong size, a shape
- * that breaks a rule) also take an `a2amm_error *` that, when not NULL, is
- * filled with a message naming the file, rank or argument, what was expected
- * and what was found. The library never prints; the CLI does.
+ * This header is the library's manual. One rule for failures: every call
+ * that can fail returns an int status, 0 (A2AMM_OK) on success or a
+ * negative A2AMM_E_* code, and takes an `a2amm_error *` last that, when not
+ * NULL, is filled with a message naming the rank or argument, what was
+ * expected and what was found. (The calls that cannot fail return their
+ * value: a name, a count, a rank.) The library never prints.
+ *
+ * The structs a caller fills (a2amm_op_config, a2amm_launch_options) carry
+ * their size as first field, set by their initializer (A2AMM_*_INIT or
+ * a2amm_*_init, both from this header): a library of a later version reads
+ * such a struct as the program's header laid it out, and fields added since
+ * take their defaults, so a program built against this header keeps working
+ * with later libraries of the same major version.
  *
  * Each call below is marked:
  *  - Collective: every rank of the communicator makes it, in the same order
@@ -105,8 +112,8 @@ typedef enum a2amm_fp8_type {
 /* "e4m3" / "e5m2"; "(not an fp8 type)" for any other value. */
 A2AMM_API const char *a2amm_fp8_type_name(a2amm_fp8_type t);
 /* Parses "e4m3" or "e5m2" (case-insensitive) into *out; A2AMM_E_INVAL for
- * anything else, or a NULL s or out. */
-A2AMM_API int a2amm_fp8_type_parse(const char *s, a2amm_fp8_type *out);
+ * anything else, or a NULL s or out (*out is then left alone). */
+A2AMM_API int a2amm_fp8_type_parse(const char *s, a2amm_fp8_type *out, a2amm_error *err);
 
 /* ---- MX data -------------------------------------------------------------- */
 /*
@@ -152,12 +159,13 @@ A2AMM_API int a2amm_cpu_env_check(a2amm_error *err);
  * it, whether A2AMM_CPU_HIDE hides it, and whether the library uses it (had
  * and not hidden). Each pointer may be NULL. A2AMM_E_INVAL past the end. */
 A2AMM_API int a2amm_cpu_feature_count(void);
-A2AMM_API int a2amm_cpu_feature(int index, const char **name, int *detected, int *hidden, int *used);
+A2AMM_API int a2amm_cpu_feature(int index, const char **name, int *detected, int *hidden, int *used,
+                                a2amm_error *err);
 /* The kernel levels, index 0 .. a2amm_kernel_level_count() - 1, from the
  * plainest ("ref", "avx2", "avx512", "amx"): *why_not is NULL where the
  * level runs here, else why not ("this CPU lacks avx512_bf16"). */
 A2AMM_API int a2amm_kernel_level_count(void);
-A2AMM_API int a2amm_kernel_level(int index, const char **name, const char **why_not);
+A2AMM_API int a2amm_kernel_level(int index, const char **name, const char **why_not, a2amm_error *err);
 /* The kernel level ops and matmuls made now would run ("amx", "avx512",
  * "avx2" or "ref"): the best this CPU runs, or what A2AMM_ISA forces, less
  * what A2AMM_CPU_HIDE hides. A2AMM_E_INVAL, saying why, when A2AMM_ISA asks
@@ -221,6 +229,8 @@ typedef struct a2amm_rank_report {
 } a2amm_rank_report;
 
 typedef struct a2amm_launch_options {
+    size_t size;       /* sizeof(a2amm_launch_options) as the program was built:
+                          set by A2AMM_LAUNCH_OPTIONS_INIT / a2amm_launch_options_init */
     size_t heap_bytes; /* symmetric memory per rank for the ops made on it
                           (0: 1 GiB; reserved, not touched, until used; an op
                           needs a2amm_op_heap_bytes) */
@@ -235,6 +245,19 @@ typedef struct a2amm_launch_options {
                           launch returns A2AMM_E_INTERRUPTED */
     a2amm_rank_report *reports; /* NULL, or [nranks]: how each rank ended */
 } a2amm_launch_options;
+
+/* The options' initializer: size set, every other field 0 (the defaults). */
+#ifdef __cplusplus
+#define A2AMM_LAUNCH_OPTIONS_INIT {sizeof(a2amm_launch_options)}
+#else
+#define A2AMM_LAUNCH_OPTIONS_INIT {.size = sizeof(a2amm_launch_options)}
+#endif
+static inline void a2amm_launch_options_init(a2amm_launch_options *options)
+{
+    unsigned char *bytes = (unsigned char *)options;
+    for (size_t i = 0; i < sizeof *options; i++) bytes[i] = 0;
+    options->size = sizeof *options;
+}
 
 A2AMM_API int a2amm_launch(int nranks, a2amm_rank_fn fn, void *arg, const a2amm_launch_options *options, a2amm_error *err);
 /*
@@ -324,8 +347,11 @@ typedef enum a2amm_schedule {
     A2AMM_SCHEDULE_UNFUSED = 1 /* the whole AllToAll, a barrier, then the matmul (for comparison) */
 } a2amm_schedule;
 
-/* Every field but threads is shared: every rank passes the same. */
+/* Every field but threads is shared: every rank passes the same. Made
+ * with A2AMM_OP_CONFIG_INIT or a2amm_op_config_init (a config whose size
+ * is 0 is refused, saying so), then the fields set. */
 typedef struct a2amm_op_config {
+    size_t size;            /* sizeof(a2amm_op_config) as the program was built: set by the initializer */
     int64_t max_m;          /* the largest m of any call (rows per destination) */
     int64_t k, n;           /* K (divisible by R, K/R a multiple of 32) and N */
     a2amm_fp8_type a_type, b_type;
@@ -339,9 +365,25 @@ typedef struct a2amm_op_config {
     a2amm_schedule schedule; /* fused (0, the default) or unfused */
 } a2amm_op_config;
 
-/* Symmetric memory one rank needs for an op of this config on R ranks.
- * Thread-safe. */
-A2AMM_API size_t a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks);
+/* The config's initializer: size set, every other field 0 (the defaults
+ * said above; max_m, k and n are the caller's to set). */
+#ifdef __cplusplus
+#define A2AMM_OP_CONFIG_INIT {sizeof(a2amm_op_config)}
+#else
+#define A2AMM_OP_CONFIG_INIT {.size = sizeof(a2amm_op_config)}
+#endif
+static inline void a2amm_op_config_init(a2amm_op_config *config)
+{
+    unsigned char *bytes = (unsigned char *)config;
+    for (size_t i = 0; i < sizeof *config; i++) bytes[i] = 0;
+    config->size = sizeof *config;
+}
+
+/* *bytes = the symmetric memory one rank needs for an op of this config on
+ * nranks ranks (count it in a2amm_launch_options.heap_bytes or
+ * a2amm_comm_create's). A config that breaks a rule is A2AMM_E_INVAL,
+ * saying which. Thread-safe. */
+A2AMM_API int a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks, size_t *bytes, a2amm_error *err);
 
 /*
  * Collective. Makes the op: checks the config (the shared fields the same
@@ -382,7 +424,8 @@ A2AMM_API int a2amm_op_use_weights(a2amm_op *op, const a2amm_weights *w, a2amm_e
  * with m uses the first m rows of each block. Write them only between
  * calls: a call reads them until it returns on every rank.
  */
-A2AMM_API int a2amm_op_input(a2amm_op *op, uint8_t **a, uint8_t **sa, int64_t *lda, int64_t *ldsa, int64_t *block_rows);
+A2AMM_API int a2amm_op_input(a2amm_op *op, uint8_t **a, uint8_t **sa, int64_t *lda, int64_t *ldsa, int64_t *block_rows,
+                             a2amm_error *err);
 
 /*
  * Collective. One fused AllToAll + matmul for 1 <= m <= max_m (m is
@@ -456,7 +499,7 @@ typedef int (*a2amm_observer_fn)(void *arg, const a2amm_event *event);
 
 /* Local. Sets (or with NULL removes) this rank's observer of op (refused
  * with A2AMM_E_INVAL while another thread is in a call of the op). */
-A2AMM_API int a2amm_op_set_observer(a2amm_op *op, a2amm_observer_fn fn, void *arg);
+A2AMM_API int a2amm_op_set_observer(a2amm_op *op, a2amm_observer_fn fn, void *arg, a2amm_error *err);
 
 /* Local. Frees the op; its handle is no longer valid (a call on it is
  * refused as not a live op). NULL is fine. Ranks may destroy their ops in

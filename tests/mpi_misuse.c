@@ -42,7 +42,7 @@ static void say(const char *call, int rc, double t0, const a2amm_error *err)
 /* An op of R ranks on the put path with this rank's weights (its own data). */
 static int make_op(a2amm_comm *comm, int R, const uint8_t *b, const uint8_t *sb, a2amm_op **op, a2amm_error *err)
 {
-    a2amm_op_config cfg = {.max_m = M, .k = (int64_t)KR * R, .n = N, .a_type = A2AMM_E4M3, .b_type = A2AMM_E4M3,
+    a2amm_op_config cfg = {.size = sizeof(a2amm_op_config), .max_m = M, .k = (int64_t)KR * R, .n = N, .a_type = A2AMM_E4M3, .b_type = A2AMM_E4M3,
                            .tile_m = 4, .depth = 2, .threads = 1, .path = A2AMM_PATH_PUT, .timeout_s = TIMEOUT_S};
     int rc = a2amm_op_create(comm, &cfg, op, err);
     if (!rc) rc = a2amm_op_set_weights(*op, b, sb, KR * R / 32, err);

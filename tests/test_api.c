@@ -183,10 +183,12 @@ static void test_names_and_nulls(void)
           "a NULL shape: %s", err.msg);
     CHECK(op_shape_check(NULL, NULL, NULL) == A2AMM_E_INVAL, "a NULL shape, no error record");
     a2amm_fp8_type t = A2AMM_E4M3;
-    CHECK(a2amm_fp8_type_parse("E5M2", NULL) == A2AMM_E_INVAL, "parse into NULL");
-    CHECK(a2amm_fp8_type_parse(NULL, &t) == A2AMM_E_INVAL, "parse of NULL");
-    CHECK(a2amm_fp8_type_parse("E5M2", &t) == A2AMM_OK && t == A2AMM_E5M2, "parse of E5M2");
-    CHECK(a2amm_fp8_type_parse("e4m3x", &t) == A2AMM_E_INVAL && t == A2AMM_E5M2, "parse of e4m3x leaves *out");
+    CHECK(a2amm_fp8_type_parse("E5M2", NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "NULL"), "parse into NULL: %s",
+          err.msg);
+    CHECK(a2amm_fp8_type_parse(NULL, &t, NULL) == A2AMM_E_INVAL, "parse of NULL");
+    CHECK(a2amm_fp8_type_parse("E5M2", &t, &err) == A2AMM_OK && t == A2AMM_E5M2, "parse of E5M2");
+    CHECK(a2amm_fp8_type_parse("e4m3x", &t, &err) == A2AMM_E_INVAL && t == A2AMM_E5M2 && strstr(err.msg, "'e4m3x'"),
+          "parse of e4m3x leaves *out, and says why: %s", err.msg);
     CHECK(!strcmp(a2amm_fp8_type_name(A2AMM_E4M3), "e4m3") && !strcmp(a2amm_fp8_type_name(A2AMM_E5M2), "e5m2"),
           "the two names");
     CHECK(!strcmp(a2amm_fp8_type_name((a2amm_fp8_type)7), "(not an fp8 type)") &&

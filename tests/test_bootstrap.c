@@ -94,12 +94,12 @@ static int one_call(a2amm_comm *comm, int which, int victim)
 {
     int me = a2amm_comm_rank(comm);
     a2amm_error err = {0, ""};
-    a2amm_op_config cfg = {.max_m = M, .k = K, .n = N, .a_type = A2AMM_E4M3, .b_type = A2AMM_E4M3, .tile_m = 8,
+    a2amm_op_config cfg = {.size = sizeof(a2amm_op_config), .max_m = M, .k = K, .n = N, .a_type = A2AMM_E4M3, .b_type = A2AMM_E4M3, .tile_m = 8,
                            .path = A2AMM_PATH_PUT, .depth = 2, .threads = 1, .timeout_s = 30};
     a2amm_op *op = NULL;
     int rc = a2amm_op_create(comm, &cfg, &op, &err);
     if (!rc) rc = a2amm_op_set_weights(op, in[me].b, in[me].sb, sizes.sk, &err);
-    if (!rc && me == victim) a2amm_op_set_observer(op, kill_at_tile, NULL);
+    if (!rc && me == victim) a2amm_op_set_observer(op, kill_at_tile, NULL, NULL);
     double t0 = now_s();
     if (!rc) rc = a2amm_op_run(op, M, in[me].a, in[me].sa, sh->out[which][me], &err);
     sh->seconds[me] = now_s() - t0;
@@ -151,7 +151,7 @@ static void test_same_bits(void)
     run_bootstrapped(-1);
     for (int r = 0; r < R; r++) CHECK(sh->rc[r] == 0, "bootstrap rank %d: %s", r, sh->msg[r]);
     a2amm_error err = {0, ""};
-    CHECK(a2amm_launch(R, launched_rank, NULL, &(a2amm_launch_options){.heap_bytes = 64u << 20}, &err) == 0,
+    CHECK(a2amm_launch(R, launched_rank, NULL, &(a2amm_launch_options){.size = sizeof(a2amm_launch_options), .heap_bytes = 64u << 20}, &err) == 0,
           "launch: %s", err.msg);
     for (int r = 0; r < R; r++)
         CHECK(!memcmp(sh->out[0][r], sh->out[1][r], sizeof sh->out[0][r]),

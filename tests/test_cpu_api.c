@@ -15,7 +15,7 @@
 static int feature_index(const char *want)
 {
     const char *name;
-    for (int i = 0; a2amm_cpu_feature(i, &name, NULL, NULL, NULL) == A2AMM_OK; i++)
+    for (int i = 0; a2amm_cpu_feature(i, &name, NULL, NULL, NULL, NULL) == A2AMM_OK; i++)
         if (!strcmp(name, want)) return i;
     return -1;
 }
@@ -23,14 +23,14 @@ static int feature_index(const char *want)
 static int used(const char *feature)
 {
     int u = 0;
-    CHECK(a2amm_cpu_feature(feature_index(feature), NULL, NULL, NULL, &u) == A2AMM_OK, "feature %s", feature);
+    CHECK(a2amm_cpu_feature(feature_index(feature), NULL, NULL, NULL, &u, NULL) == A2AMM_OK, "feature %s", feature);
     return u;
 }
 
 static int level_runs(const char *want)
 {
     const char *name, *why;
-    for (int i = 0; a2amm_kernel_level(i, &name, &why) == A2AMM_OK; i++)
+    for (int i = 0; a2amm_kernel_level(i, &name, &why, NULL) == A2AMM_OK; i++)
         if (!strcmp(name, want)) return why == NULL;
     CHECK(0, "no level named %s", want);
     return 0;
@@ -39,22 +39,23 @@ static int level_runs(const char *want)
 /* The lists, as seen with A2AMM_CPU_HIDE as set now. */
 static void check_lists(const char *hide)
 {
+    a2amm_error err;
     int nf = a2amm_cpu_feature_count(), nl = a2amm_kernel_level_count();
     CHECK(nf >= 8, "%d features", nf);
     CHECK(nl == 4, "%d kernel levels", nl);
     for (int i = 0; i < nf; i++) {
         const char *name = NULL;
         int d = -1, h = -1, u = -1;
-        CHECK(a2amm_cpu_feature(i, &name, &d, &h, &u) == A2AMM_OK, "feature %d", i);
+        CHECK(a2amm_cpu_feature(i, &name, &d, &h, &u, NULL) == A2AMM_OK, "feature %d", i);
         CHECK(name && *name, "feature %d has a name", i);
         CHECK(u == (d && !h), "%s: used %d, detected %d, hidden %d (hide %s)", name, u, d, h, hide);
     }
-    CHECK(a2amm_cpu_feature(nf, NULL, NULL, NULL, NULL) == A2AMM_E_INVAL, "past the end");
-    CHECK(a2amm_cpu_feature(-1, NULL, NULL, NULL, NULL) == A2AMM_E_INVAL, "before the start");
-    CHECK(a2amm_kernel_level(nl, NULL, NULL) == A2AMM_E_INVAL, "level past the end");
-    CHECK(a2amm_kernel_level(-1, NULL, NULL) == A2AMM_E_INVAL, "level before the start");
+    CHECK(a2amm_cpu_feature(nf, NULL, NULL, NULL, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "index"), "past the end: %s", err.msg);
+    CHECK(a2amm_cpu_feature(-1, NULL, NULL, NULL, NULL, NULL) == A2AMM_E_INVAL, "before the start");
+    CHECK(a2amm_kernel_level(nl, NULL, NULL, NULL) == A2AMM_E_INVAL, "level past the end");
+    CHECK(a2amm_kernel_level(-1, NULL, NULL, NULL) == A2AMM_E_INVAL, "level before the start");
     const char *first = NULL, *why = "x";
-    CHECK(a2amm_kernel_level(0, &first, &why) == A2AMM_OK && first && !strcmp(first, "ref") && !why,
+    CHECK(a2amm_kernel_level(0, &first, &why, NULL) == A2AMM_OK && first && !strcmp(first, "ref") && !why,
           "level 0 is ref and runs everywhere");
     /* each level runs exactly where the features it needs are used */
     CHECK(level_runs("avx2") == (used("avx2") && used("fma")), "avx2 level vs features (hide %s)", hide);
@@ -64,7 +65,6 @@ static void check_lists(const char *hide)
           "amx level vs features (hide %s)", hide);
     /* the level picked runs, and none above it does */
     const char *picked = NULL;
-    a2amm_error err;
     if (a2amm_cpu_env_check(&err) != A2AMM_OK) { /* a bad list: no level is picked, and the reason says why */
         CHECK(a2amm_kernel(&picked, &err) == A2AMM_E_INVAL && !picked && strstr(err.msg, "A2AMM_CPU_HIDE"),
               "a bad list refused by a2amm_kernel: %s", err.msg);
@@ -75,7 +75,7 @@ static void check_lists(const char *hide)
     CHECK(level_runs(picked), "the picked level %s runs", picked);
     int seen = 0;
     const char *name;
-    for (int i = 0; a2amm_kernel_level(i, &name, &why) == A2AMM_OK; i++) {
+    for (int i = 0; a2amm_kernel_level(i, &name, &why, NULL) == A2AMM_OK; i++) {
         if (seen) CHECK(why != NULL, "level %s above the picked %s runs (hide %s)", name, picked, hide);
         seen |= !strcmp(name, picked);
     }
@@ -100,7 +100,7 @@ static void check_hidden(const char *hide, int had_avx2, int had_avx512)
     } else if (!strcmp(hide, "avx2")) {
         CHECK(!level_runs("avx2") && !level_runs("avx512") && !level_runs("amx"), "avx2 hidden: ref only");
         CHECK(a2amm_kernel(&picked, &err) == A2AMM_OK && picked && !strcmp(picked, "ref"), "avx2 hidden: ref picked");
-        a2amm_kernel_level(1, NULL, &why);
+        a2amm_kernel_level(1, NULL, &why, NULL);
         CHECK(why && (had_avx2 ? strstr(why, "A2AMM_CPU_HIDE") != NULL : 1), "the reason: %s", why ? why : "(none)");
     } else if (!strcmp(hide, "amx,sse9")) {
         /* a bad list is refused, naming the entry, and then hides nothing */

@@ -25,9 +25,9 @@ typedef struct config_case {
 } config_case;
 
 static const config_case CASES[] = {
-    {"put, tile 7, depth 2", {.path = A2AMM_PATH_PUT, .tile_m = 7, .depth = 2}},
-    {"direct, tile 16", {.path = A2AMM_PATH_DIRECT, .tile_m = 16}},
-    {"unfused, tile 16", {.path = A2AMM_PATH_PUT, .tile_m = 16, .schedule = A2AMM_SCHEDULE_UNFUSED}},
+    {"put, tile 7, depth 2", {.size = sizeof(a2amm_op_config), .path = A2AMM_PATH_PUT, .tile_m = 7, .depth = 2}},
+    {"direct, tile 16", {.size = sizeof(a2amm_op_config), .path = A2AMM_PATH_DIRECT, .tile_m = 16}},
+    {"unfused, tile 16", {.size = sizeof(a2amm_op_config), .path = A2AMM_PATH_PUT, .tile_m = 16, .schedule = A2AMM_SCHEDULE_UNFUSED}},
 };
 enum { NCASES = sizeof CASES / sizeof CASES[0] };
 
@@ -82,9 +82,9 @@ static int rank_main(a2amm_comm *comm, void *arg)
         int64_t m = CALL_M[c];
         fill(a, a_bytes, 3u + (unsigned)(me * 10 + c), 0);
         fill(sa, sa_bytes, 5u + (unsigned)(me * 10 + c), 1);
-        rc = a2amm_op_set_observer(op, NULL, NULL);
+        rc = a2amm_op_set_observer(op, NULL, NULL, &err);
         if (!rc) rc = a2amm_op_run(op, m, a, sa, plain, &err); /* unobserved */
-        if (!rc) rc = a2amm_op_set_observer(op, record, sh);
+        if (!rc) rc = a2amm_op_set_observer(op, record, sh, &err);
         if (!rc) rc = a2amm_op_run(op, m, a, sa, out, &err); /* observed */
         if (!rc && memcmp(out, plain, (size_t)(m * N) * 2) != 0) sh->same_bits[me] = 0;
     }
@@ -225,7 +225,7 @@ int main(void)
         memset(sh, 0, sizeof *sh);
         sh->config = c;
         a2amm_error err = {0, ""};
-        int rc = a2amm_launch(R, rank_main, sh, &(a2amm_launch_options){.heap_bytes = 16u << 20, .timeout_s = 120},
+        int rc = a2amm_launch(R, rank_main, sh, &(a2amm_launch_options){.size = sizeof(a2amm_launch_options), .heap_bytes = 16u << 20, .timeout_s = 120},
                               &err);
         CHECK(rc == 0, "%s: launch: %s", CASES[c].name, err.msg);
         if (rc) continue;

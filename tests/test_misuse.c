@@ -73,7 +73,7 @@ static void fill(rank_data *d, int me)
 
 static a2amm_op_config config(a2amm_path path, a2amm_schedule schedule, double timeout_s)
 {
-    return (a2amm_op_config){.max_m = M, .k = K, .n = N, .a_type = A2AMM_E4M3, .b_type = A2AMM_E4M3, .tile_m = 4,
+    return (a2amm_op_config){.size = sizeof(a2amm_op_config), .max_m = M, .k = K, .n = N, .a_type = A2AMM_E4M3, .b_type = A2AMM_E4M3, .tile_m = 4,
                              .depth = 2, .threads = 1, .path = path, .timeout_s = timeout_s, .schedule = schedule};
 }
 
@@ -97,7 +97,7 @@ static void launch(a2amm_rank_fn fn, void *arg)
 {
     memset(rep, 0, sizeof *rep);
     a2amm_error err = {0, ""};
-    rep->launch_rc = a2amm_launch(R, fn, arg, &(a2amm_launch_options){.heap_bytes = 16u << 20, .timeout_s = 120},
+    rep->launch_rc = a2amm_launch(R, fn, arg, &(a2amm_launch_options){.size = sizeof(a2amm_launch_options), .heap_bytes = 16u << 20, .timeout_s = 120},
                                   &err);
     snprintf(rep->launch_msg, sizeof rep->launch_msg, "%s", err.msg);
 }
@@ -302,7 +302,7 @@ static void *intrude(void *arg)
     note(r, 2, a2amm_op_set_weights(in->op, in->d->b, in->d->sb, K / 32, &err), &err);
     note(r, 3, a2amm_comm_barrier(in->comm, 5, &err), &err);
     r->local_rc[0] = a2amm_op_use_weights(in->op, in->w, &err);
-    r->local_rc[1] = a2amm_op_set_observer(in->op, NULL, NULL);
+    r->local_rc[1] = a2amm_op_set_observer(in->op, NULL, NULL, NULL);
     atomic_store(&in->done, 1);
     return NULL;
 }
@@ -325,14 +325,14 @@ static int rank_two_threads(a2amm_comm *comm, void *arg)
     int started = 0;
     if (!rc && me == 0) rc = a2amm_weights_create(d.b, d.sb, N, K, K / 32, A2AMM_E4M3, 1, &in.w, &err);
     if (!rc && me == 0) {
-        rc = a2amm_op_set_observer(op, hold_the_call, &in);
+        rc = a2amm_op_set_observer(op, hold_the_call, &in, &err);
         started = !rc && pthread_create(&t, NULL, intrude, &in) == 0;
     }
     if (!rc) rc = a2amm_op_run(op, M, d.a, d.sa, out, &err);
     if (started) pthread_join(t, NULL);
     note(r, 0, rc, &err);
     /* the op and the communicator still work, with the same bits */
-    if (!rc && me == 0) rc = a2amm_op_set_observer(op, NULL, NULL);
+    if (!rc && me == 0) rc = a2amm_op_set_observer(op, NULL, NULL, &err);
     if (!rc) rc = a2amm_op_run(op, M, d.a, d.sa, again, &err);
     r->same = !rc && !memcmp(out, again, sizeof out);
     a2amm_op_destroy(op);
@@ -474,9 +474,9 @@ static void test_timeouts_and_threads(void)
     }
     a2amm_error err = {0, ""};
     double t0 = now_s();
-    CHECK(a2amm_launch(R, rank_idle, NULL, &(a2amm_launch_options){.timeout_s = NAN}, &err) == A2AMM_E_INVAL &&
+    CHECK(a2amm_launch(R, rank_idle, NULL, &(a2amm_launch_options){.size = sizeof(a2amm_launch_options), .timeout_s = NAN}, &err) == A2AMM_E_INVAL &&
               strstr(err.msg, "timeout_s"), "a launch with timeout_s NaN is refused: %s", err.msg);
-    CHECK(a2amm_launch(R, rank_idle, NULL, &(a2amm_launch_options){.stall_s = NAN}, &err) == A2AMM_E_INVAL &&
+    CHECK(a2amm_launch(R, rank_idle, NULL, &(a2amm_launch_options){.size = sizeof(a2amm_launch_options), .stall_s = NAN}, &err) == A2AMM_E_INVAL &&
               strstr(err.msg, "stall_s"), "a launch with stall_s NaN is refused: %s", err.msg);
     CHECK(now_s() - t0 < 10, "the NaN launches took %.1f s", now_s() - t0);
 }

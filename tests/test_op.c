@@ -36,12 +36,12 @@ static const int64_t CALL_M[CALLS] = {MAX_M, 1, 37, MAX_M, 37};
 static const int CALL_W[CALLS] = {0, 0, 1, 1, 0};
 
 static const a2amm_op_config CONFIG_OF[CONFIGS] = {
-    {.path = A2AMM_PATH_DIRECT},                          /* defaults: tile 512, depth 4 */
-    {.path = A2AMM_PATH_PUT, .tile_m = 7, .depth = 1},
-    {.path = A2AMM_PATH_PUT, .tile_m = 16, .depth = 3, .threads = 2},
-    {.path = A2AMM_PATH_DIRECT, .tile_m = 1, .threads = 3},
-    {.path = A2AMM_PATH_PUT, .tile_m = 16, .depth = 2, .schedule = A2AMM_SCHEDULE_UNFUSED},
-    {.path = A2AMM_PATH_DIRECT, .tile_m = 7, .threads = 2, .schedule = A2AMM_SCHEDULE_UNFUSED},
+    {.size = sizeof(a2amm_op_config), .path = A2AMM_PATH_DIRECT},                          /* defaults: tile 512, depth 4 */
+    {.size = sizeof(a2amm_op_config), .path = A2AMM_PATH_PUT, .tile_m = 7, .depth = 1},
+    {.size = sizeof(a2amm_op_config), .path = A2AMM_PATH_PUT, .tile_m = 16, .depth = 3, .threads = 2},
+    {.size = sizeof(a2amm_op_config), .path = A2AMM_PATH_DIRECT, .tile_m = 1, .threads = 3},
+    {.size = sizeof(a2amm_op_config), .path = A2AMM_PATH_PUT, .tile_m = 16, .depth = 2, .schedule = A2AMM_SCHEDULE_UNFUSED},
+    {.size = sizeof(a2amm_op_config), .path = A2AMM_PATH_DIRECT, .tile_m = 7, .threads = 2, .schedule = A2AMM_SCHEDULE_UNFUSED},
 };
 /* Configs that borrow weights prepared once (a2amm_weights_create + a2amm_op_use_weights). */
 static int borrows_weights(int c) { return c % 2 == 1; }
@@ -99,7 +99,7 @@ static int rank_calls(a2amm_comm *comm, void *arg)
             if ((c + k) % 2) { /* in place: written where the op says */
                 uint8_t *ia, *isa;
                 int64_t lda, ldsa, block;
-                rc = a2amm_op_input(op, &ia, &isa, &lda, &ldsa, &block);
+                rc = a2amm_op_input(op, &ia, &isa, &lda, &ldsa, &block, &err);
                 for (int j = 0; !rc && j < w->R; j++) {
                     memcpy(ia + j * block * lda, w->in[0][me].a + (size_t)(j * MAX_M * w->z.ka), (size_t)(m * lda));
                     memcpy(isa + j * block * ldsa, w->in[0][me].sa + (size_t)(j * MAX_M * w->z.ska), (size_t)(m * ldsa));
@@ -298,7 +298,7 @@ static int rank_misuse(a2amm_comm *comm, void *arg)
     const misuse_arg *ma = arg;
     int me = a2amm_comm_rank(comm);
     a2amm_error err = {0, ""};
-    a2amm_op_config cfg = {.max_m = 8, .k = 64, .n = 16, .a_type = A2AMM_E4M3, .b_type = A2AMM_E4M3};
+    a2amm_op_config cfg = {.size = sizeof(a2amm_op_config), .max_m = 8, .k = 64, .n = 16, .a_type = A2AMM_E4M3, .b_type = A2AMM_E4M3};
     if (ma->what == CONFIG_DIFFERS && me == 1) cfg.n = 24;
     uint8_t b[24 * 64], sb[24 * 2], a[2 * 8 * 32], sa[2 * 8 * 2];
     memset(b, 0x38, sizeof b), memset(sb, 127, sizeof sb), memset(a, 0x38, sizeof a), memset(sa, 127, sizeof sa);
@@ -326,7 +326,7 @@ static int rank_misuse(a2amm_comm *comm, void *arg)
             rc = a2amm_op_run(op, 8, a, sa, out, &err);
             break;
         case PEER_GONE: /* rank 1's op is gone (its heap zeroed) when rank 0 goes on with the call */
-            rc = a2amm_op_set_observer(op, me == 0 ? dawdle_after_barrier : stop_at_first_tile, NULL);
+            rc = a2amm_op_set_observer(op, me == 0 ? dawdle_after_barrier : stop_at_first_tile, NULL, &err);
             if (!rc) rc = a2amm_op_run(op, 8, a, sa, out, &err);
             if (me == 1) a2amm_op_destroy(op), op = NULL;
             break;
@@ -378,7 +378,7 @@ static void test_misuse(void)
     munmap(rep, sizeof *rep * MISUSES);
 
     /* local misuse: refused at once, nothing collective involved */
-    a2amm_op_config cfg = {.max_m = 8, .k = 64, .n = 16};
+    a2amm_op_config cfg = {.size = sizeof(a2amm_op_config), .max_m = 8, .k = 64, .n = 16};
     a2amm_op *op = (a2amm_op *)&cfg;
     CHECK(a2amm_op_create(NULL, &cfg, &op, &err) == A2AMM_E_INVAL && strstr(err.msg, "must not be NULL") && op == NULL,
           "create with a NULL comm: %s", err.msg);
@@ -391,7 +391,49 @@ static void test_misuse(void)
     CHECK(a2amm_launch(0, rank_misuse, NULL, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "nranks must be 1 to 1024"),
           "launch of 0 ranks: %s", err.msg);
     CHECK(a2amm_launch(2, NULL, NULL, NULL, &err) == A2AMM_E_INVAL, "launch of a NULL function");
-    CHECK(a2amm_op_heap_bytes(&cfg, 2) > 0 && a2amm_op_heap_bytes(&cfg, 3) == 0, "heap bytes: K=64 fits R=2, not R=3");
+    size_t bytes = 0;
+    CHECK(a2amm_op_heap_bytes(&cfg, 2, &bytes, &err) == A2AMM_OK && bytes > 0, "heap bytes: K=64 fits R=2: %s", err.msg);
+    CHECK(a2amm_op_heap_bytes(&cfg, 3, &bytes, &err) == A2AMM_E_INVAL && bytes == 0 && strstr(err.msg, "divisible by R"),
+          "heap bytes: K=64 does not fit R=3, and says why: %s", err.msg);
+    CHECK(a2amm_op_heap_bytes(NULL, 2, &bytes, &err) == A2AMM_E_INVAL, "heap bytes of a NULL config");
+    CHECK(a2amm_op_input(NULL, NULL, NULL, NULL, NULL, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "not a live op"),
+          "input of a NULL op, said: %s", err.msg);
+    CHECK(a2amm_op_set_observer(NULL, NULL, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "not a live op"),
+          "set_observer on a NULL op, said: %s", err.msg);
+
+    /* the config and the launch options read as the program's header laid them out */
+    a2amm_op_config zero = cfg;
+    zero.size = 0;
+    CHECK(a2amm_op_heap_bytes(&zero, 2, &bytes, &err) == A2AMM_E_INVAL && strstr(err.msg, "size is 0") &&
+              strstr(err.msg, "initializer"), "a config without its size is refused, naming the initializer: %s", err.msg);
+    a2amm_op_config made;
+    a2amm_op_config_init(&made);
+    CHECK(made.size == sizeof made && made.max_m == 0 && made.tile_m == 0 && made.timeout_s == 0 && made.path == 0,
+          "a2amm_op_config_init: the size, every field 0");
+    a2amm_op_config from_macro = A2AMM_OP_CONFIG_INIT;
+    CHECK(!memcmp(&made, &from_macro, sizeof made), "the macro and the function agree");
+    struct { a2amm_op_config c; unsigned char later[24]; } newer; /* a program built with a later header */
+    memset(&newer, 0, sizeof newer);
+    newer.c = cfg;
+    newer.c.size = sizeof newer;
+    size_t same = 0;
+    a2amm_op_heap_bytes(&cfg, 2, &same, NULL);
+    CHECK(a2amm_op_heap_bytes(&newer.c, 2, &bytes, &err) == A2AMM_OK && bytes == same,
+          "a larger config whose later fields are 0 (their defaults) is read: %s", err.msg);
+    newer.later[5] = 1;
+    CHECK(a2amm_op_heap_bytes(&newer.c, 2, &bytes, &err) == A2AMM_E_INVAL && strstr(err.msg, "does not know"),
+          "a later field set is refused, saying this library does not know it: %s", err.msg);
+    a2amm_op_config older = cfg;
+    older.size = sizeof older - 8;
+    CHECK(a2amm_op_heap_bytes(&older, 2, &bytes, &err) == A2AMM_E_INVAL && strstr(err.msg, "smaller than any layout"),
+          "a size below the first layout is refused: %s", err.msg);
+    a2amm_launch_options lo_zero = {0};
+    CHECK(a2amm_launch(2, rank_misuse, NULL, &lo_zero, &err) == A2AMM_E_INVAL && strstr(err.msg, "options") &&
+              strstr(err.msg, "size is 0"), "launch options without their size are refused: %s", err.msg);
+    a2amm_launch_options lo_made;
+    a2amm_launch_options_init(&lo_made);
+    CHECK(lo_made.size == sizeof lo_made && lo_made.heap_bytes == 0 && lo_made.reports == NULL,
+          "a2amm_launch_options_init: the size, every field 0");
 }
 
 /* ---- the launch's reports, stall watch and stop flag ----------------------- */
@@ -419,7 +461,7 @@ static int rank_several(a2amm_comm *comm, void *arg)
         for (int i = 0; i < BLOCK; i++) rep->alltoall_ok &= recv[j * BLOCK + i] == (uint8_t)(j * 16 + me);
     enum { M = 9, KR = 64, NN = 16 };
     int64_t K = (int64_t)KR * R;
-    a2amm_op_config cfg = {.max_m = M, .k = K, .n = NN, .path = A2AMM_PATH_PUT, .tile_m = 4, .depth = 2};
+    a2amm_op_config cfg = {.size = sizeof(a2amm_op_config), .max_m = M, .k = K, .n = NN, .path = A2AMM_PATH_PUT, .tile_m = 4, .depth = 2};
     uint8_t *b = calloc((size_t)(NN * K), 1), *sb = malloc((size_t)(NN * K / 32));
     uint8_t *a = malloc((size_t)(R * M * KR)), *sa = malloc((size_t)(R * M * 2));
     uint16_t out1[M * NN], out2[M * NN];
@@ -461,7 +503,7 @@ static void test_several_ops(void)
 {
     several_report *rep = mmap(NULL, 3 * sizeof *rep, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     a2amm_error err = {0, ""};
-    int rc = a2amm_launch(3, rank_several, rep, &(a2amm_launch_options){.heap_bytes = 16u << 20}, &err);
+    int rc = a2amm_launch(3, rank_several, rep, &(a2amm_launch_options){.size = sizeof(a2amm_launch_options), .heap_bytes = 16u << 20}, &err);
     CHECK(rc == 0, "several ops: %s", err.msg);
     for (int r = 0; r < 3; r++) {
         CHECK(rep[r].rc == 0, "several ops, rank %d: %s", r, rep[r].msg);
@@ -493,7 +535,7 @@ static void test_launch_reports(void)
     a2amm_rank_report rep[2];
     a2amm_error err;
     enum launch_case c = EXITS;
-    a2amm_launch_options lo = {.reports = rep};
+    a2amm_launch_options lo = {.size = sizeof(a2amm_launch_options), .reports = rep};
     int rc = a2amm_launch(2, rank_reported, &c, &lo, &err);
     CHECK(rc == A2AMM_E_PEER && strstr(err.msg, "rank 1"), "a rank exits: %d %s", rc, err.msg);
     CHECK(rep[1].started && rep[1].failed_first && rep[1].exit_code == 3 && rep[1].status == A2AMM_E_PEER,
@@ -520,7 +562,7 @@ static void test_launch_reports(void)
     rc = a2amm_launch(2, rank_reported, &c, &lo, &err);
     alarm(0);
     CHECK(rc == A2AMM_E_INTERRUPTED && strstr(err.msg, "interrupted by signal"), "the stop flag: %d %s", rc, err.msg);
-    CHECK(a2amm_launch(2, rank_reported, &c, &(a2amm_launch_options){.stall_s = -1}, &err) == A2AMM_E_INVAL,
+    CHECK(a2amm_launch(2, rank_reported, &c, &(a2amm_launch_options){.size = sizeof(a2amm_launch_options), .stall_s = -1}, &err) == A2AMM_E_INVAL,
           "a negative stall_s is refused");
 }
 

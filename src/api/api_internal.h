@@ -61,6 +61,17 @@ int api_agree(a2amm_comm *comm, int64_t words[COMM_AGREE_WORDS], double timeout_
  * the communicator unless rc is A2AMM_E_PEER or it has failed already. */
 int api_fail_all(comm_ctx *ctx, int rc, const a2amm_error *err);
 
+/* ---- sized.c: the structs a caller fills -------------------------------- */
+/*
+ * Copies the caller's struct `given` (its first field its size in bytes as
+ * the program was built) into ours [ours_size]: fields the caller's layout
+ * lacks are 0; a size of 0, one below oldest_size (the first layout with a
+ * size), or fields past ours that are not 0 are A2AMM_E_INVAL naming `call`
+ * and the struct's `name`.
+ */
+int api_read_sized(const void *given, void *ours, size_t ours_size, size_t oldest_size, const char *call,
+                   const char *name, a2amm_error *err);
+
 /* Frees what a communicator's calls kept (its words). */
 void api_comm_release(a2amm_comm *comm);
 

@@ -24,29 +24,33 @@ static int rank_trampoline(comm_ctx *ctx, void *p)
     return rc;
 }
 
-int a2amm_launch(int nranks, a2amm_rank_fn fn, void *arg, const a2amm_launch_options *options, a2amm_error *err)
+int a2amm_launch(int nranks, a2amm_rank_fn fn, void *arg, const a2amm_launch_options *given, a2amm_error *err)
 {
     if (nranks < 1 || nranks > 1024)
         return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_launch: nranks must be 1 to 1024 (got %d)", nranks);
     if (!fn) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_launch: fn is NULL");
-    if (options && (!(options->timeout_s >= 0) || !(options->stall_s >= 0))) /* NaN too */
+    a2amm_launch_options o = A2AMM_LAUNCH_OPTIONS_INIT; /* NULL: every default */
+    if (given) {
+        int rc = api_read_sized(given, &o, sizeof o, sizeof o, "a2amm_launch", "options", err);
+        if (rc) return rc;
+    }
+    if (!(o.timeout_s >= 0) || !(o.stall_s >= 0)) /* NaN too */
         return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_launch: timeout_s and stall_s must be 0 (none) or positive "
-                          "(got %g and %g)", options->timeout_s, options->stall_s);
-    size_t heap = options && options->heap_bytes ? options->heap_bytes : DEFAULT_HEAP_BYTES;
+                          "(got %g and %g)", o.timeout_s, o.stall_s);
+    size_t heap = o.heap_bytes ? o.heap_bytes : DEFAULT_HEAP_BYTES;
     comm_world *world = NULL;
     int rc = comm_world_create(nranks, heap, &world, err);
     if (rc) return rc;
     launch_arg la = {fn, arg};
-    comm_launch_options lo = {options && options->timeout_s > 0 ? options->timeout_s : NO_LIMIT_S, 1.5,
-                              options && options->stall_s > 0 ? options->stall_s : 0, options ? options->stop : NULL};
-    comm_rank_outcome *outcomes = options && options->reports ? calloc((size_t)nranks, sizeof *outcomes) : NULL;
+    comm_launch_options lo = {o.timeout_s > 0 ? o.timeout_s : NO_LIMIT_S, 1.5, o.stall_s > 0 ? o.stall_s : 0, o.stop};
+    comm_rank_outcome *outcomes = o.reports ? calloc((size_t)nranks, sizeof *outcomes) : NULL;
     rc = comm_launch(world, rank_trampoline, &la, &lo, outcomes, err);
     for (int r = 0; outcomes && r < nranks; r++) {
-        const comm_rank_outcome *o = &outcomes[r];
-        a2amm_rank_report *rep = &options->reports[r];
-        *rep = (a2amm_rank_report){o->pid > 0, o->status, o->exit_code, o->term_signal, o->failed_first,
-                                   o->killed_by_launcher, ""};
-        snprintf(rep->doing, sizeof rep->doing, "%s", o->doing);
+        const comm_rank_outcome *out = &outcomes[r];
+        a2amm_rank_report *rep = &o.reports[r];
+        *rep = (a2amm_rank_report){out->pid > 0, out->status, out->exit_code, out->term_signal, out->failed_first,
+                                   out->killed_by_launcher, ""};
+        snprintf(rep->doing, sizeof rep->doing, "%s", out->doing);
     }
     free(outcomes);
     comm_world_destroy(world);

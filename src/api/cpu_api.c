@@ -14,9 +14,11 @@ int a2amm_cpu_env_check(a2amm_error *err) { return cpu_hide_check(err); }
 
 int a2amm_cpu_feature_count(void) { return CPU_FEATURE_COUNT; }
 
-int a2amm_cpu_feature(int index, const char **name, int *detected, int *hidden, int *used)
+int a2amm_cpu_feature(int index, const char **name, int *detected, int *hidden, int *used, a2amm_error *err)
 {
-    if (index < 0 || index >= CPU_FEATURE_COUNT) return A2AMM_E_INVAL;
+    if (index < 0 || index >= CPU_FEATURE_COUNT)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_cpu_feature: index must be 0 to %d (got %d)",
+                          CPU_FEATURE_COUNT - 1, index);
     cpu_feature f = (cpu_feature)index;
     if (name) *name = cpu_feature_name(f);
     if (detected) *detected = cpu_detected(f);
@@ -27,9 +29,11 @@ int a2amm_cpu_feature(int index, const char **name, int *detected, int *hidden, 
 
 int a2amm_kernel_level_count(void) { return GEMM_ISA_COUNT; }
 
-int a2amm_kernel_level(int index, const char **name, const char **why_not)
+int a2amm_kernel_level(int index, const char **name, const char **why_not, a2amm_error *err)
 {
-    if (index < 0 || index >= GEMM_ISA_COUNT) return A2AMM_E_INVAL;
+    if (index < 0 || index >= GEMM_ISA_COUNT)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_kernel_level: index must be 0 to %d (got %d)", GEMM_ISA_COUNT - 1,
+                          index);
     if (name) *name = gemm_isa_name((gemm_isa)index);
     if (why_not) *why_not = gemm_isa_why_not((gemm_isa)index);
     return A2AMM_OK;

@@ -84,14 +84,17 @@ static void give_op(a2amm_op *op) { atomic_store(&op->busy, OP_IDLE); }
 
 /* ---- the config ----------------------------------------------------------- */
 
-/* The config with its defaults filled in. */
-static a2amm_op_config with_defaults(const a2amm_op_config *c)
+/* The caller's config, as its header laid it out, with the defaults filled in. */
+static int with_defaults(const a2amm_op_config *c, a2amm_op_config *out, const char *call, a2amm_error *err)
 {
-    a2amm_op_config d = *c;
+    a2amm_op_config d;
+    int rc = api_read_sized(c, &d, sizeof d, sizeof d, call, "config", err);
+    if (rc) return rc;
     if (d.tile_m == 0) d.tile_m = 512;
     if (d.depth == 0) d.depth = 4;
     if (d.timeout_s == 0) d.timeout_s = 60;
-    return d;
+    *out = d;
+    return A2AMM_OK;
 }
 
 static int check_config(const a2amm_op_config *c, int R, op_shape *shape, op_sizes *z, a2amm_error *err)
@@ -126,15 +129,22 @@ static op_options options_of(const a2amm_op_config *c)
 /* The symmetric regions an op of these options needs: the ring (fused put path), xbuf (unfused). */
 static int needs_ring(const op_options *o) { return o->path == OP_PATH_PUT && !o->unfused; }
 
-size_t a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks)
+int a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks, size_t *bytes, a2amm_error *err)
 {
-    if (!config || nranks < 1) return 0;
-    a2amm_op_config c = with_defaults(config);
+    if (bytes) *bytes = 0;
+    if (!config || !bytes) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_heap_bytes: config and bytes must not be NULL");
+    if (nranks < 1 || nranks > COMM_MAX_RANKS)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_heap_bytes: nranks must be 1 to %d (got %d)", COMM_MAX_RANKS,
+                          nranks);
+    a2amm_op_config c;
     op_shape s;
     op_sizes z;
-    if (check_config(&c, nranks, &s, &z, NULL)) return 0;
+    int rc = with_defaults(config, &c, "a2amm_op_heap_bytes", err);
+    if (!rc) rc = check_config(&c, nranks, &s, &z, err);
+    if (rc) return rc;
     op_options o = options_of(&c);
-    return op_rank_heap_bytes(&s, &z, &o, needs_ring(&o), o.unfused);
+    *bytes = op_rank_heap_bytes(&s, &z, &o, needs_ring(&o), o.unfused);
+    return A2AMM_OK;
 }
 
 /* The words of create: the config every rank must pass alike (threads is each rank's own). */
@@ -185,9 +195,9 @@ int a2amm_op_create(a2amm_comm *comm, const a2amm_op_config *config, a2amm_op **
     op->comm = comm;
     op->ctx = comm->ctx;
     op->id = ++comm->ops_made;
-    op->cfg = with_defaults(config);
     int R = comm_nranks(op->ctx), me = comm_rank(op->ctx);
-    rc = check_config(&op->cfg, R, &op->shape, &op->z, err);
+    rc = with_defaults(config, &op->cfg, "a2amm_op_create", err);
+    if (!rc) rc = check_config(&op->cfg, R, &op->shape, &op->z, err);
     if (!rc) rc = gemm_isa_select(&op->isa, err);
     if (rc) { /* a bad config on one rank must not leave the others waiting */
         api_fail_all(op->ctx, rc, err);
@@ -272,10 +282,10 @@ int a2amm_op_use_weights(a2amm_op *op, const a2amm_weights *w, a2amm_error *err)
     return rc;
 }
 
-int a2amm_op_set_observer(a2amm_op *op, a2amm_observer_fn fn, void *arg)
+int a2amm_op_set_observer(a2amm_op *op, a2amm_observer_fn fn, void *arg, a2amm_error *err)
 {
-    if (!is_live(op)) return not_live("a2amm_op_set_observer", NULL);
-    int rc = take_op(op, OP_IN_LOCAL_CALL, "a2amm_op_set_observer", NULL);
+    if (!is_live(op)) return not_live("a2amm_op_set_observer", err);
+    int rc = take_op(op, OP_IN_LOCAL_CALL, "a2amm_op_set_observer", err);
     if (rc) return rc;
     op->rk.observer = fn;
     op->rk.observer_arg = fn ? arg : NULL;
@@ -283,9 +293,10 @@ int a2amm_op_set_observer(a2amm_op *op, a2amm_observer_fn fn, void *arg)
     return A2AMM_OK;
 }
 
-int a2amm_op_input(a2amm_op *op, uint8_t **a, uint8_t **sa, int64_t *lda, int64_t *ldsa, int64_t *block_rows)
+int a2amm_op_input(a2amm_op *op, uint8_t **a, uint8_t **sa, int64_t *lda, int64_t *ldsa, int64_t *block_rows,
+                   a2amm_error *err)
 {
-    if (!is_live(op)) return not_live("a2amm_op_input", NULL);
+    if (!is_live(op)) return not_live("a2amm_op_input", err);
     if (a) *a = op->rk.a;
     if (sa) *sa = op->rk.sa;
     if (lda) *lda = op->z.ka;

@@ -69,7 +69,7 @@ int cli_parse_double(const char *cmd, const char *what, const char *s, double mi
 
 int cli_parse_type(const char *cmd, const char *what, const char *s, a2amm_fp8_type *out)
 {
-    if (a2amm_fp8_type_parse(s, out) == A2AMM_OK) return 0;
+    if (a2amm_fp8_type_parse(s, out, NULL) == A2AMM_OK) return 0;
     fprintf(stderr, "a2amm %s: %s must be e4m3 or e5m2, got '%s'\n", cmd, what, s);
     return -1;
 }

@@ -38,7 +38,7 @@ static void cpu_usage(FILE *f)
 static int find_level(const char *name)
 {
     const char *level;
-    for (int i = 0; a2amm_kernel_level(i, &level, NULL) == A2AMM_OK; i++)
+    for (int i = 0; a2amm_kernel_level(i, &level, NULL, NULL) == A2AMM_OK; i++)
         if (!strcmp(name, level)) return i;
     return -1;
 }
@@ -53,11 +53,11 @@ static void print_json(const char *hide, const char *selected, int forced)
     printf(",\"features\":{");
     const char *name, *why;
     int detected, hidden, used;
-    for (int f = 0; a2amm_cpu_feature(f, &name, &detected, &hidden, &used) == A2AMM_OK; f++)
+    for (int f = 0; a2amm_cpu_feature(f, &name, &detected, &hidden, &used, NULL) == A2AMM_OK; f++)
         printf("%s\"%s\":{\"detected\":%s,\"hidden\":%s,\"used\":%s}", f ? "," : "", name,
                detected ? "true" : "false", hidden ? "true" : "false", used ? "true" : "false");
     printf("},\"levels\":{");
-    for (int i = 0; a2amm_kernel_level(i, &name, &why) == A2AMM_OK; i++) {
+    for (int i = 0; a2amm_kernel_level(i, &name, &why, NULL) == A2AMM_OK; i++) {
         printf("%s\"%s\":{\"runs\":%s", i ? "," : "", name, why ? "false" : "true");
         cli_json_key_str("why_not", why);
         printf("}");
@@ -73,11 +73,11 @@ static void print_text(const char *hide, const char *selected, int forced)
     printf("A2AMM_CPU_HIDE=%s\n\nfeatures the kernels use:\n", hide ? hide : "(unset)");
     const char *name, *why;
     int detected, hidden;
-    for (int f = 0; a2amm_cpu_feature(f, &name, &detected, &hidden, NULL) == A2AMM_OK; f++)
+    for (int f = 0; a2amm_cpu_feature(f, &name, &detected, &hidden, NULL, NULL) == A2AMM_OK; f++)
         printf("  %-12s %s\n", name,
                !detected ? "absent" : hidden ? "present, hidden by A2AMM_CPU_HIDE" : "present");
     printf("\nkernel levels:\n");
-    for (int i = 0; a2amm_kernel_level(i, &name, &why) == A2AMM_OK; i++)
+    for (int i = 0; a2amm_kernel_level(i, &name, &why, NULL) == A2AMM_OK; i++)
         printf("  %-7s %s%s\n", name, why ? "no: " : "runs", why ? why : "");
     if (selected)
         printf("\nrun and bench use: %s (%s)\n", selected, forced ? "forced by A2AMM_ISA" : "the best this CPU runs");
@@ -115,7 +115,7 @@ int cmd_cpu(int argc, char **argv)
             return 2;
         }
         const char *why = NULL;
-        a2amm_kernel_level(level, NULL, &why);
+        a2amm_kernel_level(level, NULL, &why, NULL);
         if (!why) return 0;
         printf("%s: %s\n", runs, why);
         return 1;

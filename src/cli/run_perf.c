@@ -40,7 +40,7 @@ static int v_alltoall(rank_state *st, a2amm_error *err)
     const op_shape *s = &st->rn->s;
     const op_sizes *z = &st->rn->z;
     uint8_t *a = NULL, *sa = NULL;
-    a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
+    a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL, NULL);
     int rc = a2amm_comm_alltoall(st->comm, a, st->ra, (size_t)(s->M * z->ka), st->rn->o.timeout_s, err);
     if (!rc) rc = a2amm_comm_alltoall(st->comm, sa, st->rsa, (size_t)(s->M * z->ska), st->rn->o.timeout_s, err);
     return rc;
@@ -54,7 +54,7 @@ static int baseline_exchange(rank_state *st, a2amm_error *err)
     const op_shape *s = &st->rn->s;
     const op_sizes *z = &st->rn->z;
     uint8_t *a = NULL, *sa = NULL;
-    a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
+    a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL, NULL);
     int64_t counts[2] = {s->M * z->ka, s->M * z->ska};
     uint8_t *send[2] = {a, sa}, *recv[2] = {st->ra, st->rsa};
     for (int i = 0; i < 2; i++) {
@@ -111,8 +111,8 @@ int run_perf_setup(rank_state *st, a2amm_error *err)
         rc = a2amm_op_create(st->comm, &cu, &st->op_u, err);
         if (!rc) rc = a2amm_op_use_weights(st->op_u, st->w, err);
         uint8_t *a = NULL, *sa = NULL, *ua = NULL, *usa = NULL;
-        a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
-        if (!rc) a2amm_op_input(st->op_u, &ua, &usa, NULL, NULL, NULL);
+        a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL, NULL);
+        if (!rc) a2amm_op_input(st->op_u, &ua, &usa, NULL, NULL, NULL, NULL);
         if (!rc) memcpy(ua, a, z->a_bytes), memcpy(usa, sa, z->sa_bytes);
     }
     if (rc) return rc;

@@ -49,7 +49,7 @@ static inline double *breakdown_slot(const runner *rn, int field, int r)
 
 static inline a2amm_op_config config_of(const runner *rn, int unfused)
 {
-    return (a2amm_op_config){.max_m = rn->s.M, .k = rn->s.K, .n = rn->s.N, .a_type = rn->s.a_type,
+    return (a2amm_op_config){.size = sizeof(a2amm_op_config), .max_m = rn->s.M, .k = rn->s.K, .n = rn->s.N, .a_type = rn->s.a_type,
                              .b_type = rn->s.b_type, .tile_m = rn->o.tile_m, .depth = rn->o.depth,
                              .threads = rn->threads, .path = rn->o.path, .timeout_s = rn->o.timeout_s,
                              .schedule = unfused ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED};

@@ -51,7 +51,7 @@ static int load_inputs(rank_state *st, a2amm_error *err)
 {
     const op_sizes *z = &st->rn->z;
     uint8_t *a = NULL, *sa = NULL;
-    a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL);
+    a2amm_op_input(st->op, &a, &sa, NULL, NULL, NULL, NULL);
     st->b = malloc(z->b_bytes);
     st->sb = malloc(z->sb_bytes);
     st->out = malloc(z->out_bytes);
@@ -143,9 +143,9 @@ int run_rank_main(a2amm_comm *comm, void *arg)
     if (!rc && (rn->o.trace_path || rn->o.mode == RUN_PERF)) { /* the spans, or perf mode's breakdown */
         rn->trace->next = fault_in_pipeline(&st.fault) ? fault_observe : NULL;
         rn->trace->next_arg = &st.fault;
-        rc = a2amm_op_set_observer(st.op, trace_observe, rn->trace);
+        rc = a2amm_op_set_observer(st.op, trace_observe, rn->trace, &err);
     } else if (!rc && fault_in_pipeline(&st.fault)) {
-        rc = a2amm_op_set_observer(st.op, fault_observe, &st.fault);
+        rc = a2amm_op_set_observer(st.op, fault_observe, &st.fault, &err);
     }
     if (!rc && rn->o.mode == RUN_PERF) {
         rc = run_rank_perf(&st, &err);
@@ -253,11 +253,13 @@ static void clean_after_kill(void *arg)
 /* Symmetric memory per rank: the op(s), and in perf mode the AllToAll's staging. */
 size_t run_heap_bytes(const runner *rn)
 {
+    /* the configs are the runner's, checked with the shape: a failure here shows again, saying why, at create */
     a2amm_op_config c = config_of(rn, rn->o.unfused), cu = config_of(rn, 1);
-    size_t bytes = a2amm_op_heap_bytes(&c, (int)rn->s.R) + (64u << 10);
-    if (rn->o.mode == RUN_PERF)
-        bytes += (rn->o.unfused ? 0 : a2amm_op_heap_bytes(&cu, (int)rn->s.R)) + rn->z.a_bytes + rn->z.sa_bytes +
-                 (64u << 10);
+    size_t op = 0, op_u = 0;
+    a2amm_op_heap_bytes(&c, (int)rn->s.R, &op, NULL);
+    a2amm_op_heap_bytes(&cu, (int)rn->s.R, &op_u, NULL);
+    size_t bytes = op + (64u << 10);
+    if (rn->o.mode == RUN_PERF) bytes += (rn->o.unfused ? 0 : op_u) + rn->z.a_bytes + rn->z.sa_bytes + (64u << 10);
     return bytes;
 }
 
@@ -385,7 +387,7 @@ int run_files(const char *dir, const op_shape *s, const run_options *opt, run_re
         return rc;
     }
     fault_pause("launch", -1);
-    a2amm_launch_options lo = {.heap_bytes = run_heap_bytes(&rn), .timeout_s = run_limit_s(&rn, res->ntiles),
+    a2amm_launch_options lo = {.size = sizeof(a2amm_launch_options), .heap_bytes = run_heap_bytes(&rn), .timeout_s = run_limit_s(&rn, res->ntiles),
                                .stall_s = rn.o.timeout_s * 1.5 + 1.0, .stop = rn.o.stop, .reports = res->ranks};
     progress_watch watch = {&rn, 0};
     pthread_t watcher;

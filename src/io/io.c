@@ -643,7 +643,7 @@ static const char *meta_line(const char *line, size_t len, io_meta *m, unsigned 
         return NULL;
     case MK_A_TYPE: case MK_B_TYPE:
         if (strcmp(v, "e4m3") && strcmp(v, "e5m2")) return "the type must be e4m3 or e5m2";
-        a2amm_fp8_type_parse(v, k == MK_A_TYPE ? &m->shape.a_type : &m->shape.b_type);
+        a2amm_fp8_type_parse(v, k == MK_A_TYPE ? &m->shape.a_type : &m->shape.b_type, NULL);
         return NULL;
     case MK_DIST: {
         gen_dist d;
