@@ -1,6 +1,8 @@
 /*
- * Inside the runner (runner.c, run_perf.c, run_mpi.c, run_sgemm.c): what the
- * launcher hands every rank, one rank's state, and the calls between them.
+ * Inside the runner (runner.c the launcher, run_rank.c a rank, run_perf.c,
+ * run_mpi.c, run_sgemm.c): what the launcher hands every rank, one rank's
+ * state, and the calls between them (downward only: the launcher calls the
+ * rank side, never the other way).
  * Not for other users: they have runner.h.
  */
 #ifndef A2AMM_CLI_RUN_RANK_H
@@ -76,7 +78,7 @@ typedef struct rank_state {
     fault_plan fault;
 } rank_state;
 
-/* runner.c: a rank's whole run (a2amm_launch's function, or an MPI rank's),
+/* run_rank.c: a rank's whole run (a2amm_launch's function, or an MPI rank's),
  * the symmetric heap it needs, and a barrier of the command's own (a trace span). */
 int run_rank_main(a2amm_comm *comm, void *arg);
 size_t run_heap_bytes(const runner *rn);
