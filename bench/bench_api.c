@@ -171,7 +171,7 @@ int cmd_bench_api(int argc, char **argv)
         bench_api_usage(stderr);
         return 2;
     }
-    b.s = (op_shape){0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
+    b.s = (op_shape){0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
     if (cli_parse_shape("bench api", pos, &b.s, &b.z)) return 2;
     b.iters = b.o.iters == 10 ? 3 : b.o.iters; /* --iters: repetitions per round */
     b.o.iters = b.iters;

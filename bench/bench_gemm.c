@@ -194,7 +194,7 @@ static double gemm_peak_bytes(const gemm_opts *o, size_t flush_bytes)
 
 static int gemm_inputs_make(const gemm_opts *o, gemm_inputs *in, a2amm_error *err)
 {
-    op_shape s = {o->M, o->K, o->N, 1, A2AMM_E4M3, A2AMM_E4M3};
+    op_shape s = {o->M, o->K, o->N, 1, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
     gen_options g = {GEN_DIST_NORMAL, GEMM_SEED, MX_SCALE_FLOOR};
     memset(in, 0, sizeof *in);
     int rc = op_shape_check(&s, &in->z, err);

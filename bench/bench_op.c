@@ -98,7 +98,7 @@ int cmd_bench_op(int argc, char **argv)
         return 2;
     }
     bench_onednn_cap_isa(); /* oneDNN as on a CPU without what A2AMM_CPU_HIDE hides */
-    op_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
+    op_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
     op_sizes z;
     if (cli_parse_shape("bench op", pos, &s, &z)) return 2;
     a2amm_error err = {0, ""};

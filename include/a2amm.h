@@ -325,17 +325,37 @@ A2AMM_API int a2amm_comm_fail(a2amm_comm *comm, int code, const char *message);
 
 /* ---- The operator -------------------------------------------------------- */
 /*
- * out_r = (AllToAll of every rank's A) x B_r, fused: rank r holds A_r with
- * R blocks of m rows (block j goes to rank j) of K/R fp8 values each, with
- * E8M0 scales per 32 values; B_r [K, N] is stored transposed [N, K] with
- * scales per 32 values of K. Rank r receives block r of every rank's A_j and
+ * Two kinds of op, each an AllToAll fused with an MXFP8 matmul (fp8 values
+ * with E8M0 scales per 32 values along K; B_r [K, N] stored transposed
+ * [N, K] with scales per 32 values of K; bf16 results). The contract:
+ * docs/op-contract.md.
+ *
+ * alltoall-matmul (the seed's; sequence parallelism's exchange after
+ * attention, fused with the output projection): out_r = (AllToAll of every
+ * rank's A) x B_r. Rank r holds A_r with R blocks of m rows (block j goes to
+ * rank j) of K/R values each; it receives block r of every rank's A_j and
  * multiplies [m, K] (the blocks side by side along K, rank j's as K range
- * j*K/R..) by B_r, writing bf16 [m, N]. The contract: docs/op-contract.md.
+ * j*K/R..) by B_r, writing bf16 [m, N]. K/R a multiple of 32.
+ *
+ * matmul-alltoall (the reverse; the exchange after the QKV projection,
+ * expert parallelism's combine): Y_r = X_r x B_r, then the AllToAll of
+ * Y_r's column blocks. Rank r holds X_r [m, K]; column block j of Y_r
+ * (columns j*N/R .. (j+1)*N/R) goes to rank j, and rank r writes bf16
+ * [R*m, N/R]: rows i*m .. (i+1)*m are rank i's block. Each value is one
+ * dot product over K in fp32 in a fixed order and one bf16 rounding: the
+ * same bits as a2amm_matmul of X_r by B_r, sliced. K a multiple of 32, N
+ * divisible by R. A rank computes the block for one rank while the one
+ * before travels.
  *
  * An op is made once per communicator with the largest m it will see; each
  * call may use any m from 1 to it, with no rebuild.
  */
 typedef struct a2amm_op a2amm_op;
+
+typedef enum a2amm_op_kind {
+    A2AMM_OP_ALLTOALL_MATMUL = 0, /* the AllToAll of A, then the matmul (the default) */
+    A2AMM_OP_MATMUL_ALLTOALL = 1  /* the matmul, then the AllToAll of its column blocks */
+} a2amm_op_kind;
 
 typedef enum a2amm_path {
     A2AMM_PATH_DIRECT = 0, /* read rows straight from the owner's memory */
@@ -353,16 +373,19 @@ typedef enum a2amm_schedule {
 typedef struct a2amm_op_config {
     size_t size;            /* sizeof(a2amm_op_config) as the program was built: set by the initializer */
     int64_t max_m;          /* the largest m of any call (rows per destination) */
-    int64_t k, n;           /* K (divisible by R, K/R a multiple of 32) and N */
+    int64_t k, n;           /* K and N (alltoall-matmul: K divisible by R, K/R a multiple
+                               of 32; matmul-alltoall: K a multiple of 32, N divisible by R) */
     a2amm_fp8_type a_type, b_type;
     int64_t tile_m;         /* rows per pipeline tile (0: 512) */
-    int depth;              /* ring slots per source on the put path (0: 4) */
+    int depth;              /* ring slots per source on the put path (0: 4); matmul-alltoall
+                               has a place for every tile of a call and no ring */
     int threads;            /* compute threads of this rank (0: cores / R, at least 1);
                                this rank's own: ranks may differ */
     a2amm_path path;
     double timeout_s;       /* deadline of every wait between ranks (0: 60; positive;
                                NaN is refused) */
     a2amm_schedule schedule; /* fused (0, the default) or unfused */
+    a2amm_op_kind kind;     /* alltoall-matmul (0, the default) or matmul-alltoall */
 } a2amm_op_config;
 
 /* The config's initializer: size set, every other field 0 (the defaults
@@ -418,21 +441,25 @@ A2AMM_API int a2amm_op_set_weights(a2amm_op *op, const uint8_t *b, const uint8_t
 A2AMM_API int a2amm_op_use_weights(a2amm_op *op, const a2amm_weights *w, a2amm_error *err);
 
 /*
- * Local. Where to write the input for zero-copy calls: the rows of A_r for
- * destination j start at a + j * block_rows * lda (lda = K/R bytes a row),
- * their scales at sa + j * block_rows * ldsa (ldsa = 2*ceil(K/R/64)); a call
- * with m uses the first m rows of each block. Write them only between
+ * Local. Where to write the input for zero-copy calls. alltoall-matmul: the
+ * rows of A_r for destination j start at a + j * block_rows * lda (lda =
+ * K/R bytes a row), their scales at sa + j * block_rows * ldsa (ldsa =
+ * 2*ceil(K/R/64)); a call with m uses the first m rows of each block.
+ * matmul-alltoall: X_r's rows at a (lda = K), their scales at sa (ldsa =
+ * 2*ceil(K/64)), one block of block_rows rows. Write them only between
  * calls: a call reads them until it returns on every rank.
  */
 A2AMM_API int a2amm_op_input(a2amm_op *op, uint8_t **a, uint8_t **sa, int64_t *lda, int64_t *ldsa, int64_t *block_rows,
                              a2amm_error *err);
 
 /*
- * Collective. One fused AllToAll + matmul for 1 <= m <= max_m (m is
- * shared: a difference fails every rank; the op too: each rank must call
- * the same op). a and sa are this rank's A_r [R*m, K/R] and scales
- * [R*m, ldsa], copied in; or both NULL for the input already written at
- * a2amm_op_input. out receives bf16 [m, n]. Needs weights set. A wrong
+ * Collective. One call of the op for 1 <= m <= max_m (m is shared: a
+ * difference fails every rank; the op too: each rank must call the same
+ * op). a and sa are this rank's input, copied in: A_r [R*m, K/R] and its
+ * scales [R*m, ldsa] (alltoall-matmul), or X_r [m, K] and its scales
+ * [m, ldsa] (matmul-alltoall); or both NULL for the input already written
+ * at a2amm_op_input. out receives bf16 [m, n] (alltoall-matmul) or
+ * [R*m, n/R] (matmul-alltoall). Needs weights set. A wrong
  * argument (m out of range, out NULL, no weights) returns A2AMM_E_INVAL on
  * this rank, on every transport, and fails the communicator: the others'
  * calls return A2AMM_E_PEER. Returns A2AMM_E_PEER when another rank failed,
@@ -449,7 +476,13 @@ A2AMM_API int a2amm_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint
  * _END event, properly nested on the rank's thread: CALL holds BARRIERs and
  * TILEs (fused) or an EXCHANGE and TILEs (unfused); a TILE holds, for each
  * source in turn, a WAIT for its rows (put path, other ranks) and a MATMUL of
- * them; SENDs of later tiles and SIGNALs follow a tile's matmuls. Inside each
+ * them; SENDs of later tiles and SIGNALs follow a tile's matmuls. For
+ * matmul-alltoall a TILE holds, for each destination in turn (its own block
+ * last), a MATMUL of the block (peer: the destination, k: K) and, for the
+ * others, a SEND of it (and its SIGNAL); after the last TILE (fused) or the
+ * TILEs and then the EXCHANGE (unfused) come the WAITs for every other
+ * rank's blocks (peer: the source), each with the SIGNAL of its release on
+ * the put and direct paths. Inside each
  * MATMUL span, once its work is done, come WORK events: one per piece of it a
  * compute thread ran, with that thread's number and times. Returning
  * non-zero (a negative A2AMM_E_* status) at A2AMM_EVENT_TILE stops the call

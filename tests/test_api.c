@@ -213,7 +213,7 @@ static void *ts_run(void *arg)
     a2amm_error err;
     const char *kernel = NULL;
     op_sizes z;
-    op_shape s = {TS_M, TS_K, TS_N, 3, A2AMM_E4M3, A2AMM_E4M3}; /* K/R = 32 */
+    op_shape s = {TS_M, TS_K, TS_N, 3, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL}; /* K/R = 32 */
     for (int i = 0; !j->rc && i < TS_ROUNDS; i++) {
         j->rc = a2amm_mx_quantize_f32(j->x, TS_M, TS_K, TS_K, A2AMM_E4M3, A2AMM_SCALE_RCEIL, j->codes, TS_K, j->scales,
                                       3, &err);

@@ -77,7 +77,7 @@ typedef struct shared {
     char msg[R][1100];
 } shared;
 
-static op_shape shape = {M, K, N, R, A2AMM_E4M3, A2AMM_E4M3};
+static op_shape shape = {M, K, N, R, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
 static op_sizes sizes;
 static io_rank_inputs in[R];
 static shared *sh;

@@ -20,29 +20,29 @@ static void test_shape_rules(void)
 {
     a2amm_error err = {0, ""};
     op_sizes z;
-    op_shape s = {700, 256, 96, 2, A2AMM_E4M3, A2AMM_E4M3};
+    op_shape s = {700, 256, 96, 2, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
     CHECK(op_shape_check(&s, &z, &err) == 0, "700 256 96 2 is fine: %s", err.msg);
     CHECK(z.ka == 128 && z.ska == 4 && z.sk == 8, "derived sizes ka=%lld ska=%lld sk=%lld",
           (long long)z.ka, (long long)z.ska, (long long)z.sk);
     CHECK(z.a_bytes == 2 * 700 * 128 && z.sa_bytes == 2 * 700 * 4 && z.b_bytes == 96 * 256 &&
           z.sb_bytes == 96 * 8 && z.out_bytes == 700 * 96 * 2, "byte sizes");
 
-    s = (op_shape){100, 200, 64, 4, A2AMM_E4M3, A2AMM_E4M3}; /* the seed's usage example */
+    s = (op_shape){100, 200, 64, 4, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL}; /* the seed's usage example */
     CHECK(op_shape_check(&s, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "multiple of 32"),
           "ka = 50 refused naming the rule: %s", err.msg);
-    s = (op_shape){100, 200, 64, 3, A2AMM_E4M3, A2AMM_E4M3};
+    s = (op_shape){100, 200, 64, 3, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
     CHECK(op_shape_check(&s, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "divisible by R"),
           "K %% R != 0 refused: %s", err.msg);
     int64_t bad[][4] = {{0, 64, 8, 1}, {8, 0, 8, 1}, {8, 64, 0, 1}, {8, 64, 8, 0}, {-1, 64, 8, 1}, {8, 64, -5, 2}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        s = (op_shape){bad[i][0], bad[i][1], bad[i][2], bad[i][3], A2AMM_E4M3, A2AMM_E4M3};
+        s = (op_shape){bad[i][0], bad[i][1], bad[i][2], bad[i][3], A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
         CHECK(op_shape_check(&s, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "at least 1"),
               "non-positive dimension %zu refused: %s", i, err.msg);
     }
-    s = (op_shape){INT64_C(1) << 40, INT64_C(1) << 20, INT64_C(1) << 30, 1, A2AMM_E4M3, A2AMM_E4M3};
+    s = (op_shape){INT64_C(1) << 40, INT64_C(1) << 20, INT64_C(1) << 30, 1, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
     CHECK(op_shape_check(&s, NULL, &err) == A2AMM_E_OVERFLOW && strstr(err.msg, "overflow"),
           "overflowing sizes refused: %s", err.msg);
-    s = (op_shape){INT64_C(1) << 61, 32, 1, 1, A2AMM_E4M3, A2AMM_E4M3};
+    s = (op_shape){INT64_C(1) << 61, 32, 1, 1, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
     CHECK(op_shape_check(&s, NULL, &err) == A2AMM_E_OVERFLOW, "M=2^61 refused: %s", err.msg);
 }
 
@@ -193,7 +193,7 @@ static void test_meta(void)
 /* Same seed, same bytes; another seed, other bytes; every dist fills all. */
 static void test_gen_determinism(void)
 {
-    op_shape s = {5, 128, 3, 2, A2AMM_E4M3, A2AMM_E5M2};
+    op_shape s = {5, 128, 3, 2, A2AMM_E4M3, A2AMM_E5M2, OP_ALLTOALL_MATMUL};
     op_sizes z;
     op_shape_check(&s, &z, NULL);
     for (int d = 0; d < GEN_DIST_COUNT; d++) {

@@ -199,7 +199,7 @@ static int close_to_reference(const world_data *w, int64_t m, int weights, int r
 static void test_calls(int R)
 {
     world_data w = {.R = R};
-    w.s = (op_shape){MAX_M, K_PER_RANK * R, N, R, R == 2 ? A2AMM_E5M2 : A2AMM_E4M3, A2AMM_E4M3};
+    w.s = (op_shape){MAX_M, K_PER_RANK * R, N, R, R == 2 ? A2AMM_E5M2 : A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
     a2amm_error err;
     CHECK(op_shape_check(&w.s, &w.z, &err) == 0, "shape: %s", err.msg);
     gen_options g0 = {GEN_DIST_NORMAL, 100 + (uint64_t)R, MX_SCALE_FLOOR}, g1 = {GEN_DIST_NORMAL, 200 + (uint64_t)R, MX_SCALE_FLOOR};

@@ -24,7 +24,7 @@ typedef struct problem {
 static int problem_make(problem *p, int64_t M, int64_t K, int64_t N, int64_t R, a2amm_fp8_type at,
                         a2amm_fp8_type bt, gen_dist dist, uint64_t seed)
 {
-    p->s = (op_shape){M, K, N, R, at, bt};
+    p->s = (op_shape){M, K, N, R, at, bt, OP_ALLTOALL_MATMUL};
     if (op_shape_check(&p->s, &p->z, NULL)) return -1;
     p->in = calloc((size_t)R, sizeof *p->in);
     gen_options o = {dist, seed, MX_SCALE_FLOOR};
@@ -235,7 +235,7 @@ static void test_dot_rounding(void)
 
 static void test_bad_rank(void)
 {
-    op_shape s = {4, 64, 4, 2, A2AMM_E4M3, A2AMM_E4M3};
+    op_shape s = {4, 64, 4, 2, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
     a2amm_error err = {0, ""};
     uint8_t buf[1024] = {0};
     const uint8_t *a[2] = {buf, buf};

@@ -17,7 +17,7 @@
 static const char *const RUN_ARGS[] = {"m", NULL};
 static const char *const ALLTOALL_ARGS[] = {"block_bytes", NULL};
 static const char *const CREATE_ARGS[] = {"max_m", "k", "n", "a_type", "b_type", "tile_m", "depth", "path",
-                                          "schedule", "timeout_s", NULL};
+                                          "schedule", "timeout_s", "kind", NULL};
 
 _Static_assert(sizeof CREATE_ARGS / sizeof *CREATE_ARGS - 1 <= API_MAX_ARGS, "create's arguments fit its words");
 

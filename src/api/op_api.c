@@ -112,7 +112,11 @@ static int check_config(const a2amm_op_config *c, int R, op_shape *shape, op_siz
     if (c->schedule != A2AMM_SCHEDULE_FUSED && c->schedule != A2AMM_SCHEDULE_UNFUSED)
         return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: schedule must be A2AMM_SCHEDULE_FUSED or "
                           "A2AMM_SCHEDULE_UNFUSED");
-    *shape = (op_shape){c->max_m, c->k, c->n, R, c->a_type, c->b_type};
+    if (c->kind != A2AMM_OP_ALLTOALL_MATMUL && c->kind != A2AMM_OP_MATMUL_ALLTOALL)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: kind must be A2AMM_OP_ALLTOALL_MATMUL or "
+                          "A2AMM_OP_MATMUL_ALLTOALL (got %d)", (int)c->kind);
+    *shape = (op_shape){c->max_m, c->k, c->n, R, c->a_type, c->b_type,
+                        c->kind == A2AMM_OP_MATMUL_ALLTOALL ? OP_MATMUL_ALLTOALL : OP_ALLTOALL_MATMUL};
     a2amm_error why = {0, ""};
     int rc = op_shape_check(shape, z, &why);
     if (rc) return a2amm_fail(err, rc, "a2amm_op_create: %s", why.msg);
@@ -126,8 +130,6 @@ static op_options options_of(const a2amm_op_config *c)
                         .unfused = c->schedule == A2AMM_SCHEDULE_UNFUSED, .timeout_s = c->timeout_s};
 }
 
-/* The symmetric regions an op of these options needs: the ring (fused put path), xbuf (unfused). */
-static int needs_ring(const op_options *o) { return o->path == OP_PATH_PUT && !o->unfused; }
 
 int a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks, size_t *bytes, a2amm_error *err)
 {
@@ -143,7 +145,7 @@ int a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks, size_t *bytes
     if (!rc) rc = check_config(&c, nranks, &s, &z, err);
     if (rc) return rc;
     op_options o = options_of(&c);
-    *bytes = op_rank_heap_bytes(&s, &z, &o, needs_ring(&o), o.unfused);
+    *bytes = op_rank_heap_bytes(&s, &z, &o);
     return A2AMM_OK;
 }
 
@@ -154,7 +156,7 @@ static void create_words(const a2amm_op *op, int64_t w[COMM_AGREE_WORDS])
     int64_t timeout_bits;
     memcpy(&timeout_bits, &c->timeout_s, sizeof timeout_bits);
     const int64_t args[] = {c->max_m, c->k, c->n, c->a_type, c->b_type, c->tile_m, c->depth, c->path, c->schedule,
-                            timeout_bits};
+                            timeout_bits, c->kind};
     memset(w, 0, COMM_AGREE_WORDS * sizeof *w);
     w[API_WORD_CALL] = API_OP_CREATE;
     w[API_WORD_OP] = op->id;
@@ -168,7 +170,7 @@ static int make_op(a2amm_op *op, size_t top, a2amm_error *err)
 {
     comm_heap_raise(op->ctx, top);
     op->heap_mark = comm_heap_mark(op->ctx);
-    int rc = op_rank_alloc(&op->rk, needs_ring(&op->opt), op->opt.unfused, err);
+    int rc = op_rank_alloc(&op->rk, err);
     op->heap_end = comm_heap_mark(op->ctx);
     if (!rc) rc = pool_create(op->opt.threads, &op->rk.pool, err);
     if (!rc) {
@@ -330,8 +332,10 @@ static int run_call(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa
 {
     int rc = check_run(op, m, a, sa, out, err); /* fails every rank: the others are (or will be) in this call */
     if (rc) return api_fail_all(op->ctx, rc, err);
-    const int64_t ka = op->z.ka, ska = op->z.ska, R = op->shape.R, mm = op->cfg.max_m;
-    for (int64_t j = 0; a && j < R; j++) {
+    const int64_t ka = op->z.ka, ska = op->z.ska, mm = op->cfg.max_m;
+    /* alltoall-matmul: R blocks of m rows, each at its block of max_m rows; matmul-alltoall: one block */
+    const int64_t blocks = op->shape.kind == OP_MATMUL_ALLTOALL ? 1 : op->shape.R;
+    for (int64_t j = 0; a && j < blocks; j++) {
         memcpy(op->rk.a + j * mm * ka, a + j * m * ka, (size_t)(m * ka));
         memcpy(op->rk.sa + j * mm * ska, sa + j * m * ska, (size_t)(m * ska));
     }
@@ -349,7 +353,9 @@ static int run_call(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa
         op->shape.M = m;
         op->rk.m = m;
         op->rk.out = out;
-        if (op->opt.unfused) rc = op_exec_unfused(&op->rk, err);
+        int reverse = op->shape.kind == OP_MATMUL_ALLTOALL;
+        if (op->opt.unfused) rc = reverse ? op_exec_reverse_unfused(&op->rk, err) : op_exec_unfused(&op->rk, err);
+        else if (reverse) rc = op_exec_reverse_fused(&op->rk, op->tiles_done, err);
         else rc = op_exec_fused(&op->rk, op->tiles_done, err);
         op->tiles_done += (uint64_t)op->rk.ntiles;
         op->rk.out = NULL;

@@ -92,7 +92,7 @@ int cmd_gen(int argc, char **argv)
 {
     const char *dir = ".";
     gen_options opt = {GEN_DIST_NORMAL, 1, MX_SCALE_FLOOR};
-    op_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
+    op_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
     char *pos[4];
     int npos = 0, golden = 1, quiet = 0;
     for (int i = 1; i < argc; i++) {

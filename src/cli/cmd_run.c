@@ -184,7 +184,7 @@ static int run_command(int argc, char **argv, int seed_form)
         return 2;
     }
     if ((int)o.path == -1) o.path = o.transport == RUN_MPI ? A2AMM_PATH_PUT : A2AMM_PATH_DIRECT;
-    op_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
+    op_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
     if (cli_parse_shape("run", pos, &s, NULL)) return 2;
     if (cli_dir_check("run", dir)) return 2;
     int held = cli_meta_hold("run", dir, &s, at, bt, seed_form ? CLI_TYPES_SEED : CLI_TYPES_NAMED);

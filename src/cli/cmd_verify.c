@@ -111,7 +111,7 @@ int cmd_verify(int argc, char **argv)
         cli_parse_i64("verify", "R", pos[2], 1, 1 << 20, &R))
         return 2;
     if (cli_dir_check("verify", dir)) return 2;
-    op_shape held_shape = {M, 0, N, R, A2AMM_E4M3, A2AMM_E4M3};
+    op_shape held_shape = {M, 0, N, R, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
     int held = cli_meta_hold("verify", dir, &held_shape, NULL, NULL, CLI_TYPES_UNUSED);
     if (held) return held;
     char marker[IO_PATH_MAX];

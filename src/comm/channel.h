@@ -3,9 +3,12 @@
  * them to the rank that uses them, whatever carries them. An op's pipeline
  * asks its channel, per tile and peer, to post the receive, send, wait,
  * release, and to progress and flush; it never asks which transport or
- * path it is on. Three channels exist:
+ * path it is on. Four channels exist:
  *   - direct (shm): nothing moves; a wait points into the sender's heap
  *     (the rows are there when the call starts);
+ *   - read (shm): nothing moves either, but the rows are made during the
+ *     call: the sender signals each tile once it is in its heap, and the
+ *     receiver waits for that signal, then reads them there;
  *   - put (shm): the sender puts the rows into the receiver's slot and sets
  *     its signal; the receiver releases the slot once it is done with it;
  *   - the MPI transport's own (liba2amm_mpi): a posted receive per slot, a
@@ -55,12 +58,13 @@ typedef struct comm_channel {
 } comm_channel;
 
 /* The kinds an op asks for; a transport without peer memory has one kind only (its own). */
-typedef enum comm_channel_kind { COMM_CHANNEL_DIRECT, COMM_CHANNEL_PUT } comm_channel_kind;
+typedef enum comm_channel_kind { COMM_CHANNEL_DIRECT, COMM_CHANNEL_READ, COMM_CHANNEL_PUT } comm_channel_kind;
 
 typedef struct comm_channel_ops {
     const char *name;
-    /* rows travel into the receiver's slots (else a wait points at them where they lie) */
-    int moves_rows;
+    /* each tile is waited for, as it comes during the call (into a slot, or signalled in the sender's
+     * heap); 0: every tile is there when the call starts */
+    int per_tile;
     /* takes what the channel needs (collective); NULL: nothing */
     int (*open)(comm_channel *ch, a2amm_error *err);
     /* readies the receive of `tile` from tile->peer into tile->into (NULL: nothing to post) */
@@ -86,7 +90,7 @@ typedef struct comm_channel_ops {
 /*
  * Makes the channel of `kind` over ctx's transport (collective): the
  * transport's own where it has one (a kind it cannot do is an error), else
- * shm's direct or put with a ring of `depth` slots per sender.
+ * shm's direct, read or put with `depth` slots per sender.
  */
 int comm_channel_open(comm_ctx *ctx, comm_channel_kind kind, int depth, comm_channel *ch, a2amm_error *err);
 

@@ -1,6 +1,9 @@
 /*
  * The shm transport's tile channels (comm/channel.h):
  *   direct: nothing moves; a wait points into the sender's heap.
+ *   read: nothing moves; the sender sets arrived[slot][sender] = g + 1 at
+ *     the receiver once tile g is in its own heap, and the receiver, having
+ *     seen it, reads the rows there (slots and releases as put's).
  *   put: the sender puts the rows into the receiver's slot, then sets
  *     arrived[slot][sender] = g + 1 there (release-ordered: whoever sees the
  *     signal sees the rows). The receiver, done with the tile, sets
@@ -54,12 +57,12 @@ static int direct_exchange(comm_channel *ch, const uint8_t *send, uint8_t *recv,
 }
 
 static const comm_channel_ops DIRECT = {
-    .name = "direct", .moves_rows = 0, .wait = direct_wait, .exchange = direct_exchange,
+    .name = "direct", .per_tile = 0, .wait = direct_wait, .exchange = direct_exchange,
 };
 
 /* ---- put -------------------------------------------------------------------- */
 
-static int put_open(comm_channel *ch, a2amm_error *err)
+static int signals_open(comm_channel *ch, a2amm_error *err)
 {
     size_t R = (size_t)comm_nranks(ch->ctx), depth = (size_t)ch->depth;
     int rc = comm_alloc(ch->ctx, depth * R * 8, SIGNAL_ALIGN, (void **)&ch->arrived, err);
@@ -82,34 +85,52 @@ static int put_rows(comm_channel *ch, const comm_tile *tile, int p, a2amm_error 
     return A2AMM_OK;
 }
 
-static int put_send(comm_channel *ch, const comm_tile *tile, int64_t deadline_ns, a2amm_error *err)
+/* Waits until the receiver has released the slot's previous tile (g - depth) from this rank. */
+static int slot_free(comm_channel *ch, const comm_tile *tile, int64_t deadline_ns, a2amm_error *err)
 {
+    if (tile->g < (uint64_t)ch->depth) return A2AMM_OK;
     comm_ctx *ctx = ch->ctx;
-    int me = comm_rank(ctx), d = tile->peer;
-    if (tile->g >= (uint64_t)ch->depth) {
-        /* slot reuse: d must have released tile g - depth from me */
-        uint64_t need = tile->g - (uint64_t)ch->depth + 1, seen = 0;
-        comm_set_doing(ctx, "sending tile %lld to rank %d: waiting for slot %d to be released (signal >= %llu)",
-                       (long long)tile->t, d, tile->slot, (unsigned long long)need);
-        int rc = comm_signal_wait_until(ctx, &ch->released[d], COMM_CMP_GE, need, deadline_ns, &seen, err);
-        if (rc == A2AMM_E_TIMEOUT)
-            return a2amm_fail(err, rc, "waiting for rank %d to release slot %d (tile %lld): released signal >= "
-                              "%llu, last seen %llu", d, tile->slot, (long long)tile->t - ch->depth,
-                              (unsigned long long)need, (unsigned long long)seen);
-        if (rc) return rc;
-    }
-    int rc = put_rows(ch, tile, 0, err);
-    if (!rc) rc = put_rows(ch, tile, 1, err);
-    /* the signal after the rows, release-ordered (comm_signal_set orders every earlier put before it) */
-    if (!rc) rc = comm_signal_set(ctx, &ch->arrived[(size_t)tile->slot * (size_t)comm_nranks(ctx) + (size_t)me],
-                                  tile->g + 1, d, err);
-    if (rc) return rc;
-    tell_signal(ch, tile, tile->slot, tile->g + 1);
-    return A2AMM_OK;
+    int d = tile->peer;
+    uint64_t need = tile->g - (uint64_t)ch->depth + 1, seen = 0;
+    comm_set_doing(ctx, "sending tile %lld to rank %d: waiting for slot %d to be released (signal >= %llu)",
+                   (long long)tile->t, d, tile->slot, (unsigned long long)need);
+    int rc = comm_signal_wait_until(ctx, &ch->released[d], COMM_CMP_GE, need, deadline_ns, &seen, err);
+    if (rc == A2AMM_E_TIMEOUT)
+        return a2amm_fail(err, rc, "waiting for rank %d to release slot %d (tile %lld): released signal >= %llu, "
+                          "last seen %llu", d, tile->slot, (long long)tile->t - ch->depth, (unsigned long long)need,
+                          (unsigned long long)seen);
+    return rc;
 }
 
-static int put_wait(comm_channel *ch, const comm_tile *tile, int64_t deadline_ns, comm_rows at[COMM_TILE_PARTS],
-                    a2amm_error *err)
+/* Tells the receiver tile g is there: arrived[slot][me] = g + 1 at it, release-ordered
+ * (comm_signal_set orders every earlier store and put of this rank before it). */
+static int signal_arrived(comm_channel *ch, const comm_tile *tile, a2amm_error *err)
+{
+    comm_ctx *ctx = ch->ctx;
+    int me = comm_rank(ctx);
+    int rc = comm_signal_set(ctx, &ch->arrived[(size_t)tile->slot * (size_t)comm_nranks(ctx) + (size_t)me],
+                             tile->g + 1, tile->peer, err);
+    if (!rc) tell_signal(ch, tile, tile->slot, tile->g + 1);
+    return rc;
+}
+
+static int put_send(comm_channel *ch, const comm_tile *tile, int64_t deadline_ns, a2amm_error *err)
+{
+    int rc = slot_free(ch, tile, deadline_ns, err);
+    if (!rc) rc = put_rows(ch, tile, 0, err);
+    if (!rc) rc = put_rows(ch, tile, 1, err);
+    return rc ? rc : signal_arrived(ch, tile, err);
+}
+
+/* The rows are in this rank's own heap already: only the signal goes. */
+static int read_send(comm_channel *ch, const comm_tile *tile, int64_t deadline_ns, a2amm_error *err)
+{
+    int rc = slot_free(ch, tile, deadline_ns, err);
+    return rc ? rc : signal_arrived(ch, tile, err);
+}
+
+/* Waits until the sender's signal says tile g is there. */
+static int wait_arrived(comm_channel *ch, const comm_tile *tile, int64_t deadline_ns, a2amm_error *err)
 {
     comm_ctx *ctx = ch->ctx;
     uint64_t seen = 0;
@@ -119,12 +140,26 @@ static int put_wait(comm_channel *ch, const comm_tile *tile, int64_t deadline_ns
         return a2amm_fail(err, rc, "waiting for tile %lld from rank %d: slot %d signal >= %llu, last seen %llu",
                           (long long)tile->t, tile->peer, tile->slot, (unsigned long long)(tile->g + 1),
                           (unsigned long long)seen);
-    if (rc) return rc;
-    for (int p = 0; p < COMM_TILE_PARTS; p++) at[p] = tile->into[p];
-    return A2AMM_OK;
+    return rc;
 }
 
-static int put_release(comm_channel *ch, const comm_tile *tile, a2amm_error *err)
+static int put_wait(comm_channel *ch, const comm_tile *tile, int64_t deadline_ns, comm_rows at[COMM_TILE_PARTS],
+                    a2amm_error *err)
+{
+    int rc = wait_arrived(ch, tile, deadline_ns, err);
+    for (int p = 0; !rc && p < COMM_TILE_PARTS; p++) at[p] = tile->into[p];
+    return rc;
+}
+
+static int read_wait(comm_channel *ch, const comm_tile *tile, int64_t deadline_ns, comm_rows at[COMM_TILE_PARTS],
+                     a2amm_error *err)
+{
+    int rc = wait_arrived(ch, tile, deadline_ns, err);
+    return rc ? rc : direct_wait(ch, tile, deadline_ns, at, err);
+}
+
+/* This rank is done with tile g from the sender: released[me] = g + 1 at it. */
+static int release_slot(comm_channel *ch, const comm_tile *tile, a2amm_error *err)
 {
     int me = comm_rank(ch->ctx);
     int rc = comm_signal_set(ch->ctx, &ch->released[me], tile->g + 1, tile->peer, err);
@@ -147,15 +182,21 @@ static int put_exchange(comm_channel *ch, const uint8_t *send, uint8_t *recv, si
 }
 
 static const comm_channel_ops PUT = {
-    .name = "put", .moves_rows = 1, .open = put_open, .send = put_send, .wait = put_wait,
-    .release = put_release, .exchange = put_exchange,
+    .name = "put", .per_tile = 1, .open = signals_open, .send = put_send, .wait = put_wait,
+    .release = release_slot, .exchange = put_exchange,
+};
+
+/* read: signalled as put's, read where they lie as direct's (its unfused exchange is direct's) */
+static const comm_channel_ops READ = {
+    .name = "read", .per_tile = 1, .open = signals_open, .send = read_send, .wait = read_wait,
+    .release = release_slot, .exchange = direct_exchange,
 };
 
 /* ---- choosing ------------------------------------------------------------- */
 
 size_t comm_channel_heap_bytes(comm_channel_kind kind, int depth, int nranks)
 {
-    if (kind != COMM_CHANNEL_PUT) return 0;
+    if (kind == COMM_CHANNEL_DIRECT) return 0;
     return ((size_t)depth + 1) * (size_t)nranks * 8 + 2 * SIGNAL_ALIGN;
 }
 
@@ -164,12 +205,12 @@ int comm_channel_open(comm_ctx *ctx, comm_channel_kind kind, int depth, comm_cha
     const comm_transport *tp = comm_transport_of(ctx);
     *ch = (comm_channel){.ctx = ctx, .depth = depth};
     if (tp->channel) {
-        if (kind == COMM_CHANNEL_DIRECT && !tp->peer_memory)
+        if (kind != COMM_CHANNEL_PUT && !tp->peer_memory)
             return a2amm_fail(err, A2AMM_E_INVAL, "rank %d: the %s transport cannot read another rank's memory: the "
                               "direct path needs shared memory (use the put path)", comm_rank(ctx), tp->name);
         ch->ops = tp->channel;
     } else {
-        ch->ops = kind == COMM_CHANNEL_PUT ? &PUT : &DIRECT;
+        ch->ops = kind == COMM_CHANNEL_PUT ? &PUT : kind == COMM_CHANNEL_READ ? &READ : &DIRECT;
     }
     return ch->ops->open ? ch->ops->open(ch, err) : A2AMM_OK;
 }

@@ -84,7 +84,7 @@ int gen_rank_inputs(const op_shape *s, const op_sizes *z, const gen_options *o, 
                     io_rank_inputs *in, a2amm_error *err)
 {
     rng ga = rng_stream(o->seed, rank, 0), gb = rng_stream(o->seed, rank, 1);
-    int rc = fill_matrix(o, &ga, s->a_type, s->R * s->M, z->ka, z->ska, 1, in->a, in->sa, err);
+    int rc = fill_matrix(o, &ga, s->a_type, z->a_rows, z->ka, z->ska, 1, in->a, in->sa, err);
     if (!rc) rc = fill_matrix(o, &gb, s->b_type, s->N, s->K, z->sk, 0, in->b, in->sb, err);
     return rc;
 }

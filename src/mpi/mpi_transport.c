@@ -414,7 +414,7 @@ static void tp_tell_failure(comm_ctx *ctx, int rank, int code, const char *reaso
 static void tp_poll_failure(comm_ctx *ctx) { (void)heard_of_failure(state_of(ctx)); }
 
 static const comm_channel_ops MPI_CHANNEL = {
-    .name = "mpi", .moves_rows = 1, .post = chan_post, .send = chan_send, .wait = chan_wait,
+    .name = "mpi", .per_tile = 1, .post = chan_post, .send = chan_send, .wait = chan_wait,
     .progress = chan_progress, .flush = chan_flush, .exchange = chan_exchange,
 };
 

@@ -4,62 +4,11 @@
  * read where they lie, or put or sent into a ring of slots), and the unfused
  * AllToAll-then-matmul. Neither names a transport.
  */
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
 #include "op/rank.h"
-
-#define PROGRESS_ROWS 64 /* rows multiplied between two progress calls on a message transport */
-
-/* ---- The matmul of one tile from one source, split over threads by N ---- */
-
-typedef struct tile_job {
-    const op_rank *rk;
-    gemm_a_slab slab;
-    int64_t rows, k0;
-    float *c;      /* the accumulators of these rows */
-    int threads;
-    int first;     /* the tile's first source: C = product (gemm_multiply), not C += */
-    uint16_t *out; /* the tile's last source: its bf16 rows of the output (C is then left unspecified) */
-    int64_t *work; /* observed: per task, the thread that ran it, its start and end (ns); else NULL */
-} tile_job;
-
-static void tile_task(void *arg, int task)
-{
-    const tile_job *j = arg;
-    int64_t t0 = j->work ? comm_now_ns() : 0;
-    const gemm_b *b = j->rk->b;
-    int64_t N = j->rk->s->N, ka = j->rk->z->ka;
-    gemm_split p = gemm_split_task(j->rows, N, ka, j->threads, task);
-    gemm_a_slab slab = j->slab;
-    slab.a += p.r0 * slab.lda;
-    slab.sa += p.r0 * slab.ldsa;
-    int64_t rows = p.r1 - p.r0;
-    float *c = j->c + p.r0 * N;
-    uint16_t *out = j->out ? j->out + p.r0 * N : NULL;
-    if (out && j->first) gemm_multiply_store(b, &slab, rows, j->k0, ka, p.n0, p.n1, c, N, out, N);
-    else if (out) gemm_accumulate_store(b, &slab, rows, j->k0, ka, p.n0, p.n1, c, N, out, N);
-    else if (j->first) gemm_multiply(b, &slab, rows, j->k0, ka, p.n0, p.n1, c, N);
-    else gemm_accumulate(b, &slab, rows, j->k0, ka, p.n0, p.n1, c, N);
-    if (j->work) {
-        int64_t *w = j->work + 3 * task;
-        w[0] = pool_thread_index(), w[1] = t0, w[2] = comm_now_ns();
-    }
-}
-
-/* Tells the observer which thread ran each of the `tasks` pieces of a matmul. */
-static void observe_work(const op_rank *rk, const tile_job *job, int tasks, int64_t t, int src)
-{
-    for (int i = 0; i < tasks; i++) {
-        const int64_t *w = job->work + 3 * i;
-        a2amm_event ev = op_event(rk, A2AMM_EVENT_WORK, t, job->rows, src, -1);
-        ev.time_ns = w[1], ev.thread = (int)w[0], ev.duration_ns = w[2] - w[1];
-        (void)rk->observer(rk->observer_arg, &ev);
-    }
-}
 
 /*
  * C[rows, :] += rows of source `src` (a, sa with row strides ka / ska);
@@ -69,43 +18,16 @@ static void observe_work(const op_rank *rk, const tile_job *job, int tasks, int6
 static void multiply_source(op_rank *rk, int k, int src, const uint8_t *a, const uint8_t *sa, int64_t i0,
                             int64_t t, int64_t rows)
 {
-    int64_t N = rk->s->N, ka = rk->z->ka, ska = rk->z->ska;
-    int T = pool_threads(rk->pool);
-    if (rk->observer && !rk->work) rk->work = malloc((size_t)T * 3 * sizeof *rk->work); /* no trace of it if NULL */
-    comm_channel *ch = &rk->chan;
-    /* a channel that moves data only while called (a message engine's): the
-     * rows go in slices with a progress call between (rows are independent,
-     * so the bits are the same) */
-    int64_t slice = ch->ops->progress ? PROGRESS_ROWS : rows;
-    for (int64_t r0 = 0; r0 < rows; r0 += slice) {
-        int64_t n = rows - r0 < slice ? rows - r0 : slice;
-        tile_job job = {rk,     {a + r0 * ka, sa + r0 * ska, ka, ska, rk->s->a_type}, n, src * ka, rk->c + r0 * N, T,
-                        k == 0, k == rk->R - 1 ? rk->out + (i0 + r0) * N : NULL, rk->observer ? rk->work : NULL};
-        int tasks = gemm_split_count(n, N, ka, T);
-        pool_run(rk->pool, tile_task, &job, tasks);
-        if (job.work) observe_work(rk, &job, tasks, t, src);
-        if (ch->ops->progress) ch->ops->progress(ch);
-    }
+    gemm_a_slab slab = {a, sa, rk->z->ka, rk->z->ska, rk->s->a_type};
+    int64_t N = rk->s->N;
+    op_multiply(rk, &slab, rows, src * rk->z->ka, rk->z->ka, 0, N, k == 0, k == rk->R - 1 ? rk->out + i0 * N : NULL, N,
+                t, src);
 }
 
 /* The rows of rank `src`'s A that go to `dst`, starting at tile row i0. */
 static const uint8_t *rows_of(const op_rank *rk, const uint8_t *a_base, int dst, int64_t i0, int64_t width)
 {
     return a_base + ((int64_t)dst * rk->m_max + i0) * width;
-}
-
-/* Tells the caller's observer that tile t begins; its non-zero answer stops the call. */
-static int observe_tile(op_rank *rk, int64_t t, int64_t rows, a2amm_error *err)
-{
-    if (!rk->observer) return A2AMM_OK;
-    a2amm_event ev = op_event(rk, A2AMM_EVENT_TILE, t, rows, -1, -1);
-    int rc = rk->observer(rk->observer_arg, &ev);
-    if (!rc) return A2AMM_OK;
-    char why[COMM_FAIL_CHARS] = ""; /* the observer may have failed the communicator itself, saying why */
-    comm_failure(rk->ctx, NULL, why, sizeof why);
-    a2amm_fail(err, rc < 0 ? rc : A2AMM_E_INVAL, "rank %d: the observer stopped the call at tile %lld%s%s", rk->me,
-               (long long)t, why[0] ? ": " : "", why);
-    return comm_fail(rk->ctx, err ? err->code : A2AMM_E_INVAL, "%s", err ? err->msg : "the observer stopped the call");
 }
 
 /* The bytes of `rows` rows of codes and scales. */
@@ -133,25 +55,6 @@ static comm_tile tile_with(const op_rank *rk, uint64_t g, int64_t t, int peer, i
     return tl;
 }
 
-/* The channel's error, reported to every rank as this rank's failure:
- * "rank 1: sending tile 3 to rank 2 failed: <why>", or for a wait that ran
- * out, "rank 1: timed out after 60 s <the channel's waiting for ...> (sending
- * tile 3 to rank 2)". */
-__attribute__((format(printf, 4, 5))) static int failed(op_rank *rk, int rc, const a2amm_error *err,
-                                                        const char *fmt, ...)
-{
-    if (rc == A2AMM_E_PEER) return rc; /* another rank's failure, already reported */
-    char what[160];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    const char *why = err ? err->msg : a2amm_strerror(rc);
-    if (rc == A2AMM_E_TIMEOUT)
-        return comm_fail(rk->ctx, rc, "rank %d: timed out after %g s %s (%s)", rk->me, rk->opt->timeout_s, why, what);
-    return comm_fail(rk->ctx, rc, "rank %d: %s failed: %s", rk->me, what, why);
-}
-
 /* Readies the receives of tile t from every other rank (a channel that posts them). */
 static int post_tile(op_rank *rk, uint64_t g, int64_t t, a2amm_error *err)
 {
@@ -160,7 +63,7 @@ static int post_tile(op_rank *rk, uint64_t g, int64_t t, a2amm_error *err)
         int src = (rk->me + rk->R - k) % rk->R;
         comm_tile tl = tile_with(rk, g, t, src, 0);
         int rc = ch->ops->post(&rk->chan, &tl, err);
-        if (rc) return failed(rk, rc, err, "posting the receive of tile %lld from rank %d", (long long)t, src);
+        if (rc) return op_failed(rk, rc, err, "posting the receive of tile %lld from rank %d", (long long)t, src);
     }
     return A2AMM_OK;
 }
@@ -175,7 +78,7 @@ static int send_tile(op_rank *rk, uint64_t g, int64_t t, a2amm_error *err)
         comm_set_doing(rk->ctx, "sending tile %lld to rank %d (slot %d)", (long long)t, d, tl.slot);
         op_observe(rk, A2AMM_EVENT_SEND_BEGIN, t, tl.rows, d, tl.slot, row_bytes(rk, tl.rows), 0);
         int rc = ch->ops->send(&rk->chan, &tl, comm_deadline_after(rk->opt->timeout_s), err);
-        if (rc) return failed(rk, rc, err, "sending tile %lld to rank %d", (long long)t, d);
+        if (rc) return op_failed(rk, rc, err, "sending tile %lld to rank %d", (long long)t, d);
         op_observe(rk, A2AMM_EVENT_SEND_END, t, tl.rows, d, tl.slot, row_bytes(rk, tl.rows), 0);
     }
     return A2AMM_OK;
@@ -188,14 +91,14 @@ static int wait_tile(op_rank *rk, uint64_t g, int64_t t, int src, const uint8_t 
     const comm_channel *ch = &rk->chan;
     comm_tile tl = tile_with(rk, g, t, src, 0);
     comm_rows at[COMM_TILE_PARTS];
-    if (ch->ops->moves_rows) {
+    if (ch->ops->per_tile) {
         comm_set_doing(rk->ctx, "tile %lld/%lld: waiting for rows from rank %d (slot %d)", (long long)t,
                        (long long)rk->ntiles, src, tl.slot);
         op_observe(rk, A2AMM_EVENT_WAIT_BEGIN, t, tl.rows, src, tl.slot, 0, g + 1);
     }
     int rc = ch->ops->wait(&rk->chan, &tl, comm_deadline_after(rk->opt->timeout_s), at, err);
-    if (rc) return failed(rk, rc, err, "waiting for tile %lld from rank %d", (long long)t, src);
-    if (ch->ops->moves_rows) op_observe(rk, A2AMM_EVENT_WAIT_END, t, tl.rows, src, tl.slot, row_bytes(rk, tl.rows), g + 1);
+    if (rc) return op_failed(rk, rc, err, "waiting for tile %lld from rank %d", (long long)t, src);
+    if (ch->ops->per_tile) op_observe(rk, A2AMM_EVENT_WAIT_END, t, tl.rows, src, tl.slot, row_bytes(rk, tl.rows), g + 1);
     *a = at[0].base, *sa = at[1].base;
     return A2AMM_OK;
 }
@@ -208,7 +111,7 @@ static int release_tile(op_rank *rk, uint64_t g, int64_t t, a2amm_error *err)
         int src = (rk->me + k) % rk->R;
         comm_tile tl = tile_with(rk, g, t, src, 0);
         int rc = ch->ops->release(&rk->chan, &tl, err);
-        if (rc) return failed(rk, rc, err, "releasing tile %lld of rank %d", (long long)t, src);
+        if (rc) return op_failed(rk, rc, err, "releasing tile %lld of rank %d", (long long)t, src);
     }
     return A2AMM_OK;
 }
@@ -231,8 +134,8 @@ int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err)
     for (int64_t t = 0; t < rk->ntiles; t++) {
         uint64_t g = base + (uint64_t)t;
         int64_t i0 = t * rk->tm, rows = rk->m - i0 < rk->tm ? rk->m - i0 : rk->tm;
-        int slot = ch->ops->moves_rows ? (int)(g % (uint64_t)depth) : -1;
-        int frc = observe_tile(rk, t, rows, err);
+        int slot = ch->ops->per_tile ? (int)(g % (uint64_t)depth) : -1;
+        int frc = op_observe_tile(rk, t, rows, err);
         if (!frc) frc = comm_check_peers(rk->ctx, err); /* stop between tiles once any rank failed */
         if (frc) return frc;
         for (int k = 0; k < rk->R; k++) {
@@ -258,7 +161,7 @@ int op_exec_fused(op_rank *rk, uint64_t base, a2amm_error *err)
     if (ch->ops->flush) { /* every send complete: the caller may overwrite A once the call returns */
         comm_set_doing(rk->ctx, "fused run: completing the sends");
         int rc = ch->ops->flush(&rk->chan, comm_deadline_after(rk->opt->timeout_s), err);
-        if (rc) return failed(rk, rc, err, "completing the sends");
+        if (rc) return op_failed(rk, rc, err, "completing the sends");
     }
     comm_set_doing(rk->ctx, "fused run done");
     return A2AMM_OK;
@@ -270,7 +173,7 @@ static int exec_local(op_rank *rk, a2amm_error *err)
     const op_sizes *z = rk->z;
     for (int64_t t = 0; t < rk->ntiles; t++) {
         int64_t i0 = t * rk->tm, rows = rk->m - i0 < rk->tm ? rk->m - i0 : rk->tm;
-        int rc = observe_tile(rk, t, rows, err);
+        int rc = op_observe_tile(rk, t, rows, err);
         if (!rc) rc = comm_check_peers(rk->ctx, err);
         if (rc) return rc;
         for (int k = 0; k < rk->R; k++) {
@@ -299,7 +202,7 @@ static int exchange_all(op_rank *rk, a2amm_error *err)
     int64_t deadline = comm_deadline_after(rk->opt->timeout_s);
     int rc = rk->chan.ops->exchange(&rk->chan, rk->a, rk->xbuf, blk, len, deadline, err);
     if (!rc) rc = rk->chan.ops->exchange(&rk->chan, rk->sa, rk->xbuf_s, blk_s, len_s, deadline, err);
-    if (rc) return failed(rk, rc, err, "the unfused exchange");
+    if (rc) return op_failed(rk, rc, err, "the unfused exchange");
     comm_set_doing(rk->ctx, "unfused: barrier after the exchange");
     return comm_barrier(rk->ctx, comm_deadline_after(rk->opt->timeout_s), err);
 }

@@ -70,7 +70,7 @@ static int parse_and_check(const uint8_t *data, size_t size)
         !(o.timeout_s >= 0.001 && o.timeout_s <= 1e7))
         abort();
     if (npos != 4) return 0;
-    op_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3};
+    op_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
     op_sizes z;
     if (cli_parse_shape("run", pos, &s, &z)) return 0;
     a2amm_error err;
