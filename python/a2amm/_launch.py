@@ -107,6 +107,8 @@ def run_rank(comm, fn, args, fds):
         else:
             status = _a2amm.E_INVAL
         message = _last_line(e)
+        if isinstance(e, KeyboardInterrupt):
+            message = "interrupted (%s)" % message
         data = pickle.dumps(("error", message, traceback.format_exc()))
     try:
         _write(fd, data)

@@ -149,7 +149,7 @@ static PyObject *comm_barrier(CommObject *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|d:barrier", kwlist, &timeout)) return NULL;
     if (comm_check_usable(self, "barrier") < 0) return NULL;
     if (!(timeout > 0)) {
-        PyErr_Format(PyExc_ValueError, "timeout must be positive seconds; got %g", timeout);
+        ext_value_error("timeout must be positive seconds; got %g", timeout);
         comm_fail_for_error(self);
         return NULL;
     }
@@ -198,7 +198,7 @@ static PyObject *comm_alltoall(CommObject *self, PyObject *args, PyObject *kw)
                      "(got %zd and %zd bytes)", self->size, s.len, r.len);
         comm_fail_for_error(self);
     } else if (!(timeout > 0)) {
-        PyErr_Format(PyExc_ValueError, "timeout must be positive seconds; got %g", timeout);
+        ext_value_error("timeout must be positive seconds; got %g", timeout);
         comm_fail_for_error(self);
     } else {
         a2amm_error err = {0, ""};

@@ -24,6 +24,8 @@ extern PyObject *ext_np_empty, *ext_np_u8, *ext_np_u16, *ext_np_f32;
  * message): PeerError, TimeoutError, ArgumentError (also a ValueError) or
  * Error; KeyboardInterrupt for A2AMM_E_INTERRUPTED. Returns NULL. */
 PyObject *ext_raise(int status, const a2amm_error *err);
+/* A ValueError with a printf message (PyErr_Format has no %g). Returns NULL. */
+PyObject *ext_value_error(const char *fmt, ...);
 /* A new numpy array of dtype [rows, cols] (uninitialized), or NULL. */
 PyObject *ext_new_array(PyObject *dtype, int64_t rows, int64_t cols);
 /* The fp8 format named by a str ("e4m3", "e5m2"): 0, or -1 with a ValueError naming `what`. */

@@ -1,6 +1,8 @@
 /* The module a2amm._a2amm: its functions, types and error mapping (see ext.h). */
 #include "ext.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 PyObject *ext_Error, *ext_PeerError, *ext_TimeoutError, *ext_ArgumentError;
@@ -26,6 +28,17 @@ PyObject *ext_raise(int status, const a2amm_error *err)
         PyErr_SetObject(cls, exc);
         Py_DECREF(exc);
     }
+    return NULL;
+}
+
+PyObject *ext_value_error(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    PyErr_SetString(PyExc_ValueError, msg);
     return NULL;
 }
 

@@ -7,6 +7,7 @@
  */
 #include "ext.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <structmember.h>
 #include <time.h>
@@ -196,7 +197,13 @@ static int op_observer(void *arg, const a2amm_event *ev)
     if (self->rec.on) record_event(&self->rec, ev);
     if (self->observer) call_python_observer(self, ev);
     if (ev->kind == A2AMM_EVENT_TILE) {
-        if (ext_interrupted) return A2AMM_E_INTERRUPTED; /* Ctrl-C: stop at this tile */
+        if (ext_interrupted) { /* Ctrl-C: stop at this tile, saying why (the first failure's message stays) */
+            char why[96];
+            snprintf(why, sizeof why, "interrupted (SIGINT, Ctrl-C) at tile %lld of call %llu", (long long)ev->tile,
+                     (unsigned long long)ev->call);
+            lib_comm_fail(self->comm->comm, A2AMM_E_INTERRUPTED, why);
+            return A2AMM_E_INTERRUPTED;
+        }
         if (self->observer_raised) return A2AMM_E_INTERRUPTED;
         if (self->observer_status) return self->observer_status;
     }
@@ -262,7 +269,7 @@ static int op_init(OpObject *self, PyObject *args, PyObject *kw)
     if (afmt && ext_fmt(afmt, "a_fmt", &o.a_type) < 0) goto bad;
     if (bfmt && ext_fmt(bfmt, "b_fmt", &o.b_type) < 0) goto bad;
     if (tile_m < 0 || depth < 0 || depth > 1024 || threads < 0 || threads > 1024 || timeout < 0) {
-        PyErr_Format(PyExc_ValueError, "tile_m (got %lld) and timeout (got %g) must be 0 (the default) or positive, "
+        ext_value_error("tile_m (got %lld) and timeout (got %g) must be 0 (the default) or positive, "
                      "depth 0 (4) to 1024 (got %d), threads 0 (cores / R) to 1024 (got %d)",
                      tile_m, timeout, depth, threads);
         goto bad;
