@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -82,6 +83,11 @@ def header_version(inc):
     return m.group(1)
 
 
+# A2AMM_PY_SANITIZE=1: the extension built with AddressSanitizer and UBSan too (the suite's sanitizer pass,
+# against build-san's library; python then runs with LD_PRELOAD=libasan.so: see tests/test_python.sh)
+SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g", "-O1"] \
+    if os.environ.get("A2AMM_PY_SANITIZE") == "1" else []
+
 inc, libdir, how = find()
 picked = pick_library(libdir)
 if not picked:
@@ -101,7 +107,18 @@ ext = Extension(
     runtime_library_dirs=[libdir],
     define_macros=[("A2AMM_PY_MPI", "1")] if with_mpi else [],
     extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-missing-field-initializers",
-                        "-Wno-cast-function-type"] + mpi_cflags,
-    extra_link_args=mpi_libs,
+                        "-Wno-cast-function-type"] + mpi_cflags + SANITIZE,
+    extra_link_args=mpi_libs + SANITIZE,
 )
-setup(version=version, ext_modules=[ext])
+
+
+class always_build_ext(build_ext):
+    """Always compiles and links: the in-tree build folder (python/build) keeps an extension linked against
+    whichever library was found last, and setuptools would reuse it, sources unchanged, for another."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        self.force = True
+
+
+setup(version=version, ext_modules=[ext], cmdclass={"build_ext": always_build_ext})

@@ -1,6 +1,7 @@
 """a2amm.launch: R rank processes of one machine, forked by the library (a2amm_launch)."""
 import os
 import pickle
+import signal
 import sys
 import traceback
 
@@ -92,6 +93,9 @@ def _last_line(e):
 def run_rank(comm, fn, args, fds):
     """In each rank's process (called by the extension right after the fork): -> (status, message)."""
     from . import Error, PeerError
+    # a2amm_launch leaves SIGINT to its default in a rank (the process dies, the launcher says so): in
+    # Python it raises KeyboardInterrupt again, so that a rank interrupted in Python code says so too
+    signal.signal(signal.SIGINT, signal.getsignal(signal.SIGINT))
     fd = fds[comm.rank]
     try:
         value = fn(comm, *args)

@@ -29,8 +29,10 @@ needs_torch = pytest.mark.skipif(not have_torch(), reason="torch is not installe
 
 
 def mpirun_cmd(np_):
-    """mpirun for np_ ranks on this machine (as root it needs --allow-run-as-root)."""
-    cmd = ["mpirun", "-np", str(np_), "--oversubscribe", "--bind-to", "none"]
+    """mpirun for np_ ranks on this machine (as root it needs --allow-run-as-root). MPI's own messages over
+    TCP: its shared-memory transport (vader) leaves its segments in /dev/shm when a job is killed, as the
+    failure tests do (a2amm's shared memory, memfds, never appears there)."""
+    cmd = ["mpirun", "-np", str(np_), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,tcp"]
     if os.geteuid() == 0:
         cmd.insert(1, "--allow-run-as-root")
     return cmd

@@ -33,3 +33,18 @@ def test_fused_op_under_mpirun_gives_the_same_bits(tmp_path):
         for r in range(2):
             np.testing.assert_array_equal(np.load(tmp_path / transport / ("rank%d.npy" % r)),
                                           np.load(tmp_path / "launch" / ("rank%d.npy" % r)))
+
+
+@needs_mpi
+def test_fused_op_across_two_hosts(tmp_path):
+    import shlex
+    hosts = os.environ.get("A2AMM_TEST_HOSTS_MPIRUN")
+    if not hosts:
+        import pytest
+        pytest.skip("no namespace hosts (tests/test_python.sh makes them as root)")
+    run([sys.executable, EXAMPLE, "--save", str(tmp_path / "launch")])
+    out = run(shlex.split(hosts) + [sys.executable, EXAMPLE, "--save", str(tmp_path / "hosts")])
+    assert "fused_op: OK" in out and "mpirun, transport mpi" in out
+    for r in range(2):
+        np.testing.assert_array_equal(np.load(tmp_path / "hosts" / ("rank%d.npy" % r)),
+                                      np.load(tmp_path / "launch" / ("rank%d.npy" % r)))

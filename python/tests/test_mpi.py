@@ -57,3 +57,25 @@ def test_the_direct_path_is_refused_over_mpi_messages(tmp_path):
     p, took = mpirun(2, "direct", "mpi", tmp_path)
     assert p.returncode != 0 and took < 30
     assert 'failed (invalid argument): rank 0: ValueError: path="direct" needs shared memory' in p.stderr, p.stderr
+
+
+# tests/test_python.sh sets it (as root): mpirun in the first of 2 network-namespace hosts, one rank on each
+HOSTS_MPIRUN = os.environ.get("A2AMM_TEST_HOSTS_MPIRUN")
+needs_hosts = pytest.mark.skipif(not HOSTS_MPIRUN, reason="no namespace hosts (tests/test_python.sh makes them as root)")
+
+
+@needs_hosts
+@needs_torch
+def test_the_op_across_two_hosts(tmp_path):
+    import shlex
+    R = 2
+    p = subprocess.run(shlex.split(HOSTS_MPIRUN) + [sys.executable, JOB, "op", "auto", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = [np.load(tmp_path / ("%d.npz" % r)) for r in range(R)]
+    for r in range(R):
+        # "auto" on two machines: Open MPI messages, on the put path
+        assert (str(got[r]["transport"]), str(got[r]["path"])) == ("mpi", "put")
+        ref, bound = reference(r, R, 24, [g["a"] for g in got], [g["sa"] for g in got], got[r]["b"], got[r]["sb"])
+        assert_close(got[r]["out"], ref, bound, "across hosts, rank %d" % r)
+        np.testing.assert_array_equal(got[r]["torch_out"].view(np.uint16), got[r]["out"])
