@@ -25,6 +25,7 @@ import os as _os
 import sys as _sys
 
 import numpy as _np
+from numpy import ndarray as _ndarray
 
 from . import _a2amm
 from ._a2amm import Comm, Event, kernel, strerror  # noqa: F401  (the public names)
@@ -232,6 +233,8 @@ class Op(_a2amm.Op):
         other ranks get PeerError). Raises PeerError when another rank failed, TimeoutError after
         timeout seconds without the others.
         """
+        if type(a_codes) is _ndarray and type(a_scales) is _ndarray and (out is None or type(out) is _ndarray):
+            return self._run(a_codes, a_scales, out, m or 0)  # numpy: straight to the extension
         if out is None and not _torch_tensor(a_codes):
             return self._run(_array(a_codes, "a_codes") if a_codes is not None else None,
                              _array(a_scales, "a_scales") if a_scales is not None else None, None, m or 0)

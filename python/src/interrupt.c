@@ -83,17 +83,18 @@ void guard_enter(call_guard *g, a2amm_comm *comm)
 {
     g->installed = 0;
     if (!guard_main_thread()) return; /* signals are the main thread's: Python's own flag works there */
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    if (sigaction(SIGINT, NULL, &g->old) != 0 || g->old.sa_handler == SIG_IGN) return;
     if (comm && !stopper_running()) comm = NULL;
     pthread_mutex_lock(&current_lock);
     current = comm;
     pthread_mutex_unlock(&current_lock);
     ext_interrupted = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
-    g->installed = sigaction(SIGINT, &sa, NULL) == 0;
+    if (sigaction(SIGINT, &sa, &g->old) != 0) return; /* one call: ours in, the old one out */
+    g->installed = 1;
+    if (g->old.sa_handler == SIG_IGN) guard_leave(g); /* ignored stays ignored */
 }
 
 int guard_leave(call_guard *g)
