@@ -12,7 +12,7 @@ SPAN = np.dtype([("t0", "<i8"), ("t1", "<i8"), ("kind", "<i4"), ("peer", "<i4"),
                  ("thread", "<i4"), ("call", "<i8"), ("tile", "<i8"), ("rows", "<i8"), ("k", "<i8"),
                  ("bytes", "<i8"), ("signal", "<u8")])
 KINDS = ("call", "barrier", "tile", "wait", "matmul", "send", "signal", "exchange", "work")
-CHUNK = 4 << 20  # bytes per rank per exchange step while gathering
+CHUNK = 1 << 20  # bytes per rank per exchange step while gathering (the AllToAll stages R x that)
 
 
 class Tracer:

@@ -311,6 +311,13 @@ static PyObject *get_transport(CommObject *self, void *c)
     return PyUnicode_FromString(self->mpi_transport ? "mpi" : "shm");
 }
 
+static PyObject *comm_repr(CommObject *self)
+{
+    if (self->closed || !self->comm) return PyUnicode_FromString("a2amm.Comm(closed)");
+    return PyUnicode_FromFormat("a2amm.Comm(rank %d of %d, transport %s)", self->rank, self->size,
+                                self->mpi_transport ? "mpi" : "shm");
+}
+
 static PyMethodDef COMM_METHODS[] = {
     {NULL, NULL, 0, NULL}, /* from_mpi (comm_mpi.c), filled in at the module's start */
     {"barrier", (PyCFunction)(void (*)(void))comm_barrier, METH_VARARGS | METH_KEYWORDS,
@@ -353,6 +360,7 @@ PyTypeObject CommType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A communicator: made by a2amm.launch (each rank's) or a2amm.Comm.from_mpi.",
     .tp_dealloc = (destructor)comm_dealloc,
+    .tp_repr = (reprfunc)comm_repr,
     .tp_weaklistoffset = offsetof(CommObject, weakrefs),
     .tp_methods = COMM_METHODS,
     .tp_members = COMM_MEMBERS,
