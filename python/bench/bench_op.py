@@ -4,12 +4,13 @@ op and arrays: what the Python layer costs per call.
 
     python3 python/bench/bench_op.py M K N R [--iters 10] [--rounds 3] [--flush] [--json]
 
-In each of R ranks (a2amm.launch), per round: ITERS calls of the Python op (op(a, sa, out=out)), ITERS of
-op(a, sa) (its result allocated), and ITERS calls of a2amm_op_run made by the extension in C (no Python,
-no observer: as a C program calls it), the three interleaved round by round so that a slow phase of a
+In each of R ranks (a2amm.launch), ROUNDS x ITERS turns of three calls: the Python op (op(a, sa, out=out)),
+op(a, sa) (its result allocated), and a2amm_op_run made by the extension in C (no Python, no observer: as
+a C program calls it), in turn, each turn starting with the next of them, so that a slow phase of a
 shared machine hits them all. Every call starts at a barrier; with --flush the caches are flushed before
 each (as `a2amm bench api` does: 2 x the last-level cache / R per rank); a call's time is the slowest
-rank's. Prints the medians and the Python call's overhead over the C call.
+rank's. Prints the medians, the Python call's overhead over the C call, and the median of each turn's
+Python / C ratio.
 """
 import argparse
 import json
@@ -46,30 +47,34 @@ def rank(comm, M, K, N, iters, rounds, flush, threads, path, tile_m):
     sb = rng.integers(120, 128, (N, K // 32), dtype=np.uint8)
     out = np.empty((M, N), np.uint16)
     junk = np.zeros(max(8 << 20, 2 * llc_bytes() // R), np.uint8) if flush else None
-    t = {"python": [], "python, out allocated": [], "C (a2amm_op_run)": []}
     with a2amm.Op(comm, max_m=M, k=K, n=N, threads=threads, path=path, tile_m=tile_m) as op:
         op.set_weights(b, sb)
-        op(a, sa, out=out)  # one warm-up
-        op._c_loop(a, sa, out, 1, True)
-        for _ in range(rounds):
-            for _ in range(iters):
+
+        def python():
+            comm.barrier()
+            t0 = time.perf_counter()
+            op(a, sa, out=out)
+            return time.perf_counter() - t0
+
+        def python_alloc():
+            comm.barrier()
+            t0 = time.perf_counter()
+            op(a, sa)
+            return time.perf_counter() - t0
+
+        def c():
+            return op._c_loop(a, sa, out, 1, True)[0]  # its own barrier, then the timed call
+
+        variants = [("python", python), ("python, out allocated", python_alloc), ("C (a2amm_op_run)", c)]
+        t = {name: [] for name, _ in variants}
+        python(), c()  # warm-up
+        # call by call, the three in turn (starting with each in turn): a slow phase hits them all
+        for i in range(rounds * iters):
+            for j in range(3):
+                name, fn = variants[(i + j) % 3]
                 if flush:
                     junk += 1
-                comm.barrier()
-                t0 = time.perf_counter()
-                op(a, sa, out=out)
-                t["python"].append(time.perf_counter() - t0)
-            for _ in range(iters):
-                if flush:
-                    junk += 1
-                comm.barrier()
-                t0 = time.perf_counter()
-                op(a, sa)
-                t["python, out allocated"].append(time.perf_counter() - t0)
-            for _ in range(iters):
-                if flush:
-                    junk += 1
-                t["C (a2amm_op_run)"] += op._c_loop(a, sa, out, 1, True)  # its own barrier, then the timed call
+                t[name].append(fn())
     return t
 
 
@@ -92,11 +97,15 @@ def main():
     slowest = {k: [max(r[k][i] for r in res) for i in range(len(res[0][k]))] for k in res[0]}
     med = {k: statistics.median(v) for k, v in slowest.items()}
     c = med["C (a2amm_op_run)"]
+    cs = slowest["C (a2amm_op_run)"]
+    # each call against the C call of the same turn: the median of the ratios
+    paired = {k: statistics.median(x / y for x, y in zip(v, cs)) for k, v in slowest.items()}
     flop = 2.0 * M * N * K * R
     if args.json:
         print(json.dumps({"M": M, "K": K, "N": N, "R": R, "iters": args.iters, "rounds": args.rounds,
                           "flush": args.flush, "median_s": med, "min_s": {k: min(v) for k, v in slowest.items()},
-                          "python_overhead_s": med["python"] - c, "python_over_c": med["python"] / c}))
+                          "python_overhead_s": med["python"] - c, "python_over_c": med["python"] / c,
+                          "paired_python_over_c": paired["python"]}))
         return 0
     print("a2amm Python bench: M=%d K=%d N=%d R=%d, %d rounds of %d calls each%s, %.3g GFLOP a call" % (
         M, K, N, R, args.rounds, args.iters, ", caches flushed" if args.flush else "", flop / 1e9))
@@ -104,7 +113,8 @@ def main():
     for k, v in slowest.items():
         print("  %-26s %12.1f %12.1f %12.1f" % (k, min(v) * 1e6, med[k] * 1e6, max(v) * 1e6))
     for k in ("python", "python, out allocated"):
-        print("  %s - C (medians): %+.1f us a call, %+.2f%%" % (k, (med[k] - c) * 1e6, (med[k] / c - 1) * 100))
+        print("  %s - C (medians): %+.1f us a call, %+.2f%%; the paired ratio's median %.4f" % (
+            k, (med[k] - c) * 1e6, (med[k] / c - 1) * 100, paired[k]))
     return 0
 
 

@@ -241,22 +241,23 @@ def test_a_rank_that_raises_or_dies_stops_the_others_within_seconds(how):
 
 def test_ctrl_c_during_a_call_stops_it_at_the_next_tile():
     """SIGINT to a rank computing: its call raises KeyboardInterrupt (the op's stop path), the others PeerError."""
-    R, M, K_, N_ = 2, 512, 1024, 1024
+    R, M, K_, N_ = 2, 2048, 1024, 1024
     said, when = shared_text(R), shared_floats(R)
 
     def rank(comm):
+        os.environ["A2AMM_ISA"] = "ref"  # the portable kernel: one call takes seconds, a 32-row tile a fraction
         rng = np.random.default_rng(comm.rank)
         a = rng.integers(0, 0x70, (R * M, K_ // R), dtype=np.uint8)
         sa = np.full((R * M, K_ // R // 32), 127, np.uint8)
         with a2amm.Op(comm, max_m=M, k=K_, n=N_, tile_m=32) as op:
             op.set_weights(rng.integers(0, 0x70, (N_, K_), dtype=np.uint8), np.full((N_, K_ // 32), 120, np.uint8))
-            op(a, sa)
+            comm.barrier()
             t0 = time.monotonic()
             if comm.rank == 0:
                 threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
             try:
-                while time.monotonic() - t0 < 30:
-                    op(a, sa)
+                op(a, sa)
+                said.put(comm.rank, "returned after %.2f s" % (time.monotonic() - t0))
             except BaseException as e:
                 when[comm.rank] = time.monotonic() - t0
                 said.put(comm.rank, "%s|%s" % (type(e).__name__, e))
@@ -266,7 +267,7 @@ def test_ctrl_c_during_a_call_stops_it_at_the_next_tile():
         a2amm.launch(R, rank)
     assert said.get(0).startswith("KeyboardInterrupt"), said.get(0)
     assert said.get(1).startswith("PeerError|"), said.get(1)
-    assert when[0] < 5 and when[1] < 5, when
+    assert when[0] < 1.5 and when[1] < 1.5, "the call stopped %.2f and %.2f s after it began" % (when[0], when[1])
 
 
 def test_ctrl_c_while_waiting_for_the_others():
