@@ -68,7 +68,7 @@ MPICORE_A := $(BUILD)/private/liba2amm-mpi-core.a
 HARNESS_A := $(BUILD)/private/libharness.a
 PRIVATE_A := $(HARNESS_A) $(MPICORE_A) $(CORE_A)
 
-.PHONY: all deps check check-opt check-san check-fuzz fuzz run clean bench install test
+.PHONY: all deps check check-opt check-san check-fuzz fuzz run clean bench install test python
 all: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.a $(BUILD)/liba2amm.so $(BUILD)/liba2amm_mpi.a \
      $(BUILD)/liba2amm_mpi.so $(TEST_BIN) $(MPI_TEST_BIN) $(TOOL_BIN)
 
@@ -167,6 +167,15 @@ $(BUILD)/tests/mpi_%: tests/mpi_%.c $(BUILD)/liba2amm_mpi.a
 $(BUILD)/tools/%: bench/tools/%.c $(CORE_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(CORE_A) -o $@ $(LIB_LDLIBS)
+
+# The Python package (python/, `import a2amm`): pip installs it, offline, into the venv
+# $(BUILD)/python-venv of Debian's python3 (its numpy, torch and mpi4py seen), against this build's
+# library; `make check` tests it (tests/test_python.sh). README.md, "Python", says more.
+PYTHON ?= /usr/bin/python3
+python: $(BUILD)/liba2amm.so $(BUILD)/liba2amm_mpi.so
+	$(PYTHON) -m venv --system-site-packages $(BUILD)/python-venv
+	A2AMM_BUILD=$(abspath $(BUILD)) $(BUILD)/python-venv/bin/pip install --no-build-isolation --no-index ./python
+	$(BUILD)/python-venv/bin/python -c "import a2amm; print('a2amm', a2amm.__version__, 'from', a2amm.library_path)"
 
 # One test, built with what it runs: make test T=test_op (or T=test_run.sh);
 # BUILD=build-san OPT="$(SAN)" for the sanitized build.

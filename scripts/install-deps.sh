@@ -5,7 +5,8 @@
 # binary outputs with it) and torch (the seed's own verify_result.py runs
 # with it in the tests), clang with libFuzzer (the fuzz targets), Open MPI
 # (liba2amm_mpi, --transport mpi) with iproute2 (the tests' namespace hosts),
-# librsvg2-bin (the tests render timelines) and bsdutils (`script`).
+# librsvg2-bin (the tests render timelines) and bsdutils (`script`); for the Python package (python/):
+# python3-dev (Python.h), python3-venv, python3-setuptools, python3-pytest and python3-mpi4py.
 # Safe to run again: it does nothing when everything is present.
 set -euo pipefail
 # have PACKAGE: the Debian package is installed
@@ -23,6 +24,10 @@ command -v rsvg-convert >/dev/null 2>&1 || need+=(librsvg2-bin) # renders `a2amm
 command -v script >/dev/null 2>&1 || need+=(bsdutils)          # a pseudo-terminal for the progress tests
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 have python3-numpy || need+=(python3-numpy)
+# the Python package: its extension is built with Debian's setuptools in a venv, tested with pytest
+for pkg in python3-dev python3-venv python3-setuptools python3-pytest python3-mpi4py; do
+    have "$pkg" || need+=("$pkg")
+done
 command -v clang >/dev/null 2>&1 || need+=(clang) # the fuzz targets (libFuzzer)
 # libFuzzer's runtime, for the clang that is (or will be) installed
 clang_major=$(clang --version 2>/dev/null | sed -n 's/.*clang version \([0-9][0-9]*\).*/\1/p' | head -1)

@@ -1,0 +1,305 @@
+"""a2amm from Python: the fused AllToAll + MXFP8 quantized matmul across ranks.
+
+    import a2amm
+    codes, scales = a2amm.quantize(x)                  # x [rows, cols] float32 or bfloat16
+    w = a2amm.Weights(b_codes, b_scales)               # B transposed [n, k], prepared once
+    out = a2amm.matmul(a_codes, a_scales, w)           # one rank: bf16 [m, n]
+
+    def rank(comm, ...):                               # one process per rank
+        with a2amm.Op(comm, max_m=M, k=K, n=N) as op:  # collective, once
+            op.set_weights(b_codes, b_scales)          # local
+            return op(a_codes, a_scales)               # collective: bf16 [m, N]
+    results = a2amm.launch(R, rank, ...)               # or comm = a2amm.Comm.from_mpi(MPI.COMM_WORLD)
+
+Arrays are numpy arrays or torch CPU tensors (or any buffer-protocol object), read in place: fp8 codes and
+E8M0 scales as uint8; values as float32 or bfloat16. bf16 results are torch.bfloat16 tensors for torch
+inputs, and numpy uint16 arrays of bf16 bits otherwise (numpy has no bfloat16; bf16_to_float32 widens them).
+Errors are a2amm.Error (.code, the library's message), PeerError when another rank failed, TimeoutError
+when a wait outlived its deadline; bad arguments raise TypeError or ValueError naming the argument.
+The GIL is released during collective calls, matmuls and quantization; Ctrl-C stops a call cleanly.
+See the repository's README.md ("Python") for the whole story.
+"""
+import atexit as _atexit
+import builtins as _builtins
+import os as _os
+import sys as _sys
+
+import numpy as _np
+from numpy import ndarray as _ndarray
+
+from . import _a2amm
+from ._a2amm import Comm, Event, kernel, strerror  # noqa: F401  (the public names)
+from ._a2amm import (E_FORMAT, E_INTERRUPTED, E_INVAL, E_IO, E_MISMATCH, E_NOMEM, E_OVERFLOW,  # noqa: F401
+                     E_PEER, E_SIZE, E_SYS, E_TIMEOUT)
+
+#: The library's version (a2amm_version() of the liba2amm this package runs).
+__version__ = _a2amm.version
+#: The version of the header the extension was built with.
+header_version = _a2amm.header_version
+#: The liba2amm shared library the extension loaded.
+library_path = _a2amm.library_path
+#: Whether Comm.from_mpi can run (the extension was built with liba2amm_mpi).
+has_mpi = bool(_a2amm.has_mpi)
+#: The fp8 formats of codes, and the op kinds this library runs.
+FORMATS = ("e4m3", "e5m2")
+OP_KINDS = _a2amm._op_kinds()
+
+
+class Error(Exception):
+    """A failed a2amm call: .code is the library's status (a2amm.E_*), the message the library's."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __reduce__(self):
+        return (type(self), (self.code, self.message))
+
+
+class PeerError(Error):
+    """Another rank failed (raised, returned an error, died, or was interrupted): this call stopped."""
+
+
+class TimeoutError(Error, _builtins.TimeoutError):  # noqa: A001
+    """A wait between ranks outlived its deadline (the op's timeout)."""
+
+
+class ArgumentError(Error, ValueError):
+    """The library refused an argument (A2AMM_E_INVAL): also a ValueError."""
+
+
+_a2amm._set_errors(Error, PeerError, TimeoutError, ArgumentError)
+
+
+# ---- arrays: numpy, torch CPU tensors, ml_dtypes' bfloat16 ---------------------------------
+
+def _torch_tensor(x):
+    t = _sys.modules.get("torch")
+    return t is not None and isinstance(x, t.Tensor)
+
+
+def _array(x, name):
+    """x as what the extension reads (a numpy view of a torch tensor: no copy)."""
+    if _torch_tensor(x):
+        import torch
+        if x.device.type != "cpu":
+            raise ValueError("%s is on %s: a2amm takes CPU tensors (x.cpu() copies it)" % (name, x.device))
+        x = x.detach()
+        if x.dtype == torch.bfloat16:
+            return x.view(torch.int16).numpy().view(_np.uint16)
+        try:
+            return x.numpy()
+        except (TypeError, RuntimeError) as e:
+            raise TypeError("%s: a torch.%s tensor has no numpy view (%s)" % (name, str(x.dtype)[6:], e)) from None
+    if isinstance(x, _np.ndarray) and x.dtype.name == "bfloat16":  # ml_dtypes
+        return x.view(_np.uint16)
+    return x
+
+
+def _bf16_out(rows, cols):
+    import torch
+    return torch.empty((rows, cols), dtype=torch.bfloat16)
+
+
+def bf16_to_float32(bits):
+    """bf16 results as float32 (exact): a numpy uint16 array of bf16 bits, or a torch.bfloat16 tensor."""
+    if _torch_tensor(bits):
+        return bits.float()
+    b = _np.asarray(bits)
+    if b.dtype != _np.uint16 and b.dtype.name != "bfloat16":
+        raise TypeError("bits must be uint16 (bf16 bits, as a2amm returns them for numpy); got %s" % b.dtype)
+    return (b.view(_np.uint16).astype(_np.uint32) << 16).view(_np.float32)
+
+
+def float32_to_bf16(x):
+    """float32 values as bf16 bits (numpy uint16), rounded to nearest even; NaN stays NaN."""
+    u = _np.ascontiguousarray(x, dtype=_np.float32).view(_np.uint32)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(_np.uint16)
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    return _np.where(nan, ((u >> 16) | 0x40).astype(_np.uint16), rounded)
+
+
+# ---- MX data -----------------------------------------------------------------------------------
+
+def quantize(x, fmt="e4m3", mode="floor"):
+    """(codes, scales) of x [rows, cols] in MXFP8 (OCP MX v1.0), the library's bits.
+
+    x: float32, or bfloat16 (a torch.bfloat16 tensor, or a numpy uint16 array of bf16 bits), 2-D with
+    contiguous rows (any row stride), read in place. fmt: "e4m3" or "e5m2". mode: "floor" (the OCP
+    scale, 2^(floor(log2 amax)) - emax) or "rceil" (amax rounded up to the format's range). Blocks of
+    32 along each row (a last partial block allowed); codes rounded to nearest even and saturated; a
+    block with a NaN or Inf gets scale 0xFF, an all-zero block 0x00. Returns codes uint8 [rows, cols]
+    and scales uint8 [rows, ceil(cols/32)]: torch tensors for a torch x, numpy arrays otherwise.
+    """
+    torch_in = _torch_tensor(x)
+    codes, scales = _a2amm.quantize(_array(x, "x"), fmt, mode)
+    if torch_in:
+        import torch
+        return torch.from_numpy(codes), torch.from_numpy(scales)
+    return codes, scales
+
+
+def dequantize(codes, scales, fmt="e4m3"):
+    """float32 [rows, cols] of MXFP8 codes [rows, cols] and scales [rows, ceil(cols/32)] (exact; NaN where
+    a scale is 0xFF): a torch tensor for torch codes, numpy otherwise."""
+    torch_in = _torch_tensor(codes)
+    y = _a2amm.dequantize(_array(codes, "codes"), _array(scales, "scales"), fmt)
+    if torch_in:
+        import torch
+        return torch.from_numpy(y)
+    return y
+
+
+class Weights(_a2amm.Weights):
+    """B prepared once for the kernels: b_codes [n, k] (B transposed: one row per output column, k a
+    multiple of 32) and b_scales [n, k/32], uint8, in fmt. The arrays may change or go afterwards.
+    Serves a2amm.matmul and ops (op.use_weights). threads: for the preparation (0: every core)."""
+
+    def __init__(self, b_codes, b_scales, fmt="e4m3", threads=0):
+        super().__init__(_array(b_codes, "b_codes"), _array(b_scales, "b_scales"), fmt, threads)
+
+    def __repr__(self):
+        state = "closed" if self.closed else "n=%d, k=%d, fmt=%r" % (self.n, self.k, self.fmt)
+        return "a2amm.Weights(%s)" % state
+
+
+def matmul(a_codes, a_scales, weights, fmt="e4m3", out=None, threads=0):
+    """out [m, n] bf16 = A [m, k] x B on one rank: a_codes [m, k] and a_scales [m, k/32] uint8 in fmt (any
+    row stride), B the prepared weights. Sums in fp32 in a fixed order, one bf16 rounding: the same bits
+    as the op. out: written in place when given (bf16: torch.bfloat16, or numpy uint16 bits, rows
+    contiguous); else a torch.bfloat16 tensor for torch a_codes, numpy uint16 bits otherwise. threads:
+    0 for every core. The GIL is released while it runs."""
+    a = _array(a_codes, "a_codes")
+    if out is None and _torch_tensor(a_codes):
+        out = _bf16_out(getattr(a, "shape", (0,))[0], weights.n if isinstance(weights, Weights) else 0)
+    if _torch_tensor(out):
+        _a2amm.matmul(a, _array(a_scales, "a_scales"), weights, fmt, _array(out, "out"), threads)
+        return out
+    return _a2amm.matmul(a, _array(a_scales, "a_scales"), weights, fmt, out, threads)
+
+
+# ---- the operator -------------------------------------------------------------------------------
+
+class Op(_a2amm.Op):
+    """The fused AllToAll + MXFP8 matmul on a communicator (a2amm.h's a2amm_op).
+
+    Op(comm, kind="alltoall-matmul", *, max_m, k, n, a_fmt="e4m3", b_fmt="e4m3", tile_m=0, depth=0,
+       threads=0, path=None, timeout=0, schedule="fused")
+
+    Collective: every rank of comm makes it, with the same arguments. Rank r holds A_r [R*m, K/R]: R
+    blocks of m rows, block j for rank j; the call sends each block to its rank and multiplies what
+    rank r received ([m, K]: rank j's block as K range j*K/R..) by rank r's B, giving bf16 [m, n].
+    max_m: the largest m of any call (each call may use any m from 1 to it). kind: one of
+    a2amm.OP_KINDS. tile_m: rows per pipeline tile (0: 512); depth: ring slots on the put path (0: 4);
+    threads: compute threads of this rank (0: cores / R); path: "direct" (read peers' memory) or "put"
+    (None: direct on shared memory, put over MPI, its only path); timeout: seconds every wait between
+    ranks may take (0: 60); schedule: "fused" or "unfused" (the whole AllToAll, then the matmul).
+    A bad argument raises TypeError/ValueError and fails the communicator, as the library's own
+    checks do, so that the other ranks stop at once (PeerError) instead of waiting for the timeout.
+    """
+
+    def __init__(self, comm, kind="alltoall-matmul", *, max_m, k, n, a_fmt="e4m3", b_fmt="e4m3", tile_m=0,
+                 depth=0, threads=0, path=None, timeout=0, schedule="fused"):
+        super().__init__(comm, kind, max_m=max_m, k=k, n=n, a_fmt=a_fmt, b_fmt=b_fmt, tile_m=tile_m, depth=depth,
+                         threads=threads, path=path, timeout=float(timeout), schedule=schedule)
+        self._size = comm.size
+        self._tracer = None
+
+    def __repr__(self):
+        if self.closed:
+            return "a2amm.Op(closed)"
+        return "a2amm.Op(%s, rank %d of %d, max_m=%d, k=%d, n=%d, %s x %s, path=%s, %s)" % (
+            self.kind, self.comm.rank, self.comm.size, self.max_m, self.k, self.n, self.a_fmt, self.b_fmt,
+            self.path, self.schedule)
+
+    def set_weights(self, b_codes, b_scales):
+        """Local: this rank's B, b_codes [n, k] (B transposed) and b_scales [n, k/32], uint8 in b_fmt;
+        prepared (packed for the kernel) into a copy of the op's own, so the arrays may change or go
+        afterwards. Call again to replace them (between calls)."""
+        self._set_weights(_array(b_codes, "b_codes"), _array(b_scales, "b_scales"))
+
+    def __call__(self, a_codes=None, a_scales=None, *, m=None, out=None):
+        """Collective: one fused AllToAll + matmul. Returns out, bf16 [m, n].
+
+        a_codes [R*m, K/R] and a_scales [R*m, K/R/32] (or the seed layout's 2*ceil(K/R/64) columns):
+        this rank's A, uint8 in a_fmt, rows contiguous; m = rows / R, the same on every rank. The library
+        copies them into the op's memory, which the other ranks read (a layout it does not take, a row
+        stride or the narrower scales, is copied in here instead). Zero-copy: write A into the arrays
+        op.input() gives (the op's own memory) and pass those, or nothing with m=: no copy at all.
+        out: bf16 [m, n], C-contiguous, written in place (torch.bfloat16, or numpy uint16 bits); None
+        makes one: a torch.bfloat16 tensor for torch a_codes, numpy uint16 bits otherwise.
+        The GIL is released during the call; Ctrl-C stops it at the next tile (KeyboardInterrupt; the
+        other ranks get PeerError). Raises PeerError when another rank failed, TimeoutError after
+        timeout seconds without the others.
+        """
+        if type(a_codes) is _ndarray and type(a_scales) is _ndarray and (out is None or type(out) is _ndarray):
+            return self._run(a_codes, a_scales, out, m or 0)  # numpy: straight to the extension
+        if out is None and not _torch_tensor(a_codes):
+            return self._run(_array(a_codes, "a_codes") if a_codes is not None else None,
+                             _array(a_scales, "a_scales") if a_scales is not None else None, None, m or 0)
+        a = _array(a_codes, "a_codes") if a_codes is not None else None
+        sa = _array(a_scales, "a_scales") if a_scales is not None else None
+        if out is None:
+            rows = m or (getattr(a, "shape", (0,))[0] // self._size if a is not None else self.max_m)
+            out = _bf16_out(rows, self.n)
+        if _torch_tensor(out):
+            self._run(a, sa, _array(out, "out"), m or 0)
+            return out
+        return self._run(a, sa, out, m or 0)
+
+    def input(self, m=None):
+        """(a_codes, a_scales): numpy views of the op's own input memory, [R, m, K/R] and [R, m, K/R/32]
+        uint8 (block j for rank j; m defaults to max_m). Write A into them and call op(a_codes, a_scales)
+        with them (or op(m=m)): the op reads them where they are, no copy. Write only between calls (the
+        other ranks read them until the call returns everywhere); valid until op.close().
+        torch.from_numpy(view) gives tensors over the same memory."""
+        m = self.max_m if m is None else m
+        if not 1 <= m <= self.max_m:
+            raise ValueError("m must be 1 to max_m = %d; got %r" % (self.max_m, m))
+        abuf, sbuf, block_rows, ldsa = self._input_buffers()
+        R, ka = self._size, self.ka
+        a = _np.frombuffer(abuf, dtype=_np.uint8).reshape(R, block_rows, ka)[:, :m, :]
+        sa = _np.frombuffer(sbuf, dtype=_np.uint8).reshape(R, block_rows, ldsa)[:, :m, :ka // 32]
+        return a, sa
+
+    def trace(self, path):
+        """Records this rank's pipeline from now on; returns a Tracer. Its stop() (or the end of
+        `with op.trace(path):`) is collective: every rank's spans go to rank 0, which writes `path` as a
+        Chrome trace (ui.perfetto.dev, chrome://tracing) that `a2amm timeline` draws."""
+        from ._trace import Tracer
+        if self._tracer is not None and self._tracer.active:
+            raise ValueError("trace: this op is already being traced (stop that first)")
+        self._tracer = Tracer(self, path)
+        return self._tracer
+
+    def close(self):
+        """Local: frees the op (its input() views are no longer valid). A trace still open is dropped."""
+        if self._tracer is not None and self._tracer.active:
+            self._tracer.active = False
+        super().close()
+
+    @staticmethod
+    def heap_bytes(R, max_m, k, n, a_fmt="e4m3", b_fmt="e4m3", tile_m=0, depth=0, path="direct",
+                   schedule="fused"):
+        """The symmetric memory one rank needs for such an op on R ranks (launch's heap_bytes)."""
+        return _a2amm.op_heap_bytes(R, max_m, k, n, a_fmt, b_fmt, tile_m, depth, path, schedule)
+
+
+from ._launch import launch  # noqa: E402
+
+
+# ---- at exit: communicators still open ----------------------------------------------------------
+
+def _at_exit():
+    """An MPI program that ends with an unhandled exception fails its open communicators (the other
+    ranks get PeerError at once instead of waiting in a call); every open one is closed before MPI
+    finalizes (mpi4py does that after Python's atexit functions)."""
+    exc = getattr(_sys, "last_value", None)
+    why = None
+    if exc is not None:
+        why = "%s: %s" % (type(exc).__name__, exc)
+    _a2amm._close_all(why)
+
+
+_atexit.register(_at_exit)

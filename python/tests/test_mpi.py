@@ -1,0 +1,81 @@
+"""a2amm.Comm.from_mpi under `mpirun -np 2` (on this machine: shared memory, or Open MPI messages when asked):
+the op on numpy and torch inputs against fp64; a rank that raises or dies stops the others within seconds."""
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import HERE, assert_close, mpirun_cmd, needs_mpi, needs_torch, reference
+
+JOB = os.path.join(HERE, "mpi_job.py")
+
+
+def mpirun(R, mode, transport, outdir, timeout=90):
+    cmd = mpirun_cmd(R) + [sys.executable, JOB, mode, transport, str(outdir)]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return p, time.monotonic() - t0
+
+
+@needs_mpi
+@needs_torch
+@pytest.mark.parametrize("transport,want_transport,want_path", [("auto", "shm", "direct"), ("mpi", "mpi", "put")])
+def test_the_op_under_mpirun(tmp_path, transport, want_transport, want_path):
+    R = 2
+    p, _ = mpirun(R, "op", transport, tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = [np.load(tmp_path / ("%d.npz" % r)) for r in range(R)]
+    for r in range(R):
+        assert str(got[r]["transport"]) == want_transport and str(got[r]["path"]) == want_path
+        ref, bound = reference(r, R, 24, [g["a"] for g in got], [g["sa"] for g in got], got[r]["b"], got[r]["sb"])
+        assert_close(got[r]["out"], ref, bound, "mpirun %s rank %d (numpy)" % (transport, r))
+        np.testing.assert_array_equal(got[r]["torch_out"].view(np.uint16), got[r]["out"])
+
+
+@needs_mpi
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_a_rank_that_raises_or_dies_under_mpirun(tmp_path, how):
+    p, took = mpirun(2, how, "auto", tmp_path)
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert took < 30, "the job took %.1f s to end" % took
+    if how == "raise":
+        assert "ValueError: rank 1 gives up" in p.stderr
+    said = (tmp_path / "0.txt").read_text() if (tmp_path / "0.txt").exists() else ""
+    if how == "raise" or said:  # killed: mpirun may end rank 0 before it reports
+        seconds, text = said.split(" ", 1)
+        assert text.startswith("PeerError: rank 0:") and "rank 1" in text, said
+        assert float(seconds) < 5, said
+
+
+@needs_mpi
+def test_the_direct_path_is_refused_over_mpi_messages(tmp_path):
+    # a bad argument to a collective call fails the communicator: over MPI messages that ends the job
+    # (liba2amm_mpi prints the failure and calls MPI_Abort), naming the rank and the argument
+    p, took = mpirun(2, "direct", "mpi", tmp_path)
+    assert p.returncode != 0 and took < 30
+    assert 'failed (invalid argument): rank 0: ValueError: path="direct" needs shared memory' in p.stderr, p.stderr
+
+
+# tests/test_python.sh sets it (as root): mpirun in the first of 2 network-namespace hosts, one rank on each
+HOSTS_MPIRUN = os.environ.get("A2AMM_TEST_HOSTS_MPIRUN")
+needs_hosts = pytest.mark.skipif(not HOSTS_MPIRUN, reason="no namespace hosts (tests/test_python.sh makes them as root)")
+
+
+@needs_hosts
+@needs_torch
+def test_the_op_across_two_hosts(tmp_path):
+    import shlex
+    R = 2
+    p = subprocess.run(shlex.split(HOSTS_MPIRUN) + [sys.executable, JOB, "op", "auto", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = [np.load(tmp_path / ("%d.npz" % r)) for r in range(R)]
+    for r in range(R):
+        # "auto" on two machines: Open MPI messages, on the put path
+        assert (str(got[r]["transport"]), str(got[r]["path"])) == ("mpi", "put")
+        ref, bound = reference(r, R, 24, [g["a"] for g in got], [g["sa"] for g in got], got[r]["b"], got[r]["sb"])
+        assert_close(got[r]["out"], ref, bound, "across hosts, rank %d" % r)
+        np.testing.assert_array_equal(got[r]["torch_out"].view(np.uint16), got[r]["out"])
