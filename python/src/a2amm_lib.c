@@ -23,7 +23,7 @@ const char *lib_path(void)
     return "";
 }
 
-int lib_fmt_parse(const char *name, a2amm_fp8_type *out) { return a2amm_fp8_type_parse(name, out); }
+int lib_fmt_parse(const char *name, a2amm_fp8_type *out) { return a2amm_fp8_type_parse(name, out, NULL); }
 const char *lib_fmt_name(a2amm_fp8_type t) { return a2amm_fp8_type_name(t); }
 
 int lib_mode_parse(const char *name, a2amm_scale_mode *out)
@@ -74,8 +74,9 @@ int lib_matmul(const a2amm_weights *w, const uint8_t *a, int64_t lda, const uint
 
 int lib_launch(int nranks, a2amm_rank_fn fn, void *arg, const lib_launch_options *o, a2amm_error *err)
 {
-    a2amm_launch_options lo = {.heap_bytes = o->heap_bytes, .timeout_s = o->timeout_s, .stall_s = o->stall_s,
-                               .stop = o->stop, .reports = o->reports};
+    a2amm_launch_options lo = A2AMM_LAUNCH_OPTIONS_INIT;
+    lo.heap_bytes = o->heap_bytes, lo.timeout_s = o->timeout_s, lo.stall_s = o->stall_s, lo.stop = o->stop;
+    lo.reports = o->reports;
     return a2amm_launch(nranks, fn, arg, &lo, err);
 }
 
@@ -137,21 +138,19 @@ const char *lib_op_kind_name(int index) { return index >= 0 && index < LIB_OP_KI
 
 static a2amm_op_config config_of(const lib_op_options *o)
 {
-    return (a2amm_op_config){.max_m = o->max_m, .k = o->k, .n = o->n, .a_type = o->a_type, .b_type = o->b_type,
-                             .tile_m = o->tile_m, .depth = o->depth, .threads = o->threads,
-                             .path = o->path_put ? A2AMM_PATH_PUT : A2AMM_PATH_DIRECT, .timeout_s = o->timeout_s,
-                             .schedule = o->unfused ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED};
+    a2amm_op_config c = A2AMM_OP_CONFIG_INIT;
+    c.max_m = o->max_m, c.k = o->k, c.n = o->n, c.a_type = o->a_type, c.b_type = o->b_type;
+    c.tile_m = o->tile_m, c.depth = o->depth, c.threads = o->threads, c.timeout_s = o->timeout_s;
+    c.path = o->path_put ? A2AMM_PATH_PUT : A2AMM_PATH_DIRECT;
+    c.schedule = o->unfused ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED;
+    return c;
 }
 
 size_t lib_op_heap_bytes(const lib_op_options *o, int nranks, a2amm_error *err)
 {
     a2amm_op_config cfg = config_of(o);
-    size_t bytes = a2amm_op_heap_bytes(&cfg, nranks);
-    if (!bytes && err) {
-        err->code = A2AMM_E_INVAL;
-        snprintf(err->msg, sizeof err->msg, "a2amm_op_heap_bytes: the config breaks a rule on %d ranks", nranks);
-    }
-    return bytes;
+    size_t bytes = 0;
+    return a2amm_op_heap_bytes(&cfg, nranks, &bytes, err) ? 0 : bytes;
 }
 
 int lib_op_create(a2amm_comm *comm, const lib_op_options *o, a2amm_op **op, a2amm_error *err)
@@ -173,9 +172,7 @@ int lib_op_use_weights(a2amm_op *op, const a2amm_weights *w, a2amm_error *err)
 int lib_op_input(a2amm_op *op, uint8_t **a, uint8_t **sa, int64_t *lda, int64_t *ldsa, int64_t *block_rows,
                  a2amm_error *err)
 {
-    int rc = a2amm_op_input(op, a, sa, lda, ldsa, block_rows);
-    if (rc && err) err->code = rc, snprintf(err->msg, sizeof err->msg, "a2amm_op_input: %s", a2amm_strerror(rc));
-    return rc;
+    return a2amm_op_input(op, a, sa, lda, ldsa, block_rows, err);
 }
 
 int lib_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, uint16_t *out, a2amm_error *err)
@@ -185,10 +182,7 @@ int lib_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, uin
 
 int lib_op_set_observer(a2amm_op *op, a2amm_observer_fn fn, void *arg, a2amm_error *err)
 {
-    int rc = a2amm_op_set_observer(op, fn, arg);
-    if (rc && err)
-        err->code = rc, snprintf(err->msg, sizeof err->msg, "a2amm_op_set_observer: %s", a2amm_strerror(rc));
-    return rc;
+    return a2amm_op_set_observer(op, fn, arg, err);
 }
 
 void lib_op_destroy(a2amm_op *op) { a2amm_op_destroy(op); }
