@@ -3,8 +3,9 @@
 # command and a2amm.pc land there; the libraries need nothing but libc, libm
 # and pthreads, define a2amm_* names only (a program with its own
 # pool_create links the static one), and agree with the header on the
-# version; examples/fused_op.c builds against the installed copy through
-# pkg-config (shared, then static; then over MPI) and passes.
+# version; examples/fused_op.c and examples/sequence_parallel.c build
+# against the installed copy through pkg-config (shared, then static; then
+# over MPI) and pass, and the attention block refuses a shape it cannot split.
 . "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/.." && pwd)
 prefix="$SCRATCH/prefix"
@@ -69,6 +70,18 @@ check "the public headers name none of the seed's files" \
 hdr=$(sed -n 's/^#define A2AMM_VERSION_STRING "\(.*\)"/\1/p' "$prefix/include/a2amm.h")
 check "the installed header has a version" test -n "$hdr"
 
+# sp_ok "what" R CMD...: the attention block example runs and passes: its
+# table has a row for each of the R ranks, every value on the check, the max
+# of each step's time, and the OK line with the library's version
+sp_ok() {
+    local what=$1 R=$2; shift 2
+    expect_ok "$what" "$@"
+    expect_output "$what: the check passes" "sequence_parallel: OK (a2amm $hdr, built with the header of $hdr)"
+    check "$what: a row for each of the $R ranks, none off the check" \
+        test "$(grep -Ec '^ +[0-9]+ .* 0 of [0-9]+ values off, worst' "$SCRATCH/out")" -eq "$R"
+    check "$what: each step's time, the max over ranks" grep -Eq '^ +max( +[0-9]+\.[0-9]+){4}$' "$SCRATCH/out"
+}
+
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 check "pkg-config's a2amm version is the header's ($hdr)" test "$(pkg-config --modversion a2amm)" = "$hdr"
 check "pkg-config's a2amm-mpi version is the header's" test "$(pkg-config --modversion a2amm-mpi)" = "$hdr"
@@ -79,11 +92,34 @@ check "the example is linked to the installed liba2amm.so.0" bash -c "LD_LIBRARY
 LD_LIBRARY_PATH="$prefix/lib" expect_ok "the example runs" env LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/ex"
 expect_output "the example checks its result" "fused_op: OK"
 expect_output "the example prints a2amm_version(), the header's" "fused_op: OK (a2amm $hdr, built with the header of $hdr)"
+# the attention block from the two ops (examples/sequence_parallel.c) at R = 1, 2 and 4, and its defaults;
+# shapes with M not a tile's multiple, heads of 16 (two per MX block) and H/R = 32 (one block per row)
+expect_ok "the sequence-parallel example builds against the installed shared library" \
+    cc -std=c11 -Wall -Wextra -Werror "$root/examples/sequence_parallel.c" $(pkg-config --cflags --libs a2amm) -lm \
+    -o "$SCRATCH/sp"
+for shape in "1 16 2 32" "2 37 4 32" "4 24 8 16"; do
+    sp_ok "sequence_parallel $shape" "${shape%% *}" env LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/sp" $shape
+done
+sp_ok "sequence_parallel with its defaults (R = 4)" 4 env LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/sp"
+expect_output "it says what it ran" "R = 4 ranks x M = 64 tokens (S = 256), 8 heads x d = 64 (H = 512), causal"
+# shapes it cannot split: refused with the rule, exit 2, before any rank starts
+expect_fail "heads not divisible by R refused" "sequence_parallel: heads (6) must be divisible by R (4)" \
+    env LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/sp" 4 16 6 32
+check "with exit 2" test "$(env LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/sp" 4 16 6 32 2>/dev/null; echo $?)" = 2
+expect_fail "H/R not whole MX blocks refused" "H/R = heads*d/R = 16 must be a multiple of 32" \
+    env LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/sp" 2 16 2 16
+expect_fail "a count that is not one refused" "M must be a whole number from 1 to" \
+    env LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/sp" 2 0
 expect_ok "the example builds statically" \
     cc -std=c11 "$root/examples/fused_op.c" $(pkg-config --cflags a2amm) "$prefix/lib/liba2amm.a" \
     $(pkg-config --libs-only-other --static a2amm) $(pkg-config --static --libs-only-L --libs-only-l a2amm | sed 's/-la2amm//') -lm -o "$SCRATCH/ex-static"
 expect_ok "the static example runs" "$SCRATCH/ex-static"
 expect_output "the static example checks its result" "fused_op: OK"
+expect_ok "the sequence-parallel example builds statically" \
+    cc -std=c11 "$root/examples/sequence_parallel.c" $(pkg-config --cflags a2amm) "$prefix/lib/liba2amm.a" \
+    $(pkg-config --libs-only-other --static a2amm) $(pkg-config --static --libs-only-L --libs-only-l a2amm | sed 's/-la2amm//') \
+    -lm -o "$SCRATCH/sp-static"
+sp_ok "the static sequence_parallel 2 40 2 64" 2 "$SCRATCH/sp-static" 2 40 2 64
 # the same example as an MPI job, through the installed liba2amm_mpi
 if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
     expect_ok "the MPI example builds against the installed copy" \
@@ -92,6 +128,19 @@ if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
     expect_ok "the MPI example runs under mpirun" env ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" \
         timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 --mca btl tcp,self "$SCRATCH/ex-mpi"
     expect_output "the MPI example checks its result" "fused_op: OK"
+    # the attention block as an MPI job: R is the job's size
+    mpirun_sp() { env ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" timeout 120 mpirun --allow-run-as-root \
+        --oversubscribe --bind-to none --mca btl tcp,self "$@"; }
+    expect_ok "the MPI sequence-parallel example builds against the installed copy" \
+        mpicc -std=c11 -Wall -Wextra -Werror -DWITH_MPI "$root/examples/sequence_parallel.c" -I"$prefix/include" \
+        "$prefix/lib/liba2amm_mpi.a" -lm -pthread -o "$SCRATCH/sp-mpi"
+    sp_ok "sequence_parallel under mpirun -np 2" 2 mpirun_sp -np 2 "$SCRATCH/sp-mpi" 2 37 4 32
+    sp_ok "sequence_parallel under mpirun -np 4" 4 mpirun_sp -np 4 "$SCRATCH/sp-mpi" 4 24 8 16
+    sp_ok "sequence_parallel under mpirun -np 2, R left to the job" 2 mpirun_sp -np 2 "$SCRATCH/sp-mpi"
+    expect_fail "an R that is not the job's size refused" \
+        "sequence_parallel: R = 4, but the job has 2 ranks: run it with mpirun -np 4" mpirun_sp -np 2 "$SCRATCH/sp-mpi" 4
+    expect_fail "a shape the job cannot split refused" "sequence_parallel: heads (3) must be divisible by R (2)" \
+        mpirun_sp -np 2 "$SCRATCH/sp-mpi" 2 16 3 64
     # shared: liba2amm_mpi.so is the whole library and the transport, found through a2amm-mpi.pc
     mexported=$(nm -D --defined-only "$prefix/lib/liba2amm_mpi.so.0" | awk '{print $3}')
     check "liba2amm_mpi.so exports a2amm_mpi_comm_create" grep -qx a2amm_mpi_comm_create <<<"$mexported"
@@ -107,6 +156,11 @@ if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
         timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 --mca btl tcp,self \
         -x LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/ex-mpi-so"
     expect_output "the shared MPI example checks its result" "fused_op: OK"
+    expect_ok "the MPI sequence-parallel example builds against the installed shared library" \
+        mpicc -std=c11 -Wall -Wextra -Werror -DWITH_MPI "$root/examples/sequence_parallel.c" \
+        $(pkg-config --cflags --libs a2amm-mpi) -lm -o "$SCRATCH/sp-mpi-so"
+    sp_ok "the shared sequence_parallel under mpirun -np 2" 2 \
+        mpirun_sp -np 2 -x LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/sp-mpi-so" 2 24 2 32
 else
     echo "SKIP: the MPI example: mpicc or mpirun is not installed" >&2
 fi
