@@ -198,14 +198,15 @@ class Op(_a2amm.Op):
       giving bf16 [m, n]. K/R a multiple of 32.
     - "matmul-alltoall" (the exchange after the QKV projection; expert parallelism's combine): rank r
       holds X_r [m, K]; the call computes Y_r = X_r x B_r [m, n] and sends column block j of it
-      (columns j*n/R ..) to rank j, giving bf16 [R*m, n/R] stacked by source: rows i*m .. (i+1)*m are
-      rank i's block. Each value has the bits of a2amm.matmul(X_r, B_r) at its place. K a multiple of
-      32, n divisible by R.
+      (columns j*n/R ..) to rank j, giving bf16 [R*m, n/R] stacked by source: rank j's rows i*m ..
+      (i+1)*m are rank i's block, the bits of a2amm.matmul(X_i, B_i)'s columns j*n/R .. exactly. K a
+      multiple of 32, n divisible by R.
     max_m: the largest m of any call (each call may use any m from 1 to it).
-    tile_m: rows per pipeline tile (0: 512); depth: ring slots on the put path (0: 4);
-    threads: compute threads of this rank (0: cores / R); path: "direct" (read peers' memory) or "put"
-    (None: direct on shared memory, put over MPI, its only path); timeout: seconds every wait between
-    ranks may take (0: 60); schedule: "fused" or "unfused" (the whole AllToAll, then the matmul).
+    tile_m: rows per pipeline tile (0: 512); depth: ring slots per source on the put path (0: 4;
+    matmul-alltoall has no ring); threads: compute threads of this rank (0: cores / R); path: "direct"
+    (read peers' memory) or "put" (None: direct on shared memory, put over MPI, its only path);
+    timeout: seconds every wait between ranks may take (0: 60); schedule: "fused" (tile by tile, the
+    exchange behind the matmul) or "unfused" (the whole AllToAll, then the matmul; or the reverse).
     A bad argument raises TypeError/ValueError and fails the communicator, as the library's own
     checks do, so that the other ranks stop at once (PeerError) instead of waiting for the timeout.
     """

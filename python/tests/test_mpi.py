@@ -44,19 +44,25 @@ def test_the_op_under_mpirun(tmp_path, transport, want_transport, want_path):
 def test_the_reverse_op_under_mpirun(tmp_path, transport, want_transport, want_paths):
     """matmul-alltoall on every path the transport runs, fused and unfused, on numpy and torch inputs: against
     fp64 and with the bits of a2amm.matmul of X_i by B_i sliced, gathered from both ranks."""
-    R, M = 2, 24
-    p, _ = mpirun(R, "reverse", transport, tmp_path)
+    p, _ = mpirun(2, "reverse", transport, tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
-    got = [np.load(tmp_path / ("%d.npz" % r)) for r in range(R)]
+    check_reverse_job(tmp_path, transport, want_transport, want_paths)
+
+
+def check_reverse_job(outdir, what, want_transport, want_paths):
+    """What `mpi_job.py reverse` saved (OUTDIR/<r>.npz): the transport, a result per path it runs (fused,
+    unfused, torch), each against fp64 and with the bits of a2amm.matmul sliced, gathered from both ranks."""
+    R, M = 2, 24
+    got = [np.load(outdir / ("%d.npz" % r)) for r in range(R)]
     xs, sxs, bs, sbs = ([g[key] for g in got] for key in ("x", "sx", "b", "sb"))
     for j in range(R):
         assert str(got[j]["transport"]) == want_transport
         ref, bound = reverse_reference(j, R, M, xs, sxs, bs, sbs)
         bits = reverse_by_matmul(j, R, M, xs, sxs, bs, sbs)
-        variants = ["%s_%s" % (p_, s) for p_ in want_paths for s in ("fused", "unfused", "torch")]
+        variants = ["%s_%s" % (path, v) for path in want_paths for v in ("fused", "unfused", "torch")]
         assert sorted(variants) == sorted(f for f in got[j].files if f.startswith(("direct", "put")))
         for v in variants:
-            assert_close(got[j][v], ref, bound, "mpirun %s rank %d %s" % (transport, j, v))
+            assert_close(got[j][v], ref, bound, "mpirun %s rank %d %s" % (what, j, v))
             np.testing.assert_array_equal(got[j][v].view(np.uint16), bits, err_msg="rank %d %s" % (j, v))
 
 
@@ -106,3 +112,13 @@ def test_the_op_across_two_hosts(tmp_path):
         ref, bound = reference(r, R, 24, [g["a"] for g in got], [g["sa"] for g in got], got[r]["b"], got[r]["sb"])
         assert_close(got[r]["out"], ref, bound, "across hosts, rank %d" % r)
         np.testing.assert_array_equal(got[r]["torch_out"].view(np.uint16), got[r]["out"])
+
+
+@needs_hosts
+@needs_torch
+def test_the_reverse_op_across_two_hosts(tmp_path):
+    import shlex
+    p = subprocess.run(shlex.split(HOSTS_MPIRUN) + [sys.executable, JOB, "reverse", "auto", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    check_reverse_job(tmp_path, "across hosts", "mpi", ["put"])  # "auto" on two machines: MPI messages
