@@ -3,11 +3,12 @@
 # python3 (--system-site-packages: Debian's numpy, torch, mpi4py; never the python3 first on PATH), from
 # a copy of python/ beside the repository's include/ and the build folder A2AMM is in, found as in a
 # checkout; `import a2amm` reports the library's version and the library of that build. Then its pytest
-# suite (python/tests): MX bits against a numpy model of the OCP rules, the matmul and the op under
-# a2amm.launch (R = 1, 2, 4) and `mpirun -np 2` against fp64 on numpy and torch inputs, zero-copy, every
-# bad argument, failures (PeerError within seconds), Ctrl-C, tracing, examples/fused_op.py under both
-# launchers, and (as root, where namespaces can be made) the op and the example across 2 network-namespace
-# hosts (scripts/netns-hosts.sh) over Open MPI messages; nothing left in /dev/shm.
+# suite (python/tests): MX bits against a numpy model of the OCP rules, the matmul and both ops
+# (alltoall-matmul and the reverse, matmul-alltoall) under a2amm.launch (R = 1, 2, 4) and `mpirun -np 2`
+# against fp64 on numpy and torch inputs, zero-copy, every bad argument, failures (PeerError within
+# seconds), Ctrl-C, tracing, examples/fused_op.py and examples/sequence_parallel.py under both launchers,
+# and (as root, where namespaces can be made) the op and the examples across 2 network-namespace hosts
+# (scripts/netns-hosts.sh) over Open MPI messages; nothing left in /dev/shm.
 #
 # The sanitizer pass (A2AMM in build-san, whose library has AddressSanitizer): the extension is built with
 # ASan and UBSan too, and python runs with libasan preloaded (an interpreter without ASan loads an

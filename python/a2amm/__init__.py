@@ -11,6 +11,9 @@
             return op(a_codes, a_scales)               # collective: bf16 [m, N]
     results = a2amm.launch(R, rank, ...)               # or comm = a2amm.Comm.from_mpi(MPI.COMM_WORLD)
 
+Two kinds of op (a2amm.OP_KINDS): "alltoall-matmul" (the AllToAll of every rank's A, then the matmul) and
+"matmul-alltoall" (the matmul, then the AllToAll of the result's column blocks): see help(a2amm.Op).
+
 Arrays are numpy arrays or torch CPU tensors (or any buffer-protocol object), read in place: fp8 codes and
 E8M0 scales as uint8; values as float32 or bfloat16. bf16 results are torch.bfloat16 tensors for torch
 inputs, and numpy uint16 arrays of bf16 bits otherwise (numpy has no bfloat16; bf16_to_float32 widens them).
@@ -187,14 +190,23 @@ class Op(_a2amm.Op):
     Op(comm, kind="alltoall-matmul", *, max_m, k, n, a_fmt="e4m3", b_fmt="e4m3", tile_m=0, depth=0,
        threads=0, path=None, timeout=0, schedule="fused")
 
-    Collective: every rank of comm makes it, with the same arguments. Rank r holds A_r [R*m, K/R]: R
-    blocks of m rows, block j for rank j; the call sends each block to its rank and multiplies what
-    rank r received ([m, K]: rank j's block as K range j*K/R..) by rank r's B, giving bf16 [m, n].
-    max_m: the largest m of any call (each call may use any m from 1 to it). kind: one of
-    a2amm.OP_KINDS. tile_m: rows per pipeline tile (0: 512); depth: ring slots on the put path (0: 4);
-    threads: compute threads of this rank (0: cores / R); path: "direct" (read peers' memory) or "put"
-    (None: direct on shared memory, put over MPI, its only path); timeout: seconds every wait between
-    ranks may take (0: 60); schedule: "fused" or "unfused" (the whole AllToAll, then the matmul).
+    Collective: every rank of comm makes it, with the same arguments. kind: one of a2amm.OP_KINDS.
+    Every rank r has its own B_r, stored transposed [n, k] (op.set_weights).
+    - "alltoall-matmul" (the default; Ulysses' exchange after attention, with the output projection):
+      rank r holds A_r [R*m, K/R]: R blocks of m rows, block j for rank j; the call sends each block to
+      its rank and multiplies what rank r received ([m, K]: rank j's block as K range j*K/R..) by B_r,
+      giving bf16 [m, n]. K/R a multiple of 32.
+    - "matmul-alltoall" (the exchange after the QKV projection; expert parallelism's combine): rank r
+      holds X_r [m, K]; the call computes Y_r = X_r x B_r [m, n] and sends column block j of it
+      (columns j*n/R ..) to rank j, giving bf16 [R*m, n/R] stacked by source: rank j's rows i*m ..
+      (i+1)*m are rank i's block, the bits of a2amm.matmul(X_i, B_i)'s columns j*n/R .. exactly. K a
+      multiple of 32, n divisible by R.
+    max_m: the largest m of any call (each call may use any m from 1 to it).
+    tile_m: rows per pipeline tile (0: 512); depth: ring slots per source on the put path (0: 4;
+    matmul-alltoall has no ring); threads: compute threads of this rank (0: cores / R); path: "direct"
+    (read peers' memory) or "put" (None: direct on shared memory, put over MPI, its only path);
+    timeout: seconds every wait between ranks may take (0: 60); schedule: "fused" (tile by tile, the
+    exchange behind the matmul) or "unfused" (the whole AllToAll, then the matmul; or the reverse).
     A bad argument raises TypeError/ValueError and fails the communicator, as the library's own
     checks do, so that the other ranks stop at once (PeerError) instead of waiting for the timeout.
     """
@@ -213,6 +225,17 @@ class Op(_a2amm.Op):
             self.kind, self.comm.rank, self.comm.size, self.max_m, self.k, self.n, self.a_fmt, self.b_fmt,
             self.path, self.schedule)
 
+    def _out_shape(self, m):
+        """The shape of a call's result: [m, n], or [R*m, n/R] for matmul-alltoall."""
+        if self.kind == "matmul-alltoall":
+            return self._size * m, self.n // self._size
+        return m, self.n
+
+    def _rows_per_rank(self, a):
+        """The m of a call's input array a (its rows; / R for alltoall-matmul)."""
+        rows = getattr(a, "shape", (0,))[0]
+        return rows if self.kind == "matmul-alltoall" else rows // self._size
+
     def set_weights(self, b_codes, b_scales):
         """Local: this rank's B, b_codes [n, k] (B transposed) and b_scales [n, k/32], uint8 in b_fmt;
         prepared (packed for the kernel) into a copy of the op's own, so the arrays may change or go
@@ -220,15 +243,18 @@ class Op(_a2amm.Op):
         self._set_weights(_array(b_codes, "b_codes"), _array(b_scales, "b_scales"))
 
     def __call__(self, a_codes=None, a_scales=None, *, m=None, out=None):
-        """Collective: one fused AllToAll + matmul. Returns out, bf16 [m, n].
+        """Collective: one call of the op. Returns out: bf16 [m, n] (alltoall-matmul) or [R*m, n/R]
+        (matmul-alltoall: rows i*m .. from rank i).
 
-        a_codes [R*m, K/R] and a_scales [R*m, K/R/32] (or the seed layout's 2*ceil(K/R/64) columns):
-        this rank's A, uint8 in a_fmt, rows contiguous; m = rows / R, the same on every rank. The library
-        copies them into the op's memory, which the other ranks read (a layout it does not take, a row
-        stride or the narrower scales, is copied in here instead). Zero-copy: write A into the arrays
-        op.input() gives (the op's own memory) and pass those, or nothing with m=: no copy at all.
-        out: bf16 [m, n], C-contiguous, written in place (torch.bfloat16, or numpy uint16 bits); None
-        makes one: a torch.bfloat16 tensor for torch a_codes, numpy uint16 bits otherwise.
+        alltoall-matmul: a_codes [R*m, K/R] and a_scales [R*m, ceil(K/R/32)] (or the seed layout's
+        2*ceil(K/R/64) columns), this rank's A, m = rows / R. matmul-alltoall: a_codes [m, K] and
+        a_scales [m, ceil(K/32)] (or 2*ceil(K/64)), this rank's X_r, m = rows. uint8 in a_fmt, rows
+        contiguous (any row stride); 1 <= m <= max_m, the same on every rank. The library copies them
+        into the op's memory (alltoall-matmul: the other ranks read it there; a layout it does not take,
+        a row stride or the narrower scales, is copied in here instead). Zero-copy: write the input into
+        the arrays op.input() gives (the op's own memory) and pass those, or nothing with m=: no copy.
+        out: bf16 of the result's shape, C-contiguous, written in place (torch.bfloat16, or numpy uint16
+        bits); None makes one: a torch.bfloat16 tensor for torch a_codes, numpy uint16 bits otherwise.
         The GIL is released during the call; Ctrl-C stops it at the next tile (KeyboardInterrupt; the
         other ranks get PeerError). Raises PeerError when another rank failed, TimeoutError after
         timeout seconds without the others.
@@ -241,27 +267,30 @@ class Op(_a2amm.Op):
         a = _array(a_codes, "a_codes") if a_codes is not None else None
         sa = _array(a_scales, "a_scales") if a_scales is not None else None
         if out is None:
-            rows = m or (getattr(a, "shape", (0,))[0] // self._size if a is not None else self.max_m)
-            out = _bf16_out(rows, self.n)
+            out = _bf16_out(*self._out_shape(m or (self._rows_per_rank(a) if a is not None else self.max_m)))
         if _torch_tensor(out):
             self._run(a, sa, _array(out, "out"), m or 0)
             return out
         return self._run(a, sa, out, m or 0)
 
     def input(self, m=None):
-        """(a_codes, a_scales): numpy views of the op's own input memory, [R, m, K/R] and [R, m, K/R/32]
-        uint8 (block j for rank j; m defaults to max_m). Write A into them and call op(a_codes, a_scales)
-        with them (or op(m=m)): the op reads them where they are, no copy. Write only between calls (the
-        other ranks read them until the call returns everywhere); valid until op.close().
-        torch.from_numpy(view) gives tensors over the same memory."""
+        """(a_codes, a_scales): numpy views of the op's own input memory, uint8: alltoall-matmul's
+        [R, m, K/R] and [R, m, K/R/32] (block j for rank j), matmul-alltoall's [m, K] and [m, K/32]
+        (m defaults to max_m). Write the input into them and call op(a_codes, a_scales) with them (or
+        op(m=m)): the op reads them where they are, no copy. Write only between calls (a call reads them
+        until it returns on every rank); valid until op.close(). torch.from_numpy(view) gives tensors
+        over the same memory."""
         m = self.max_m if m is None else m
         if not 1 <= m <= self.max_m:
             raise ValueError("m must be 1 to max_m = %d; got %r" % (self.max_m, m))
         abuf, sbuf, block_rows, ldsa = self._input_buffers()
-        R, ka = self._size, self.ka
-        a = _np.frombuffer(abuf, dtype=_np.uint8).reshape(R, block_rows, ka)[:, :m, :]
-        sa = _np.frombuffer(sbuf, dtype=_np.uint8).reshape(R, block_rows, ldsa)[:, :m, :ka // 32]
-        return a, sa
+        ka = self.ka
+        a = _np.frombuffer(abuf, dtype=_np.uint8)
+        sa = _np.frombuffer(sbuf, dtype=_np.uint8)
+        if self.kind == "matmul-alltoall":  # one block
+            return a.reshape(block_rows, ka)[:m, :], sa.reshape(block_rows, ldsa)[:m, :ka // 32]
+        R = self._size
+        return a.reshape(R, block_rows, ka)[:, :m, :], sa.reshape(R, block_rows, ldsa)[:, :m, :ka // 32]
 
     def trace(self, path):
         """Records this rank's pipeline from now on; returns a Tracer. Its stop() (or the end of
@@ -281,9 +310,10 @@ class Op(_a2amm.Op):
 
     @staticmethod
     def heap_bytes(R, max_m, k, n, a_fmt="e4m3", b_fmt="e4m3", tile_m=0, depth=0, path="direct",
-                   schedule="fused"):
-        """The symmetric memory one rank needs for such an op on R ranks (launch's heap_bytes)."""
-        return _a2amm.op_heap_bytes(R, max_m, k, n, a_fmt, b_fmt, tile_m, depth, path, schedule)
+                   schedule="fused", kind="alltoall-matmul"):
+        """The symmetric memory one rank needs for such an op on R ranks (launch's heap_bytes). A shape
+        that breaks the kind's rules raises ArgumentError saying which."""
+        return _a2amm.op_heap_bytes(R, max_m, k, n, a_fmt, b_fmt, tile_m, depth, path, schedule, kind)
 
 
 from ._launch import launch  # noqa: E402

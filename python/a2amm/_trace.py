@@ -144,9 +144,9 @@ def _write(path, spans, drops, op):
     calls = [recs[recs["kind"] == 0] for recs in spans]
     m = max((int(c["rows"].max()) for c in calls if len(c)), default=op.max_m)
     comm = op.comm
-    meta = {"tool": "a2amm (Python, op.trace)", "M": m, "K": op.k, "N": op.n, "R": comm.size, "mode": "python",
-            "transport": comm.transport, "path": op.path, "schedule": op.schedule, "tile_m": op.tile_m,
-            "depth": op.depth, "threads": op.threads,
+    meta = {"tool": "a2amm (Python, op.trace)", "op": op.kind, "M": m, "K": op.k, "N": op.n, "R": comm.size,
+            "mode": "python", "transport": comm.transport, "path": op.path, "schedule": op.schedule,
+            "tile_m": op.tile_m, "depth": op.depth, "threads": op.threads,
             "clock": "CLOCK_MONOTONIC of each rank, minus the origin", "origin_ns": origin,
             "clock_offsets_ns": [0] * comm.size,
             "clock_offsets_how": "none: every rank reads this machine's clock" if comm.transport == "shm"

@@ -130,9 +130,9 @@ const char *lib_comm_doing(const a2amm_comm *comm) { return a2amm_comm_doing(com
 
 /* ---- ops ---------------------------------------------------------------------- */
 
-/* The kinds by lib_op_kind. Today the library runs one; the reverse op
- * (matmul-alltoall) joins here once a2amm.h has it. */
-static const char *const KIND_NAMES[LIB_OP_KINDS] = {"alltoall-matmul"};
+/* The kinds by lib_op_kind: their names, and the library's a2amm_op_kind of each. */
+static const char *const KIND_NAMES[LIB_OP_KINDS] = {"alltoall-matmul", "matmul-alltoall"};
+static const a2amm_op_kind KINDS[LIB_OP_KINDS] = {A2AMM_OP_ALLTOALL_MATMUL, A2AMM_OP_MATMUL_ALLTOALL};
 
 const char *lib_op_kind_name(int index) { return index >= 0 && index < LIB_OP_KINDS ? KIND_NAMES[index] : NULL; }
 
@@ -143,6 +143,7 @@ static a2amm_op_config config_of(const lib_op_options *o)
     c.tile_m = o->tile_m, c.depth = o->depth, c.threads = o->threads, c.timeout_s = o->timeout_s;
     c.path = o->path_put ? A2AMM_PATH_PUT : A2AMM_PATH_DIRECT;
     c.schedule = o->unfused ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED;
+    c.kind = o->kind >= 0 && o->kind < LIB_OP_KINDS ? KINDS[o->kind] : (a2amm_op_kind)o->kind;
     return c;
 }
 

@@ -1,10 +1,7 @@
 /*
  * Every call the extension makes into liba2amm goes through this header and
- * a2amm_lib.c, and nothing else in python/src calls an a2amm_* function. The
- * C API is about to change (a size field and an init function for
- * a2amm_op_config, the op kind as one of its fields, an a2amm_error * on
- * a2amm_op_input, a2amm_op_set_observer and a2amm_op_heap_bytes): adapting
- * the extension is a few lines of a2amm_lib.c. The rest of the extension
+ * a2amm_lib.c, and nothing else in python/src calls an a2amm_* function: a
+ * change of the C API is a change of a2amm_lib.c. The rest of the extension
  * uses the header's types (a2amm_comm, a2amm_op, a2amm_event, ...) and its
  * status codes, never its calls.
  */
@@ -76,8 +73,8 @@ const char *lib_comm_doing(const a2amm_comm *comm);
 
 /* Ops. The options as the extension holds them; a2amm_lib.c turns them
  * into the library's config. */
-typedef enum lib_op_kind { LIB_OP_ALLTOALL_MATMUL = 0, LIB_OP_KINDS } lib_op_kind;
-/* The kinds this library runs, by name ("alltoall-matmul"); NULL past the end. */
+typedef enum lib_op_kind { LIB_OP_ALLTOALL_MATMUL = 0, LIB_OP_MATMUL_ALLTOALL = 1, LIB_OP_KINDS } lib_op_kind;
+/* The kinds this library runs, by name ("alltoall-matmul", "matmul-alltoall"); NULL past the end. */
 const char *lib_op_kind_name(int index);
 typedef struct lib_op_options {
     lib_op_kind kind;

@@ -3,7 +3,9 @@
  * set locally, one collective call per step on the caller's arrays; its
  * input memory as zero-copy views; its events to a Python observer and to
  * a recorder for op.trace(). The Python class a2amm.Op (a2amm/__init__.py)
- * adds torch tensors on top.
+ * adds torch tensors on top. Both kinds of op (a2amm.h): alltoall-matmul
+ * takes A_r [R*m, K/R] (R blocks of m rows) and gives [m, n];
+ * matmul-alltoall takes X_r [m, K] (one block) and gives [R*m, n/R].
  */
 #include "ext.h"
 
@@ -35,7 +37,10 @@ typedef struct OpObject {
     CommObject *comm;
     lib_op_options o;
     int R, rank;
-    int64_t ka, ldsa, block_rows;
+    int reverse;           /* matmul-alltoall */
+    int64_t ka;            /* columns of a row of the input: K/R (alltoall-matmul) or K (matmul-alltoall) */
+    int64_t blocks;        /* row blocks of the input: R (block j for rank j), or 1 (matmul-alltoall) */
+    int64_t ldsa, block_rows;
     uint8_t *in_a, *in_sa; /* the op's input memory (a2amm_op_input) */
     PyObject *weights;     /* the Weights it uses (use_weights), or NULL */
     int has_weights;
@@ -230,6 +235,14 @@ static int parse_choice(PyObject *v, const char *what, const char *const *names,
     return -1;
 }
 
+/* kind: one of the op kinds this library runs (a2amm.OP_KINDS). */
+static int parse_kind(PyObject *v, int *out)
+{
+    const char *kinds[LIB_OP_KINDS];
+    for (int i = 0; i < LIB_OP_KINDS; i++) kinds[i] = lib_op_kind_name(i);
+    return parse_choice(v, "kind (the op kinds this library runs)", kinds, LIB_OP_KINDS, out);
+}
+
 static int op_init(OpObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"comm", "kind", "max_m", "k", "n", "a_fmt", "b_fmt", "tile_m", "depth", "threads",
@@ -254,11 +267,9 @@ static int op_init(OpObject *self, PyObject *args, PyObject *kw)
     if (comm_check_usable(c, "Op") < 0) return -1;
     /* a bad argument fails the communicator: the other ranks are (or will be) in this collective call */
     lib_op_options o = {0};
-    const char *kinds[LIB_OP_KINDS];
-    for (int i = 0; i < LIB_OP_KINDS; i++) kinds[i] = lib_op_kind_name(i);
     int ki = 0, pi = 0, si = 0;
     static const char *const PATHS[] = {"direct", "put"}, *const SCHEDULES[] = {"fused", "unfused"};
-    if (kind && parse_choice(kind, "kind (the op kinds this library runs)", kinds, LIB_OP_KINDS, &ki) < 0) goto bad;
+    if (kind && parse_kind(kind, &ki) < 0) goto bad;
     if (max_m < 1 || k < 1 || n < 1) {
         PyErr_Format(PyExc_ValueError, "max_m, k and n must be given, each at least 1 (got max_m=%lld, k=%lld, "
                      "n=%lld)", max_m, k, n);
@@ -306,7 +317,9 @@ static int op_init(OpObject *self, PyObject *args, PyObject *kw)
     self->comm = (CommObject *)Py_NewRef(co);
     self->o = o;
     self->R = c->size, self->rank = c->rank;
-    self->ka = k / c->size;
+    self->reverse = o.kind == LIB_OP_MATMUL_ALLTOALL;
+    self->ka = self->reverse ? k : k / c->size;
+    self->blocks = self->reverse ? 1 : c->size;
     if (lib_op_input(op, &self->in_a, &self->in_sa, NULL, &self->ldsa, &self->block_rows, &err) ||
         lib_op_set_observer(op, op_observer, self, &err)) {
         ext_raise(err.code ? err.code : A2AMM_E_INVAL, &err);
@@ -495,8 +508,8 @@ static PyObject *op_input_buffers(OpObject *self, PyObject *unused)
     if (op_usable(self, "input") < 0) return NULL;
     InputBufferObject *b[2];
     char *ptr[2] = {(char *)self->in_a, (char *)self->in_sa};
-    Py_ssize_t len[2] = {(Py_ssize_t)(self->R * self->block_rows * self->ka),
-                         (Py_ssize_t)(self->R * self->block_rows * self->ldsa)};
+    Py_ssize_t len[2] = {(Py_ssize_t)(self->blocks * self->block_rows * self->ka),
+                         (Py_ssize_t)(self->blocks * self->block_rows * self->ldsa)};
     for (int i = 0; i < 2; i++) {
         b[i] = PyObject_New(InputBufferObject, &InputBufferType);
         if (!b[i]) {
@@ -511,11 +524,12 @@ static PyObject *op_input_buffers(OpObject *self, PyObject *unused)
 
 /* ---- the call ------------------------------------------------------------------------ */
 
-/* Whether obj is the op's own input of `width` columns ([R, m, width] over rows
- * of ld bytes at base), the m its shape says into *m. -1 with an error set when
- * it cannot be read; 0 when it is something else. */
-static int placed_input(PyObject *obj, const uint8_t *base, int64_t R, int64_t block_rows, int64_t width,
-                        int64_t ld, int64_t *m)
+/* Whether obj is the op's own input of `width` columns over rows of ld bytes
+ * at base, as op.input() views it: [R, m, width] (R blocks of block_rows
+ * rows) when stacked, else [m, width] (matmul-alltoall's one block); the m
+ * its shape says into *m. 1 when it is, 0 when it is something else. */
+static int placed_input(PyObject *obj, const uint8_t *base, int stacked, int64_t R, int64_t block_rows,
+                        int64_t width, int64_t ld, int64_t *m)
 {
     if (!PyObject_CheckBuffer(obj)) return 0;
     Py_buffer v;
@@ -523,20 +537,22 @@ static int placed_input(PyObject *obj, const uint8_t *base, int64_t R, int64_t b
         PyErr_Clear();
         return 0;
     }
-    int yes = v.buf == base && v.ndim == 3 && v.itemsize == 1 && v.shape[0] == R && v.shape[1] >= 1 &&
-              v.shape[1] <= block_rows && v.shape[2] == width && v.strides &&
-              v.strides[0] == block_rows * ld && (v.shape[1] == 1 || v.strides[1] == ld) &&
-              (v.shape[2] == 1 || v.strides[2] == 1);
-    if (yes) *m = v.shape[1];
+    const int nd = stacked ? 3 : 2, row = nd - 2, col = nd - 1; /* the dimensions of rows and columns */
+    int yes = v.buf == base && v.ndim == nd && v.itemsize == 1 && v.strides &&
+              (!stacked || (v.shape[0] == R && v.strides[0] == block_rows * ld)) && v.shape[row] >= 1 &&
+              v.shape[row] <= block_rows && v.shape[col] == width && (v.shape[row] == 1 || v.strides[row] == ld) &&
+              (v.shape[col] == 1 || v.strides[col] == 1);
+    if (yes) *m = v.shape[row];
     PyBuffer_Release(&v);
     return yes;
 }
 
-/* Copies rows of a (2-D, [R*m, ...], any row stride) into the op's input blocks (block j at j*block_rows rows). */
-static void copy_in(uint8_t *dst, int64_t ld_dst, const matrix *src, int64_t R, int64_t m, int64_t block_rows,
+/* Copies rows of a (2-D, [blocks*m, ...], any row stride) into the op's input blocks (block j at j*block_rows
+ * rows). */
+static void copy_in(uint8_t *dst, int64_t ld_dst, const matrix *src, int64_t blocks, int64_t m, int64_t block_rows,
                     int64_t width)
 {
-    for (int64_t j = 0; j < R; j++)
+    for (int64_t j = 0; j < blocks; j++)
         for (int64_t i = 0; i < m; i++)
             memcpy(dst + (j * block_rows + i) * ld_dst, src->ptr + (j * m + i) * src->ld, (size_t)width);
 }
@@ -549,10 +565,22 @@ typedef struct call_input {
     int64_t m;
 } call_input;
 
+/* What a_codes must be, for messages: "[R*m, K/R] = [2*m, 32] ..." or "[m, K] = [m, 64] ...". */
+static void input_shape_text(const OpObject *self, char *buf, size_t size)
+{
+    if (self->reverse)
+        snprintf(buf, size, "[m, K] = [m, %lld] with 1 <= m <= max_m = %lld (X_r: this rank's rows)",
+                 (long long)self->ka, (long long)self->o.max_m);
+    else
+        snprintf(buf, size, "[R*m, K/R] = [%lld*m, %lld] with m >= 1 (R blocks of m rows: block j for rank j)",
+                 (long long)self->R, (long long)self->ka);
+}
+
 static int take_input(OpObject *self, PyObject *ao, PyObject *sao, long long m_arg, call_input *in)
 {
     memset(in, 0, sizeof *in);
-    const int64_t R = self->R, ka = self->ka, sw = scale_width(ka), max_m = self->o.max_m;
+    const int64_t R = self->R, ka = self->ka, sw = scale_width(ka), max_m = self->o.max_m, blocks = self->blocks;
+    char shape[160]; /* what a_codes must be, made for a message only */
     if ((ao == Py_None) != (sao == Py_None)) {
         PyErr_SetString(PyExc_ValueError, "a_codes and a_scales must both be given, or both be None (the input "
                         "written into op.input())");
@@ -568,8 +596,8 @@ static int take_input(OpObject *self, PyObject *ao, PyObject *sao, long long m_a
         return 0;
     }
     int64_t ma = 0, ms = 0;
-    int pa = placed_input(ao, self->in_a, R, self->block_rows, ka, ka, &ma);
-    int ps = placed_input(sao, self->in_sa, R, self->block_rows, sw, self->ldsa, &ms);
+    int pa = placed_input(ao, self->in_a, !self->reverse, R, self->block_rows, ka, ka, &ma);
+    int ps = placed_input(sao, self->in_sa, !self->reverse, R, self->block_rows, sw, self->ldsa, &ms);
     if (pa && ps && ma == ms) {
         in->placed = 1;
         in->m = ma;
@@ -579,33 +607,39 @@ static int take_input(OpObject *self, PyObject *ao, PyObject *sao, long long m_a
                 PyObject *t, *v, *tb;
                 PyErr_Fetch(&t, &v, &tb);
                 PyObject *s = v ? PyObject_Str(v) : NULL;
-                PyErr_Format(PyExc_ValueError, "%s (a_codes is [R*m, K/R] = [%lld*m, %lld]: R blocks of m rows, block "
-                             "j for rank j; or the op's own from op.input())", s ? PyUnicode_AsUTF8(s) : "",
-                             (long long)R, (long long)ka);
+                input_shape_text(self, shape, sizeof shape);
+                PyErr_Format(PyExc_ValueError, "%s (a_codes is %s; or the op's own from op.input())",
+                             s ? PyUnicode_AsUTF8(s) : "", shape);
                 Py_XDECREF(s), Py_XDECREF(t), Py_XDECREF(v), Py_XDECREF(tb);
             }
             return -1;
         }
-        if (in->a.cols != ka || in->a.rows % R != 0 || in->a.rows == 0) {
-            matrix_shape_error("a_codes", &in->a, "[R*m, K/R] = [%lld*m, %lld] with m >= 1 (R blocks of m rows: block "
-                               "j for rank j)", (long long)R, (long long)ka);
+        if (in->a.cols != ka || in->a.rows % blocks != 0 || in->a.rows == 0) {
+            input_shape_text(self, shape, sizeof shape);
+            matrix_shape_error("a_codes", &in->a, "%s", shape);
             return -1;
         }
-        in->m = in->a.rows / R;
+        in->m = in->a.rows / blocks;
         if (in->m > max_m) {
-            PyErr_Format(PyExc_ValueError, "a_codes has m = %lld rows per rank (%lld rows / R = %lld), over the op's "
-                         "max_m = %lld", (long long)in->m, (long long)in->a.rows, (long long)R, (long long)max_m);
+            if (self->reverse)
+                PyErr_Format(PyExc_ValueError, "a_codes has m = %lld rows, over the op's max_m = %lld",
+                             (long long)in->m, (long long)max_m);
+            else
+                PyErr_Format(PyExc_ValueError, "a_codes has m = %lld rows per rank (%lld rows / R = %lld), over the "
+                             "op's max_m = %lld", (long long)in->m, (long long)in->a.rows, (long long)R,
+                             (long long)max_m);
             return -1;
         }
         if (matrix_get(sao, "a_scales", EL_U8, MAT_ROWS, &in->sa) < 0 ||
-            check_scales("a_scales", &in->sa, in->a.rows, ka, "R*m") < 0)
+            check_scales("a_scales", &in->sa, in->a.rows, ka, self->reverse ? "m" : "R*m") < 0)
             return -1;
         int a_lib = in->a.ld == ka || in->a.rows == 1;
         int sa_lib = in->sa.cols == self->ldsa && (in->sa.ld == self->ldsa || in->sa.rows == 1);
         in->copied = !(a_lib && sa_lib);
     }
     if (m_arg > 0 && m_arg != in->m) {
-        PyErr_Format(PyExc_ValueError, "m = %lld, but a_codes has m = %lld rows per rank", m_arg, (long long)in->m);
+        PyErr_Format(PyExc_ValueError, "m = %lld, but a_codes has m = %lld rows%s", m_arg, (long long)in->m,
+                     self->reverse ? "" : " per rank");
         return -1;
     }
     return 0;
@@ -633,6 +667,18 @@ static int observer_outcome(OpObject *self, int raise_it)
     return 0;
 }
 
+/* The output of a call with m: [m, n] (alltoall-matmul) or [R*m, n/R] (matmul-alltoall, rows i*m.. from rank i). */
+static int64_t out_rows(const OpObject *self, int64_t m) { return self->reverse ? self->R * m : m; }
+static int64_t out_cols(const OpObject *self) { return self->reverse ? self->o.n / self->R : self->o.n; }
+
+static int out_shape_error(const OpObject *self, const matrix *out, int64_t m)
+{
+    if (self->reverse)
+        return matrix_shape_error("out", out, "[R*m, n/R] = [%lld, %lld] (bf16; rows i*m .. from rank i)",
+                                  (long long)out_rows(self, m), (long long)out_cols(self));
+    return matrix_shape_error("out", out, "[m, n] = [%lld, %lld] (bf16)", (long long)m, (long long)out_cols(self));
+}
+
 /* _run(a_codes, a_scales, out, m) -> out: the collective call (see Op.__call__). */
 static PyObject *op_run(OpObject *self, PyObject *args)
 {
@@ -650,16 +696,16 @@ static PyObject *op_run(OpObject *self, PyObject *args)
         release_input(&in);
         goto fail_comm;
     }
-    const int64_t m = in.m, n = self->o.n;
-    PyObject *res = outo == Py_None ? ext_new_array(ext_np_u16, m, n) : Py_NewRef(outo);
+    const int64_t m = in.m, rows = out_rows(self, m), cols = out_cols(self);
+    PyObject *res = outo == Py_None ? ext_new_array(ext_np_u16, rows, cols) : Py_NewRef(outo);
     matrix out;
     if (!res || matrix_get(res, "out", EL_BF16, MAT_CONTIGUOUS | MAT_WRITABLE, &out) < 0) {
         Py_XDECREF(res);
         release_input(&in);
         goto fail_comm;
     }
-    if (out.rows != m || out.cols != n) {
-        matrix_shape_error("out", &out, "[m, n] = [%lld, %lld] (bf16)", (long long)m, (long long)n);
+    if (out.rows != rows || out.cols != cols) {
+        out_shape_error(self, &out, m);
         matrix_release(&out);
         Py_DECREF(res);
         release_input(&in);
@@ -673,8 +719,8 @@ static PyObject *op_run(OpObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     const uint8_t *a = NULL, *sa = NULL;
     if (!in.placed && in.copied) {
-        copy_in(self->in_a, self->ka, &in.a, self->R, m, self->block_rows, self->ka);
-        copy_in(self->in_sa, self->ldsa, &in.sa, self->R, m, self->block_rows, in.sa.cols);
+        copy_in(self->in_a, self->ka, &in.a, self->blocks, m, self->block_rows, self->ka);
+        copy_in(self->in_sa, self->ldsa, &in.sa, self->blocks, m, self->block_rows, in.sa.cols);
     } else if (!in.placed) {
         a = (const uint8_t *)in.a.ptr, sa = (const uint8_t *)in.sa.ptr;
     }
@@ -726,9 +772,11 @@ static PyObject *op_c_loop(OpObject *self, PyObject *args)
     }
     PyObject *list = NULL;
     double *t = calloc((size_t)(iters > 0 ? iters : 1), sizeof *t);
-    int64_t m = a.rows / self->R;
-    if (!t || a.cols != self->ka || sa.cols != self->ldsa || out.rows != m || out.cols != self->o.n || m < 1) {
-        PyErr_SetString(PyExc_ValueError, "_c_loop: contiguous [R*m, K/R], [R*m, ldsa] and [m, n] arrays");
+    int64_t m = a.rows / self->blocks;
+    if (!t || a.cols != self->ka || sa.cols != self->ldsa || a.rows % self->blocks || sa.rows != a.rows ||
+        out.rows != out_rows(self, m) || out.cols != out_cols(self) || m < 1 || m > self->o.max_m) {
+        PyErr_SetString(PyExc_ValueError, "_c_loop: contiguous input [R*m, K/R] (matmul-alltoall: [m, K]), scales "
+                        "[rows, ldsa] and out [m, n] (matmul-alltoall: [R*m, n/R]) arrays");
         goto done;
     }
     a2amm_error err = {0, ""};
@@ -833,7 +881,7 @@ GET(n, PyLong_FromLongLong(self->o.n))
 GET(weights, Py_NewRef(self->weights ? self->weights : Py_None))
 
 static PyGetSetDef OP_GETSET[] = {
-    {"kind", (getter)get_kind, NULL, "the op's kind (\"alltoall-matmul\")", NULL},
+    {"kind", (getter)get_kind, NULL, "the op's kind (\"alltoall-matmul\" or \"matmul-alltoall\")", NULL},
     {"a_fmt", (getter)get_a_fmt, NULL, "A's fp8 format", NULL},
     {"b_fmt", (getter)get_b_fmt, NULL, "B's fp8 format", NULL},
     {"path", (getter)get_path, NULL, "\"direct\" or \"put\"", NULL},
@@ -853,7 +901,8 @@ static PyGetSetDef OP_GETSET[] = {
 };
 
 static PyMemberDef OP_MEMBERS[] = {
-    {"ka", T_LONGLONG, offsetof(OpObject, ka), READONLY, "K / R: the columns of A each rank holds"},
+    {"ka", T_LONGLONG, offsetof(OpObject, ka), READONLY,
+     "the columns of a row of this rank's input: K / R (alltoall-matmul) or K (matmul-alltoall)"},
     {"calls", T_ULONGLONG, offsetof(OpObject, calls), READONLY, "calls made so far"},
     {NULL, 0, 0, 0, NULL},
 };
@@ -903,18 +952,22 @@ PyTypeObject OpType = {
     .tp_getset = OP_GETSET,
 };
 
-/* op_heap_bytes(R, max_m, k, n, a_fmt, b_fmt, tile_m, depth, path, schedule) -> bytes */
+/* op_heap_bytes(R, max_m, k, n, a_fmt, b_fmt, tile_m, depth, path, schedule, kind) -> bytes */
 PyObject *ext_op_heap_bytes(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *kwlist[] = {"R", "max_m", "k", "n", "a_fmt", "b_fmt", "tile_m", "depth", "path", "schedule", NULL};
+    static char *kwlist[] = {"R", "max_m", "k", "n", "a_fmt", "b_fmt", "tile_m", "depth", "path", "schedule",
+                             "kind", NULL};
     int R, depth = 0;
     long long max_m, k, n, tile_m = 0;
     const char *afmt = "e4m3", *bfmt = "e4m3", *path = "direct", *sched = "fused";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iLLL|ssLiss:op_heap_bytes", kwlist, &R, &max_m, &k, &n, &afmt, &bfmt,
-                                     &tile_m, &depth, &path, &sched))
+    PyObject *kind = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iLLL|ssLissO:op_heap_bytes", kwlist, &R, &max_m, &k, &n, &afmt,
+                                     &bfmt, &tile_m, &depth, &path, &sched, &kind))
         return NULL;
-    lib_op_options o = {.max_m = max_m, .k = k, .n = n, .tile_m = tile_m, .depth = depth,
+    int ki = 0;
+    if (kind && kind != Py_None && parse_kind(kind, &ki) < 0) return NULL;
+    lib_op_options o = {.kind = (lib_op_kind)ki, .max_m = max_m, .k = k, .n = n, .tile_m = tile_m, .depth = depth,
                         .path_put = !strcmp(path, "put"), .unfused = !strcmp(sched, "unfused")};
     if (lib_fmt_parse(afmt, &o.a_type) || lib_fmt_parse(bfmt, &o.b_type))
         return PyErr_Format(PyExc_ValueError, "a_fmt and b_fmt must be \"e4m3\" or \"e5m2\"");

@@ -72,6 +72,32 @@ def reference(r, R, m, a_codes, a_scales, b_codes, b_scales, a_fmt="e4m3", b_fmt
     return ref, bound
 
 
+def reverse_reference(j, R, m, x_codes, x_scales, b_codes, b_scales, a_fmt="e4m3", b_fmt="e4m3"):
+    """Rank j's result of the reverse op (matmul-alltoall) in fp64 from the model's dequantization: rows
+    i*m .. (i+1)*m are X_i [m, K] (x_codes[i][:m]) times column block j of B_i (b_codes[i] [N, K], rows
+    j*N/R ..); the bound as reference()'s."""
+    refs, bounds = [], []
+    for i in range(R):
+        nr = b_codes[i].shape[0] // R
+        X = mx_model.dequantize(x_codes[i][:m], x_scales[i][:m], a_fmt)
+        B = mx_model.dequantize(b_codes[i], b_scales[i], b_fmt)[j * nr:(j + 1) * nr]
+        refs.append(X @ B.T)
+        bounds.append(2.0 ** -8 * np.abs(refs[-1]) + 1e-5 * (np.abs(X) @ np.abs(B).T) + 1e-30)
+    return np.concatenate(refs), np.concatenate(bounds)
+
+
+def reverse_by_matmul(j, R, m, x_codes, x_scales, b_codes, b_scales, a_fmt="e4m3", b_fmt="e4m3"):
+    """Rank j's result of the reverse op from a2amm.matmul on one process: X_i by B_i, sliced to column
+    block j, stacked by source i (the bits the op must give: a2amm.h)."""
+    import a2amm
+    blocks = []
+    for i in range(R):
+        nr = b_codes[i].shape[0] // R
+        with a2amm.Weights(b_codes[i], b_scales[i], b_fmt) as w:
+            blocks.append(a2amm.matmul(x_codes[i][:m], x_scales[i][:m], w, a_fmt)[:, j * nr:(j + 1) * nr])
+    return np.concatenate(blocks)
+
+
 def assert_close(got_bits, ref, bound, what):
     """bf16 bits (numpy uint16) against the fp64 reference within the bound."""
     got = (np.asarray(got_bits).view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)

@@ -55,6 +55,12 @@ f32 = np.ones((4, 64), np.float32)
     (lambda: a2amm.launch(2, "fn"), TypeError, "fn must be callable"),
     (lambda: a2amm.launch(2.0, print), TypeError, "nranks must be an int"),
     (lambda: a2amm.bf16_to_float32(np.zeros(3, np.int32)), TypeError, "bits must be uint16"),
+    (lambda: a2amm.Op.heap_bytes(3, 4, 64, 16, kind="matmul-alltoall"), a2amm.ArgumentError,
+     "N must be divisible by R for matmul-alltoall"),
+    (lambda: a2amm.Op.heap_bytes(2, 4, 48, 16, kind="matmul-alltoall"), a2amm.ArgumentError,
+     "K must be a multiple of 32 (whole MX blocks); got K = 48"),
+    (lambda: a2amm.Op.heap_bytes(2, 4, 64, 16, kind="reverse"), ValueError,
+     'kind (the op kinds this library runs) must be "alltoall-matmul" or "matmul-alltoall"; got \'reverse\''),
 ])
 def test_bad_arguments_of_local_calls(call, exc, text):
     with pytest.raises(exc) as info:
@@ -103,8 +109,9 @@ def bad_op_cases():
         o(a, sa)
 
     return [
-        ("kind", lambda c: op(c, kind="matmul-alltoall"), ValueError,
-         'kind (the op kinds this library runs) must be "alltoall-matmul"; got \'matmul-alltoall\''),
+        ("kind", lambda c: op(c, kind="matmul-then-alltoall"), ValueError,
+         'kind (the op kinds this library runs) must be "alltoall-matmul" or "matmul-alltoall"; got '
+         '\'matmul-then-alltoall\''),
         ("a_fmt", lambda c: op(c, a_fmt="e8m0"), ValueError, 'a_fmt must be "e4m3" or "e5m2"'),
         ("path", lambda c: op(c, path="sideways"), ValueError, 'path must be "direct" or "put"'),
         ("schedule", lambda c: op(c, schedule="later"), ValueError, 'schedule must be "fused" or "unfused"'),
@@ -130,10 +137,42 @@ def bad_op_cases():
     ]
 
 
-@pytest.mark.parametrize("name,bad,exc,text", [c for c in bad_op_cases() if c[1]], ids=lambda x: x if
-                         isinstance(x, str) and len(x) < 20 else "")
-def test_bad_arguments_of_collective_calls_fail_every_rank(name, bad, exc, text):
-    """Rank 0 passes the bad argument; rank 1 is in the same call with good ones and stops at once."""
+def bad_reverse_op_cases():
+    """The reverse op's (matmul-alltoall: X_r [m, K] in, [R*m, N/R] out) on 2 ranks."""
+    R, rev = 2, "matmul-alltoall"
+    x, sx = np.zeros((4, K), np.uint8), np.full((4, K // 32), 127, np.uint8)
+    b, sb = np.zeros((N, K), np.uint8), np.full((N, K // 32), 127, np.uint8)
+
+    def op(comm, **kw):
+        o = a2amm.Op(comm, rev, max_m=4, k=K, n=N, **kw)
+        o.set_weights(b, sb)
+        return o
+
+    return [
+        ("N % R", lambda c: a2amm.Op(c, rev, max_m=4, k=K, n=15), a2amm.ArgumentError,
+         "N must be divisible by R for matmul-alltoall: column block r of each result goes to rank r (got N=15, "
+         "R=2, N % R = 1)"),
+        ("K % 32", lambda c: a2amm.Op(c, rev, max_m=4, k=48, n=N), a2amm.ArgumentError,
+         "K must be a multiple of 32 (whole MX blocks); got K = 48"),
+        ("A_r's shape", lambda c: op(c)(np.zeros((R * 4, K // R), np.uint8), np.full((R * 4, 1), 127, np.uint8)),
+         ValueError, "a_codes must have shape [m, K] = [m, 64] with 1 <= m <= max_m = 4 (X_r: this rank's rows); "
+         "got (8, 32)"),
+        ("max_m", lambda c: op(c)(np.zeros((5, K), np.uint8), np.zeros((5, 2), np.uint8)), ValueError,
+         "a_codes has m = 5 rows, over the op's max_m = 4"),
+        ("scale width", lambda c: op(c)(x, np.zeros((4, 3), np.uint8)), ValueError,
+         "a_scales must have shape [m, ceil(64/32)] = [4, 2] (one E8M0 scale per 32 values); got (4, 3)"),
+        ("scale rows", lambda c: op(c)(x, sx[:3]), ValueError, "a_scales must have shape [m, ceil(64/32)] = [4, 2]"),
+        ("out", lambda c: op(c)(x, sx, out=np.zeros((4, N), np.uint16)), ValueError,
+         "out must have shape [R*m, n/R] = [8, 8] (bf16; rows i*m .. from rank i); got (4, 16)"),
+        ("m", lambda c: op(c)(x, sx, m=2), ValueError, "m = 2, but a_codes has m = 4 rows"),
+        ("m, no arrays", lambda c: op(c)(m=5), ValueError, "m must be 1 to max_m = 4; got 5"),
+        ("no weights", lambda c: a2amm.Op(c, rev, max_m=4, k=K, n=N)(x, sx), ValueError, "the op has no weights"),
+    ]
+
+
+def bad_argument_fails_every_rank(name, bad, exc, text, kind):
+    """Rank 0 passes the bad argument; rank 1 is in the same call (an op of `kind`) with good ones and stops
+    at once."""
     R = 2
     said, when = shared_text(R), shared_floats(R)
 
@@ -143,10 +182,12 @@ def test_bad_arguments_of_collective_calls_fail_every_rank(name, bad, exc, text)
             if comm.rank == 0:
                 bad(comm)
             else:
-                good = dict(kind="alltoall-matmul") if name == "kind" else {}
-                o = a2amm.Op(comm, max_m=4, k=K, n=N, **good)
+                o = a2amm.Op(comm, kind, max_m=4, k=K, n=N)
                 o.set_weights(np.zeros((N, K), np.uint8), np.full((N, K // 32), 127, np.uint8))
-                o(np.zeros((R * 4, K // R), np.uint8), np.full((R * 4, 1), 127, np.uint8))
+                if kind == "alltoall-matmul":
+                    o(np.zeros((R * 4, K // R), np.uint8), np.full((R * 4, 1), 127, np.uint8))
+                else:
+                    o(np.zeros((4, K), np.uint8), np.full((4, K // 32), 127, np.uint8))
                 o(m=1)
         except BaseException as e:
             when[comm.rank] = time.monotonic() - t0
@@ -161,6 +202,20 @@ def test_bad_arguments_of_collective_calls_fail_every_rank(name, bad, exc, text)
     kind1, text1 = said.get(1).split("|", 1)
     assert kind1 == "PeerError" and "rank 0" in text1, said.get(1)
     assert when[1] < 10, "rank 1 waited %.1f s" % when[1]
+
+
+def case_id(x):
+    return x if isinstance(x, str) and len(x) < 20 else ""
+
+
+@pytest.mark.parametrize("name,bad,exc,text", [c for c in bad_op_cases() if c[1]], ids=case_id)
+def test_bad_arguments_of_collective_calls_fail_every_rank(name, bad, exc, text):
+    bad_argument_fails_every_rank(name, bad, exc, text, "alltoall-matmul")
+
+
+@pytest.mark.parametrize("name,bad,exc,text", bad_reverse_op_cases(), ids=case_id)
+def test_bad_arguments_of_the_reverse_op_fail_every_rank(name, bad, exc, text):
+    bad_argument_fails_every_rank(name, bad, exc, text, "matmul-alltoall")
 
 
 def test_op_input_and_closed_comm():

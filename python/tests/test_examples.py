@@ -1,12 +1,14 @@
-"""examples/fused_op.py, the Python twin of examples/fused_op.c, under a2amm.launch and under mpirun: it
-passes its own check, and both launchers give the same bits."""
+"""The Python examples under a2amm.launch and under mpirun: examples/fused_op.py (the twin of
+examples/fused_op.c) and examples/sequence_parallel.py (the attention block of the two ops, the twin of
+examples/sequence_parallel.c) pass their own checks, and both launchers give the same bits."""
 import os
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
-from conftest import REPO, mpirun_cmd, needs_mpi
+from conftest import REPO, mpirun_cmd, needs_mpi, needs_torch
 
 EXAMPLE = os.path.join(REPO, "examples", "fused_op.py")
 
@@ -40,11 +42,92 @@ def test_fused_op_across_two_hosts(tmp_path):
     import shlex
     hosts = os.environ.get("A2AMM_TEST_HOSTS_MPIRUN")
     if not hosts:
-        import pytest
         pytest.skip("no namespace hosts (tests/test_python.sh makes them as root)")
     run([sys.executable, EXAMPLE, "--save", str(tmp_path / "launch")])
     out = run(shlex.split(hosts) + [sys.executable, EXAMPLE, "--save", str(tmp_path / "hosts")])
     assert "fused_op: OK" in out and "mpirun, transport mpi" in out
+    for r in range(2):
+        np.testing.assert_array_equal(np.load(tmp_path / "hosts" / ("rank%d.npy" % r)),
+                                      np.load(tmp_path / "launch" / ("rank%d.npy" % r)))
+
+
+# ---- examples/sequence_parallel.py: the attention block of the two ops ----------------------------------------
+
+SEQUENCE_PARALLEL = os.path.join(REPO, "examples", "sequence_parallel.py")
+
+
+def check_sequence_parallel(out, R, how):
+    """Its OK line; a table row per rank with nothing off the check and the QKV op's bits exact; the max row."""
+    assert "sequence_parallel: OK" in out and how in out, out
+    rows = [line.split() for line in out.splitlines() if line.strip() and line.split()[0].isdigit()]
+    assert [int(r[0]) for r in rows] == list(range(R)), out
+    for r in rows:
+        assert all(float(t) >= 0 for t in r[1:5]), r  # each step's time, ms
+        assert r[5:7] == ["0", "of"] and "QKV bit-identical" in " ".join(r), r
+    assert any(line.split()[:1] == ["max"] and len(line.split()) == 5 for line in out.splitlines()), out
+
+
+@pytest.mark.parametrize("numbers,R", [([], 4), (["2", "32", "4", "64"], 2), (["1", "24", "2", "32"], 1)])
+def test_sequence_parallel_under_launch(numbers, R):
+    check_sequence_parallel(run([sys.executable, SEQUENCE_PARALLEL] + numbers), R, "a2amm.launch")
+
+
+@needs_torch
+def test_sequence_parallel_attention_is_causal_attention():
+    """The example's attention (the one function both its block and its check run) against fp64 numpy, head
+    by head: softmax(q k^T / sqrt(d)) v over tokens 0..i for token i, head h at columns h*d."""
+    import importlib.util
+    import torch
+    spec = importlib.util.spec_from_file_location("sequence_parallel", SEQUENCE_PARALLEL)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    S, heads, d = 12, 3, 8
+    qkv = np.random.default_rng(4).standard_normal((S, 3 * heads * d)).astype(np.float32)
+    got = example.attention(torch.from_numpy(qkv), heads, d).numpy()
+    want = np.zeros((S, heads * d))
+    x = qkv.astype(np.float64)
+    for h in range(heads):
+        q, k, v = (x[:, part * heads * d + h * d:part * heads * d + (h + 1) * d] for part in range(3))
+        for i in range(S):
+            w = np.exp(q[i] @ k[:i + 1].T / np.sqrt(d))
+            want[i, h * d:(h + 1) * d] = (w / w.sum()) @ v[:i + 1]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("numbers,why", [
+    (["3"], "heads (8) must be divisible by R (3): each rank takes heads/R whole heads"),
+    (["4", "8", "4", "16"], "H/R = heads*d/R = 16 must be a multiple of 32"),
+    (["2", "0"], "R, M, heads and d must be whole numbers from 1"),
+])
+def test_sequence_parallel_refuses_shapes_it_cannot_split(numbers, why):
+    p = subprocess.run([sys.executable, SEQUENCE_PARALLEL] + numbers, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and why in p.stderr, (p.returncode, p.stderr)
+
+
+@needs_mpi
+def test_sequence_parallel_under_mpirun_gives_the_same_bits(tmp_path):
+    run([sys.executable, SEQUENCE_PARALLEL, "2", "--save", str(tmp_path / "launch")])
+    for transport in ("auto", "mpi"):
+        out = run(mpirun_cmd(2) + [sys.executable, SEQUENCE_PARALLEL, "--transport", transport, "--save",
+                                   str(tmp_path / transport)])
+        check_sequence_parallel(out, 2, "mpirun, transport %s" % ("shm" if transport == "auto" else "mpi"))
+        for r in range(2):
+            np.testing.assert_array_equal(np.load(tmp_path / transport / ("rank%d.npy" % r)),
+                                          np.load(tmp_path / "launch" / ("rank%d.npy" % r)))
+    p = subprocess.run(mpirun_cmd(2) + [sys.executable, SEQUENCE_PARALLEL, "4"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode != 0 and "R = 4, but the job has 2 ranks" in p.stderr, p.stderr
+
+
+@needs_mpi
+def test_sequence_parallel_across_two_hosts(tmp_path):
+    import shlex
+    hosts = os.environ.get("A2AMM_TEST_HOSTS_MPIRUN")
+    if not hosts:
+        pytest.skip("no namespace hosts (tests/test_python.sh makes them as root)")
+    run([sys.executable, SEQUENCE_PARALLEL, "2", "--save", str(tmp_path / "launch")])
+    out = run(shlex.split(hosts) + [sys.executable, SEQUENCE_PARALLEL, "--save", str(tmp_path / "hosts")])
+    check_sequence_parallel(out, 2, "mpirun, transport mpi")
     for r in range(2):
         np.testing.assert_array_equal(np.load(tmp_path / "hosts" / ("rank%d.npy" % r)),
                                       np.load(tmp_path / "launch" / ("rank%d.npy" % r)))
