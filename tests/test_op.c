@@ -393,7 +393,8 @@ static void test_misuse(void)
     CHECK(a2amm_launch(2, NULL, NULL, NULL, &err) == A2AMM_E_INVAL, "launch of a NULL function");
     size_t bytes = 0;
     CHECK(a2amm_op_heap_bytes(&cfg, 2, &bytes, &err) == A2AMM_OK && bytes > 0, "heap bytes: K=64 fits R=2: %s", err.msg);
-    CHECK(a2amm_op_heap_bytes(&cfg, 3, &bytes, &err) == A2AMM_E_INVAL && bytes == 0 && strstr(err.msg, "divisible by R"),
+    CHECK(a2amm_op_heap_bytes(&cfg, 3, &bytes, &err) == A2AMM_E_INVAL && bytes == 0 && strstr(err.msg, "divisible by R") &&
+              strstr(err.msg, "a2amm_op_heap_bytes: "),
           "heap bytes: K=64 does not fit R=3, and says why: %s", err.msg);
     CHECK(a2amm_op_heap_bytes(NULL, 2, &bytes, &err) == A2AMM_E_INVAL, "heap bytes of a NULL config");
     CHECK(a2amm_op_input(NULL, NULL, NULL, NULL, NULL, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "not a live op"),

@@ -97,29 +97,33 @@ static int with_defaults(const a2amm_op_config *c, a2amm_op_config *out, const c
     return A2AMM_OK;
 }
 
-static int check_config(const a2amm_op_config *c, int R, op_shape *shape, op_sizes *z, a2amm_error *err)
+/* The config's rules, said as `call`'s own (a2amm_op_create, a2amm_op_heap_bytes). */
+static int check_config(const a2amm_op_config *c, int R, op_shape *shape, op_sizes *z, const char *call,
+                        a2amm_error *err)
 {
-    if (c->max_m < 1) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: max_m must be at least 1 (got %lld)", (long long)c->max_m);
+    if (c->max_m < 1)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: max_m must be at least 1 (got %lld)", call, (long long)c->max_m);
     if ((c->a_type != A2AMM_E4M3 && c->a_type != A2AMM_E5M2) || (c->b_type != A2AMM_E4M3 && c->b_type != A2AMM_E5M2))
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: a_type and b_type must be A2AMM_E4M3 or A2AMM_E5M2");
-    if (c->tile_m < 1) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: tile_m must be 0 (512) or positive");
-    if (c->depth < 1 || c->depth > 1024) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: depth must be 0 (4) or 1 to 1024");
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: a_type and b_type must be A2AMM_E4M3 or A2AMM_E5M2", call);
+    if (c->tile_m < 1) return a2amm_fail(err, A2AMM_E_INVAL, "%s: tile_m must be 0 (512) or positive", call);
+    if (c->depth < 1 || c->depth > 1024)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: depth must be 0 (4) or 1 to 1024", call);
     if (c->threads < 0 || c->threads > 1024)
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: threads must be 0 (automatic) to 1024 (got %d)", c->threads);
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: threads must be 0 (automatic) to 1024 (got %d)", call, c->threads);
     if (c->path != A2AMM_PATH_DIRECT && c->path != A2AMM_PATH_PUT)
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: path must be A2AMM_PATH_DIRECT or A2AMM_PATH_PUT");
-    if (!(c->timeout_s > 0)) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: timeout_s must be 0 (60) or positive");
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: path must be A2AMM_PATH_DIRECT or A2AMM_PATH_PUT", call);
+    if (!(c->timeout_s > 0)) return a2amm_fail(err, A2AMM_E_INVAL, "%s: timeout_s must be 0 (60) or positive", call);
     if (c->schedule != A2AMM_SCHEDULE_FUSED && c->schedule != A2AMM_SCHEDULE_UNFUSED)
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: schedule must be A2AMM_SCHEDULE_FUSED or "
-                          "A2AMM_SCHEDULE_UNFUSED");
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: schedule must be A2AMM_SCHEDULE_FUSED or A2AMM_SCHEDULE_UNFUSED",
+                          call);
     if (c->kind != A2AMM_OP_ALLTOALL_MATMUL && c->kind != A2AMM_OP_MATMUL_ALLTOALL)
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: kind must be A2AMM_OP_ALLTOALL_MATMUL or "
-                          "A2AMM_OP_MATMUL_ALLTOALL (got %d)", (int)c->kind);
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: kind must be A2AMM_OP_ALLTOALL_MATMUL or A2AMM_OP_MATMUL_ALLTOALL "
+                          "(got %d)", call, (int)c->kind);
     *shape = (op_shape){c->max_m, c->k, c->n, R, c->a_type, c->b_type,
                         c->kind == A2AMM_OP_MATMUL_ALLTOALL ? OP_MATMUL_ALLTOALL : OP_ALLTOALL_MATMUL};
     a2amm_error why = {0, ""};
     int rc = op_shape_check(shape, z, &why);
-    if (rc) return a2amm_fail(err, rc, "a2amm_op_create: %s", why.msg);
+    if (rc) return a2amm_fail(err, rc, "%s: %s", call, why.msg);
     return A2AMM_OK;
 }
 
@@ -142,7 +146,7 @@ int a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks, size_t *bytes
     op_shape s;
     op_sizes z;
     int rc = with_defaults(config, &c, "a2amm_op_heap_bytes", err);
-    if (!rc) rc = check_config(&c, nranks, &s, &z, err);
+    if (!rc) rc = check_config(&c, nranks, &s, &z, "a2amm_op_heap_bytes", err);
     if (rc) return rc;
     op_options o = options_of(&c);
     *bytes = op_rank_heap_bytes(&s, &z, &o);
@@ -199,7 +203,7 @@ int a2amm_op_create(a2amm_comm *comm, const a2amm_op_config *config, a2amm_op **
     op->id = ++comm->ops_made;
     int R = comm_nranks(op->ctx), me = comm_rank(op->ctx);
     rc = with_defaults(config, &op->cfg, "a2amm_op_create", err);
-    if (!rc) rc = check_config(&op->cfg, R, &op->shape, &op->z, err);
+    if (!rc) rc = check_config(&op->cfg, R, &op->shape, &op->z, "a2amm_op_create", err);
     if (!rc) rc = gemm_isa_select(&op->isa, err);
     if (rc) { /* a bad config on one rank must not leave the others waiting */
         api_fail_all(op->ctx, rc, err);
