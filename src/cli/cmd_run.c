@@ -176,6 +176,10 @@ static int run_command(int argc, char **argv, int seed_form)
         else if ((m = cli_option(argc, argv, &i, "--warmup", &v))) {
             if (m < 0 || cli_parse_i64("run", "--warmup", v, 0, 1000, &x)) return 2;
             o.warmup = (int)x;
+        } else if ((m = cli_option(argc, argv, &i, "--op", &v))) {
+            op_kind k;
+            if (m < 0 || cli_parse_op("run", v, &k)) return 2;
+            op = v;
         } else if ((m = cli_option(argc, argv, &i, "--a-type", &v))) { if (m < 0) return 2; at = v; }
         else if ((m = cli_option(argc, argv, &i, "--b-type", &v))) { if (m < 0) return 2; bt = v; }
         else if (!strcmp(argv[i], "--unfused")) o.unfused = 1;

@@ -70,13 +70,13 @@ void cli_print_op_perf(const op_shape *s, const run_options *o, const run_result
     const char *names[RUN_VARIANTS] = {o->unfused ? "unfused (as asked)" : "fused", "unfused", "matmul alone",
                                        "alltoall alone", "baseline"};
     double exposed = v[0].median - v[2].median;
-    if (json) {
+    if (json) { /* "schedule", not "unfused", which names the unfused variant's figures */
         printf("{\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%lld,\"op\":\"%s\",\"a_type\":\"%s\",\"b_type\":\"%s\","
-               "\"path\":\"%s\",\"unfused\":%s,\"tile_m\":%lld,\"depth\":%d,\"threads\":%d,\"isa\":\"%s\","
+               "\"path\":\"%s\",\"schedule\":\"%s\",\"tile_m\":%lld,\"depth\":%d,\"threads\":%d,\"isa\":\"%s\","
                "\"iters\":%d,\"warmup\":%d,\"flush_bytes_per_rank\":%.0f,\"prepare_s\":%.6f",
                (long long)s->M, (long long)s->K, (long long)s->N, (long long)s->R, op_kind_name(s->kind),
                a2amm_fp8_type_name(s->a_type),
-               a2amm_fp8_type_name(s->b_type), run_path_name(o->path), o->unfused ? "true" : "false",
+               a2amm_fp8_type_name(s->b_type), run_path_name(o->path), o->unfused ? "unfused" : "fused",
                (long long)o->tile_m, o->depth, res->threads, res->kernel, p->iters, o->warmup,
                p->flush_bytes, p->prepare_s);
         const char *keys[RUN_VARIANTS] = {"run", "unfused", "matmul", "alltoall", "baseline"};
