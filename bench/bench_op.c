@@ -29,14 +29,18 @@ static void bench_op_usage(FILE *f)
             "\n"
             "Generates MXFP8 inputs for R ranks (normal values, no golden) and times, in one\n"
             "run, with caches flushed before every repetition and the slowest rank's time\n"
-            "per repetition: the fused run; the unfused run (whole AllToAll, barrier,\n"
-            "matmul); the same matmuls on data already in place (their difference from the\n"
-            "fused run is the communication left exposed); and the baseline a user writes\n"
-            "today: the whole AllToAll (MPI_Alltoall over MPI), dequantize to fp32, oneDNN's\n"
-            "matmul with its weights packed once (bf16 where oneDNN has one for this CPU,\n"
-            "else fp32), to bf16.\n"
+            "per repetition: the fused run; the unfused run; the same matmuls on data\n"
+            "already in place (the matmul alone: their difference from the fused run is the\n"
+            "communication left exposed); the AllToAll alone; and the baseline a user writes\n"
+            "today, with oneDNN's matmul, its weights packed once (bf16 where oneDNN has one\n"
+            "for this CPU, else fp32), to bf16:\n"
+            "  --op alltoall-matmul (the seed's op, the default): the whole AllToAll of A\n"
+            "    (MPI_Alltoall over MPI), dequantize to fp32, the matmul;\n"
+            "  --op matmul-alltoall (the reverse): dequantize X to fp32, the matmul [M, N],\n"
+            "    then the AllToAll of its column blocks (MPI_Alltoall over MPI).\n"
             "\n"
             "options:\n"
+            "  --op alltoall-matmul|matmul-alltoall  which op (default alltoall-matmul)\n"
             "  --iters N          repetitions (default 10)\n"
             "  --threads T        compute threads per rank (default: cores / R)\n"
             "  --tile-m ROWS      rows per pipeline tile (default 512)\n"
@@ -55,6 +59,7 @@ static void bench_op_usage(FILE *f)
             "\n"
             "example:\n"
             "  a2amm bench op 512 2048 896 4 --iters 3\n"
+            "  a2amm bench op 512 2048 896 4 --iters 3 --op matmul-alltoall\n"
             "  a2amm bench op 2048 8192 3584 4      (the seed's perf shape)\n");
 }
 
@@ -73,6 +78,7 @@ int cmd_bench_op(int argc, char **argv)
     o.baseline = 1;
     o.gemm = &bench_onednn_baseline;
     const char *dir = NULL;
+    op_kind kind = OP_ALLTOALL_MATMUL;
     char *pos[4];
     int npos = 0, json = 0, quiet = 0;
     for (int i = 1; i < argc; i++) {
@@ -81,6 +87,9 @@ int cmd_bench_op(int argc, char **argv)
         if (cli_is_help(argv[i])) { bench_op_usage(stdout); return 0; }
         if ((m = cli_option(argc, argv, &i, "--dir", &v))) { if (m < 0) return 2; dir = v; }
         else if ((m = cli_op_option("bench op", argc, argv, &i, &o))) { if (m < 0) return 2; }
+        else if ((m = cli_option(argc, argv, &i, "--op", &v))) {
+            if (m < 0 || cli_parse_op("bench op", v, &kind)) return 2;
+        }
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else if (argv[i][0] == '-' && argv[i][1] != '\0' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
@@ -98,7 +107,7 @@ int cmd_bench_op(int argc, char **argv)
         return 2;
     }
     bench_onednn_cap_isa(); /* oneDNN as on a CPU without what A2AMM_CPU_HIDE hides */
-    op_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
+    op_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3, kind};
     op_sizes z;
     if (cli_parse_shape("bench op", pos, &s, &z)) return 2;
     a2amm_error err = {0, ""};
@@ -112,8 +121,9 @@ int cmd_bench_op(int argc, char **argv)
         mpi_rank = run_mpi_rank();
         if (mpi_rank < 0) {
             fprintf(stderr, "a2amm bench op: --transport mpi: this process is not part of an MPI job; launch every "
-                            "rank with mpirun:\n  mpirun -np %lld a2amm bench op %lld %lld %lld %lld --transport mpi\n",
-                    (long long)s.R, (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R);
+                            "rank with mpirun:\n  mpirun -np %lld a2amm bench op %lld %lld %lld %lld%s --transport mpi\n",
+                    (long long)s.R, (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R,
+                    kind == OP_MATMUL_ALLTOALL ? " --op matmul-alltoall" : "");
             return 2;
         }
         o.path = A2AMM_PATH_PUT;
@@ -150,9 +160,9 @@ int cmd_bench_op(int argc, char **argv)
     run_result res = {0};
     if (!rc) {
         if (!json) {
-            printf("a2amm bench op: M=%lld K=%lld N=%lld R=%lld, e4m3 x e4m3, path %s, tile %lld, %d repetitions\n",
-                   (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R, run_path_name(o.path),
-                   (long long)o.tile_m, o.iters);
+            printf("a2amm bench op: M=%lld K=%lld N=%lld R=%lld, op %s, e4m3 x e4m3, path %s, tile %lld, %d "
+                   "repetitions\n", (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R,
+                   op_kind_name(s.kind), run_path_name(o.path), (long long)o.tile_m, o.iters);
             fflush(stdout);
         }
         rc = run_files(dir, &s, &o, &res, &err);

@@ -254,6 +254,29 @@ for k in ('run','unfused','matmul','baseline'): assert o[k]['median_s']>0
 assert 'oneDNN' in o['baseline_what'], o['baseline_what']"
 expect_fail "bench op: bad shape" "K / R must be a multiple of 32" "$A2AMM" bench op 40 100 24 2
 expect_fail "bench op: bad path" "--path must be direct or put" "$A2AMM" bench op 40 128 24 2 --path x
+# the reverse op: the same rows; its baseline is the matmul, then the AllToAll of the result's blocks
+expect_ok "bench op --op matmul-alltoall" "$A2AMM" bench op 40 128 42 3 --iters 2 --tile-m 16 --op matmul-alltoall
+for row in "op matmul-alltoall" "fused" "unfused" "matmul alone" "alltoall alone" "baseline " "exposed communication" "ratios (medians)"; do
+    expect_output "bench op --op matmul-alltoall row: $row" "$row"
+done
+expect_output "bench op --op matmul-alltoall: the matmul alone is X_r by B_r" "a2amm_matmul of X_r [M, K] by B_r, all N columns"
+check "bench op --op matmul-alltoall: the baseline is oneDNN's matmul, then the AllToAll of its blocks" \
+    grep -Eq "baseline: dequantize to fp32, the matmul to bf16, the whole AllToAll of its blocks: oneDNN .* matmul, weights packed once .*then a2amm_comm_alltoall of its column blocks" "$SCRATCH/out"
+expect_ok "bench op --op matmul-alltoall --json" "$A2AMM" bench op 40 96 42 3 --iters 2 --path put --json --op matmul-alltoall
+check "bench op --op matmul-alltoall --json: the op and every variant" python3 -c "
+import json
+o=json.loads(open('$SCRATCH/out').read())
+assert o['op']=='matmul-alltoall' and o['path']=='put' and o['R']==3
+for k in ('run','unfused','matmul','alltoall','baseline'): assert o[k]['median_s']>0, k
+assert o['baseline_what'].startswith('oneDNN') and 'then a2amm_comm_alltoall' in o['baseline_what'], o['baseline_what']"
+expect_fail "bench op --op matmul-alltoall: N not divisible by R" "N must be divisible by R for matmul-alltoall" \
+    "$A2AMM" bench op 40 128 40 3 --op matmul-alltoall
+expect_fail "bench op: an unknown op" "--op must be alltoall-matmul" "$A2AMM" bench op 40 128 24 2 --op x
+expect_ok "bench op --help" "$A2AMM" bench op --help
+expect_output "bench op --help names --op" "--op alltoall-matmul|matmul-alltoall"
+ex=$("$A2AMM" bench op --help | sed -n 's/^  a2amm bench op //p' | grep -- "--op matmul-alltoall")
+expect_ok "bench op help's reverse example: $ex" "$A2AMM" bench op $ex
+expect_output "bench op help's reverse example runs the reverse op" "op matmul-alltoall"
 check "bench op left no temporary folder" test -z "$(ls -A "$TMPDIR")"
 
 # --- bench api: the in-memory call beside a2amm run, and setting weights

@@ -186,6 +186,32 @@ static void test_meta(void)
     fputs("a2amm-meta 1\nM 5\n", f);
     fclose(f);
     CHECK(io_meta_read(tmpdir, &back, &err) == A2AMM_E_FORMAT && strstr(err.msg, "incomplete"), "incomplete: %s", err.msg);
+    /* the op: written by gen, read back; a file without it (as versions before the reverse op wrote) is the
+     * seed's op; a bad or doubled op line is refused, naming it */
+    static const char older[] = "a2amm-meta 1\nM 5\nK 64\nN 4\nR 2\na_type e4m3\nb_type e5m2\ndist normal\n"
+                                "scale_mode floor\nseed 3\n";
+    m.shape.kind = OP_MATMUL_ALLTOALL;
+    CHECK(io_meta_write(tmpdir, &m, &err) == 0, "meta write: %s", err.msg);
+    CHECK(io_meta_read(tmpdir, &back, &err) == 0 && back.shape.kind == OP_MATMUL_ALLTOALL, "the op round trip: %s",
+          err.msg);
+    char text[1024];
+    io_meta_format(&m, text, sizeof text);
+    CHECK(strstr(text, "\nop matmul-alltoall\n") != NULL, "the meta file names the op: %s", text);
+    CHECK(io_meta_parse(older, sizeof older - 1, "older", &back, &err) == 0 && back.shape.kind == OP_ALLTOALL_MATMUL &&
+              back.shape.N == 4, "a meta file without an op line is alltoall-matmul: %s", err.msg);
+    char with[512];
+    snprintf(with, sizeof with, "%sop matmul-alltoall\n", older);
+    CHECK(io_meta_parse(with, strlen(with), "with", &back, &err) == 0 && back.shape.kind == OP_MATMUL_ALLTOALL,
+          "op matmul-alltoall: %s", err.msg);
+    snprintf(with, sizeof with, "%sop alltoall-matmul\n", older);
+    CHECK(io_meta_parse(with, strlen(with), "with", &back, &err) == 0 && back.shape.kind == OP_ALLTOALL_MATMUL,
+          "op alltoall-matmul: %s", err.msg);
+    snprintf(with, sizeof with, "%sop matmul-then-alltoall\n", older);
+    CHECK(io_meta_parse(with, strlen(with), "bad", &back, &err) == A2AMM_E_FORMAT &&
+              strstr(err.msg, "bad:11: op must be alltoall-matmul or matmul-alltoall"), "a bad op: %s", err.msg);
+    snprintf(with, sizeof with, "%sop matmul-alltoall\nop matmul-alltoall\n", older);
+    CHECK(io_meta_parse(with, strlen(with), "twice", &back, &err) == A2AMM_E_FORMAT && strstr(err.msg, "twice:12"),
+          "op twice: %s", err.msg);
     unlink(path);
     CHECK(io_meta_read(tmpdir, &back, &err) == A2AMM_E_IO && strstr(err.msg, "a2amm-meta.txt"), "missing: %s", err.msg);
 }

@@ -64,6 +64,48 @@ for R in 2 4; do
     check "R=$R perf: one report (rank 0 speaks)" test "$(grep -c 'Status: SUCCESS' "$SCRATCH/out")" -eq 1
 done
 
+# the reverse op (matmul-alltoall) over MPI: the same bits as shared memory, fused and unfused; perf's baseline
+# is the matmul, then MPI_Alltoall of its column blocks
+for R in 2 4; do
+    list=$(seq -s, -f "$P-h%g" "$R")
+    d="$SCRATCH/rev$R"
+    "$A2AMM" gen 200 512 $((24 * R + R)) "$R" --op matmul-alltoall --dir "$d" >/dev/null   # N/R = 25
+    N=$((24 * R + R))
+    for sched in "" "--unfused"; do
+        expect_ok "reverse R=$R shm $sched" "$A2AMM" run 200 512 $N "$R" --dir "$d" --path put --tile-m 32 $sched
+        mkdir -p "$SCRATCH/rwant"
+        for r in $(seq 0 $((R - 1))); do cp "$d/output/$r/npu_out.bin" "$SCRATCH/rwant/$r"; rm "$d/output/$r/npu_out.bin"; done
+        expect_ok "reverse R=$R over MPI across $R hosts $sched" mpirun_hosts "$R" "$list" "$A2AMM" run 200 512 $N "$R" \
+            --dir "$d" --transport mpi --tile-m 32 $sched
+        expect_output "reverse R=$R over MPI $sched: the op" "op matmul-alltoall"
+        for r in $(seq 0 $((R - 1))); do
+            check "reverse R=$R $sched rank $r: the same bits as shared memory" cmp -s "$d/output/$r/npu_out.bin" "$SCRATCH/rwant/$r"
+        done
+    done
+    expect_ok "reverse R=$R: verify" "$A2AMM" verify 200 $N "$R" --dir "$d"
+    expect_ok "reverse R=$R perf over MPI" mpirun_hosts "$R" "$list" "$A2AMM" run 200 512 $N "$R" perf --iters 2 --dir "$d" \
+        --transport mpi --tile-m 64 --baseline
+    for row in fused unfused "matmul alone" "alltoall alone" baseline; do
+        check "reverse R=$R perf over MPI: a $row row" grep -Eq "^  $row +[0-9.]+" "$SCRATCH/out"
+    done
+    check "reverse R=$R perf: the baseline is the matmul, then MPI_Alltoall of its blocks" \
+        grep -q "OpenBLAS sgemm on fp32 (weights dequantized once), then MPI_Alltoall of its column blocks" "$SCRATCH/out"
+done
+expect_ok "reverse op traced over MPI" mpirun_hosts 2 "$P-h1,$P-h2" "$A2AMM" run 200 512 50 2 --dir "$SCRATCH/rev2" \
+    --transport mpi --tile-m 32 --trace "$SCRATCH/mpi-rev.json"
+check "the reverse op's MPI trace: matmuls per (tile, destination), waits per (tile, other source)" python3 -c "
+import json; o=json.load(open('$SCRATCH/mpi-rev.json')); m=o['otherData']
+assert m['op']=='matmul-alltoall' and m['transport']=='mpi', m
+mm={(e['pid'],e['args']['tile'],e['args']['to']) for e in o['traceEvents'] if e.get('cat')=='matmul'}
+assert mm=={(r,t,d) for r in range(2) for t in range(7) for d in range(2)}, len(mm)
+w={(e['pid'],e['args']['tile'],e['args']['source']) for e in o['traceEvents'] if e.get('cat')=='wait'}
+assert w=={(r,t,1-r) for r in range(2) for t in range(7)}, len(w)"
+expect_ok "the reverse op's MPI trace draws" "$A2AMM" timeline "$SCRATCH/mpi-rev.json" -o "$SCRATCH/mpi-rev.svg"
+expect_ok "bench op --op matmul-alltoall over MPI" mpirun_hosts 2 "$P-h1,$P-h2" "$A2AMM" bench op 256 512 64 2 --iters 2 \
+    --transport mpi --op matmul-alltoall
+check "bench op --op matmul-alltoall over MPI: oneDNN's matmul, then MPI_Alltoall" \
+    grep -Eq "oneDNN .* then MPI_Alltoall of its column blocks" "$SCRATCH/out"
+
 # --trace over MPI: rank 0 gathers every rank's spans, with each one's clock offset measured by pings
 expect_ok "R=4 traced over MPI" mpirun_hosts 4 "$P-h1,$P-h2,$P-h3,$P-h4" "$A2AMM" run 256 512 64 4 --dir "$SCRATCH/d4" \
     --transport mpi --tile-m 32 --depth 2 --trace "$SCRATCH/mpi-trace.json"

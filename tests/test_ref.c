@@ -1,9 +1,10 @@
 /*
- * The reference operator (ref_op_rank, the golden) against an independent
- * scalar computation written here from the contract's formula: long double
- * accumulation of fp8_value * 2^(scale-127) products, one bf16 rounding.
- * Covers all four type pairs, shapes that are multiples of nothing, NaN
- * scales, Inf codes, extreme scales and scale pad bytes.
+ * The reference operator (ref_op_rank and ref_op_reverse_rank, the goldens)
+ * against an independent scalar computation written here from the
+ * contract's formula: long double accumulation of fp8_value *
+ * 2^(scale-127) products, one bf16 rounding. Covers all four type pairs,
+ * shapes that are multiples of nothing, NaN scales, Inf codes, extreme
+ * scales and scale pad bytes; both ops.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -21,10 +22,10 @@ typedef struct problem {
     io_rank_inputs *in;
 } problem;
 
-static int problem_make(problem *p, int64_t M, int64_t K, int64_t N, int64_t R, a2amm_fp8_type at,
-                        a2amm_fp8_type bt, gen_dist dist, uint64_t seed)
+static int problem_make_op(problem *p, op_kind kind, int64_t M, int64_t K, int64_t N, int64_t R,
+                           a2amm_fp8_type at, a2amm_fp8_type bt, gen_dist dist, uint64_t seed)
 {
-    p->s = (op_shape){M, K, N, R, at, bt, OP_ALLTOALL_MATMUL};
+    p->s = (op_shape){M, K, N, R, at, bt, kind};
     if (op_shape_check(&p->s, &p->z, NULL)) return -1;
     p->in = calloc((size_t)R, sizeof *p->in);
     gen_options o = {dist, seed, MX_SCALE_FLOOR};
@@ -33,6 +34,12 @@ static int problem_make(problem *p, int64_t M, int64_t K, int64_t N, int64_t R, 
         if (gen_rank_inputs(&p->s, &p->z, &o, r, &p->in[r], NULL)) return -1;
     }
     return 0;
+}
+
+static int problem_make(problem *p, int64_t M, int64_t K, int64_t N, int64_t R, a2amm_fp8_type at,
+                        a2amm_fp8_type bt, gen_dist dist, uint64_t seed)
+{
+    return problem_make_op(p, OP_ALLTOALL_MATMUL, M, K, N, R, at, bt, dist, seed);
 }
 
 static void problem_free(problem *p)
@@ -233,6 +240,94 @@ static void test_dot_rounding(void)
     problem_free(&p);
 }
 
+/* matmul-alltoall: out_j[row][c] for row = i*M + r is X_i[r] . B_i[j*N/R + c], over all of K. */
+static void scalar_dot_reverse(const problem *p, int j, int64_t row, int64_t c, long double *sum, long double *mag)
+{
+    const op_shape *s = &p->s;
+    const op_sizes *z = &p->z;
+    int64_t i = row / s->M, r = row % s->M, col = j * (s->N / s->R) + c;
+    long double acc = 0, abs_acc = 0;
+    for (int64_t kk = 0; kk < s->K; kk++) {
+        long double xv = element(p->in[i].a[r * s->K + kk], p->in[i].sa[r * z->ska + kk / 32], s->a_type);
+        long double bv = element(p->in[i].b[col * s->K + kk], p->in[i].sb[col * z->sk + kk / 32], s->b_type);
+        acc += xv * bv;
+        abs_acc += fabsl(xv * bv);
+    }
+    *sum = acc;
+    *mag = abs_acc;
+}
+
+static void check_reverse(const char *what, problem *p)
+{
+    const op_shape *s = &p->s;
+    const uint8_t **x = malloc((size_t)s->R * sizeof *x), **sx = malloc((size_t)s->R * sizeof *sx);
+    const uint8_t **b = malloc((size_t)s->R * sizeof *b), **sb = malloc((size_t)s->R * sizeof *sb);
+    uint16_t *out = malloc(p->z.out_bytes);
+    for (int r = 0; r < s->R; r++) x[r] = p->in[r].a, sx[r] = p->in[r].sa, b[r] = p->in[r].b, sb[r] = p->in[r].sb;
+    CHECK(p->z.out_rows == s->R * s->M && p->z.out_cols == s->N / s->R, "%s: out [R*M, N/R]", what);
+    for (int j = 0; j < s->R; j++) {
+        a2amm_error err = {0, ""};
+        int rc = ref_op_reverse_rank(s, j, x, sx, b, sb, out, &err);
+        CHECK(rc == 0, "%s: ref_op_reverse_rank rank %d: %s", what, j, err.msg);
+        long bad = 0;
+        for (int64_t row = 0; row < p->z.out_rows; row++)
+            for (int64_t c = 0; c < p->z.out_cols; c++) {
+                long double sum, mag;
+                uint16_t got = out[row * p->z.out_cols + c];
+                scalar_dot_reverse(p, j, row, c, &sum, &mag);
+                if (!golden_ok(got, sum, mag) && bad++ < 3)
+                    CHECK(0, "%s: rank %d (%lld,%lld): golden 0x%04x, scalar %.10Lg", what, j, (long long)row,
+                          (long long)c, got, sum);
+            }
+        CHECK(bad == 0, "%s: rank %d: %ld elements disagree with the scalar computation", what, j, bad);
+    }
+    free(x), free(sx), free(b), free(sb), free(out);
+}
+
+/* The reverse op's golden: every type pair, odd shapes (N/R of 1, 3, 7), NaN and Inf, extreme scales. */
+static void test_reverse(void)
+{
+    static const int64_t shapes[][4] = {{1, 32, 1, 1}, {5, 96, 21, 3}, {33, 64, 6, 2}, {3, 128, 4, 4}, {2, 256, 8, 8},
+                                        {70, 256, 96, 2}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int d = 0; d < 4; d++) {
+            gen_dist dist = d == 0 ? GEN_DIST_NORMAL : d == 1 ? GEN_DIST_SEED : d == 2 ? GEN_DIST_EXTREME : GEN_DIST_SPECIAL;
+            a2amm_fp8_type at = (k + (size_t)d) % 2 ? A2AMM_E5M2 : A2AMM_E4M3, bt = (k / 2 + (size_t)d) % 2 ? A2AMM_E5M2 : A2AMM_E4M3;
+            problem p;
+            char what[128];
+            snprintf(what, sizeof what, "matmul-alltoall M%lld K%lld N%lld R%lld %s x %s dist %s",
+                     (long long)shapes[k][0], (long long)shapes[k][1], (long long)shapes[k][2],
+                     (long long)shapes[k][3], a2amm_fp8_type_name(at), a2amm_fp8_type_name(bt), gen_dist_name(dist));
+            CHECK(problem_make_op(&p, OP_MATMUL_ALLTOALL, shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3], at,
+                                  bt, dist, 200 + k) == 0, "%s", what);
+            check_reverse(what, &p);
+            problem_free(&p);
+        }
+    /* a NaN scale of X_1's row 2 poisons row M + 2 of every output; one of B_0's column 3, column 3 - nb of
+     * rank 1's rows 0..M-1 */
+    problem p;
+    CHECK(problem_make_op(&p, OP_MATMUL_ALLTOALL, 4, 64, 8, 2, A2AMM_E4M3, A2AMM_E4M3, GEN_DIST_NORMAL, 17) == 0, "nan");
+    p.in[1].sa[2 * p.z.ska] = 0xFF;
+    p.in[0].b[5 * 64 + 7] = MX_FP8_NAN;
+    const uint8_t *x[2] = {p.in[0].a, p.in[1].a}, *sx[2] = {p.in[0].sa, p.in[1].sa};
+    const uint8_t *b[2] = {p.in[0].b, p.in[1].b}, *sb[2] = {p.in[0].sb, p.in[1].sb};
+    uint16_t out[8 * 4];
+    for (int j = 0; j < 2; j++) {
+        CHECK(ref_op_reverse_rank(&p.s, j, x, sx, b, sb, out, NULL) == 0, "nan, rank %d", j);
+        for (int row = 0; row < 8; row++)
+            for (int c = 0; c < 4; c++) {
+                int want_nan = row == 4 + 2 || (j == 1 && row < 4 && c == 1);
+                CHECK(isnan(mx_bf16_to_f32(out[row * 4 + c])) == want_nan, "NaN in the reverse op: rank %d (%d,%d) is %g",
+                      j, row, c, (double)mx_bf16_to_f32(out[row * 4 + c]));
+            }
+    }
+    check_reverse("nan", &p);
+    a2amm_error err = {0, ""};
+    CHECK(ref_op_rank(&p.s, 0, x, sx, b[0], sb[0], out, &err) == A2AMM_E_INVAL && strstr(err.msg, "matmul-alltoall"),
+          "the forward golden refuses a reverse shape: %s", err.msg);
+    problem_free(&p);
+}
+
 static void test_bad_rank(void)
 {
     op_shape s = {4, 64, 4, 2, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
@@ -255,5 +350,6 @@ int main(void)
     test_pad_bytes();
     test_dot_rounding();
     test_bad_rank();
+    test_reverse();
     return check_summary("test_ref");
 }

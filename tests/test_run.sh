@@ -230,9 +230,9 @@ check "stall: ends (not a hang)" test $((SECONDS - start)) -le 30
 expect_output "stall: a timeout message naming tile, slot and signal" "timed out after 1 s waiting for"
 check "stall: names the slot and the signal value" grep -Eq "slot [0-9]+.*signal >= [0-9]+, last seen [0-9]+" "$SCRATCH/out"
 
-# --- run --help's example works as printed (gen, run, verify in order)
+# --- run --help's examples work as printed (gen, run, verify in order; then the reverse op's)
 "$A2AMM" run --help | sed -n 's/^  a2amm //p' | sed "s|/tmp/a2amm-demo|$SCRATCH/demo|g" > "$SCRATCH/examples"
-check "run --help has three example lines" test "$(wc -l < "$SCRATCH/examples")" -eq 3
+check "run --help has seven example lines" test "$(wc -l < "$SCRATCH/examples")" -eq 7
 while read -r line; do
     expect_ok "run help example: a2amm $line" "$A2AMM" $line
 done < "$SCRATCH/examples"

@@ -46,4 +46,15 @@ expect_ok "seed's verify_result.py passes on a2amm's output" "${run[@]}" "$SCRAT
 expect_output "seed's script says ALL PASS" "[ALL PASS] All 2 ranks passed verification!"
 printf '\x7f\x7f' | dd of="$d/output/1/npu_out.bin" bs=1 seek=200 conv=notrunc status=none
 expect_fail "seed's script fails on a corrupted output" "[FAIL] Rank 1" "${run[@]}" "$SCRATCH/verify_result.py" 96 40 2 "$d/output"
+# the reverse op's files: each rank's [R*M, N/R] bf16, flat, which the script reads given R*M and N/R
+d="$SCRATCH/reverse"
+"$A2AMM" gen 96 256 40 2 --op matmul-alltoall --dir "$d" >/dev/null
+"$A2AMM" run 96 256 40 2 --dir "$d" >/dev/null
+expect_ok "seed's verify_result.py passes on the reverse op's output (R*M N/R R)" "${run[@]}" "$SCRATCH/verify_result.py" \
+    192 20 2 "$d/output"
+expect_output "seed's script says ALL PASS on the reverse op" "[ALL PASS] All 2 ranks passed verification!"
+expect_output "seed's script saw [R*M, N/R]" "shape=(192, 20)"
+printf '\x7f\x7f' | dd of="$d/output/0/npu_out.bin" bs=1 seek=1000 conv=notrunc status=none
+expect_fail "seed's script fails on a corrupted reverse output" "[FAIL] Rank 0" "${run[@]}" "$SCRATCH/verify_result.py" \
+    192 20 2 "$d/output"
 finish

@@ -120,6 +120,83 @@ for r in rs:
 expect_ok "bench op --trace" "$A2AMM" bench op 64 192 40 3 --iters 2 --path put --tile-m 16 --trace "$SCRATCH/bench.json"
 check "bench op's trace: complete" check_trace "$SCRATCH/bench.json" 3 4 put fused
 
+# --- the reverse op (matmul-alltoall): each tile's matmuls make the block for each destination ("to"),
+#     its own last, and send the others' blocks; the waits for every other rank's blocks come after the tiles
+"$A2AMM" gen 100 192 42 3 --op matmul-alltoall --dir "$SCRATCH/rev" --quiet >/dev/null
+# check_trace_reverse FILE R TILES PATH SCHED
+check_trace_reverse() {
+    python3 - "$@" <<'EOF'
+import json, sys
+path, R, tiles, route, sched = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+o = json.load(open(path))
+ev, meta = o["traceEvents"], o["otherData"]
+bad = []
+def need(cond, what):
+    if not cond: bad.append(what)
+need(meta["op"] == "matmul-alltoall" and meta["R"] == R and meta["path"] == route and meta["schedule"] == sched,
+     "metadata: %r" % meta)
+X = [e for e in ev if e.get("ph") == "X"]
+for r in range(R):
+    mine = sorted((e for e in X if e["pid"] == r), key=lambda e: (e["ts"], -e["dur"]))
+    calls = [e for e in mine if e["cat"] == "call"]
+    need(calls, "rank %d: a call span" % r)
+    for c in calls:
+        inside = [e for e in mine if e["args"].get("call") == c["args"]["call"]]
+        mm = [e for e in inside if e["cat"] == "matmul"]
+        need({(e["args"]["tile"], e["args"]["to"]) for e in mm} == {(t, d) for t in range(tiles) for d in range(R)},
+             "rank %d: a matmul per (tile, destination), named by 'to'" % r)
+        need(all("->" in e["name"] for e in mm), "rank %d: matmul spans named 'tile t -> rank d'" % r)
+        for t in range(tiles):
+            order = [e["args"]["to"] for e in mm if e["args"]["tile"] == t]
+            need(order == [(r + k) % R for k in range(1, R + 1)],
+                 "rank %d tile %d: destinations r+1, ..., its own last: %r" % (r, t, order))
+        tile_end = max(e["ts"] + e["dur"] for e in inside if e["cat"] == "tile")
+        sends = {(e["args"]["tile"], e["args"]["to"]) for e in inside if e["cat"] == "send"}
+        waits = [e for e in inside if e["cat"] == "wait"]
+        others = {(t, p) for t in range(tiles) for p in range(R) if p != r}
+        if sched == "fused":
+            need(sends == others, "rank %d: a send per (tile, other rank): %d of %d" % (r, len(sends), len(others)))
+            need({(e["args"]["tile"], e["args"]["source"]) for e in waits} == others,
+                 "rank %d: a wait per (tile, other source): %d of %d" % (r, len(waits), len(others)))
+            need(all(e["ts"] >= tile_end - 0.002 for e in waits), "rank %d: the waits come after the tiles" % r)
+            need(all(e["args"].get("bytes", 0) > 0 for e in waits), "rank %d: waits carry their bytes" % r)
+        else:
+            need(not sends and not waits, "rank %d: unfused: no sends or waits" % r)
+            ex = [e for e in inside if e["cat"] == "exchange"]
+            need(len(ex) == 1 and ex[0]["ts"] >= tile_end - 0.002, "rank %d: one exchange, after the tiles" % r)
+        for e in inside:
+            need(c["ts"] <= e["ts"] and e["ts"] + e["dur"] <= c["ts"] + c["dur"] + 0.002, "a %s inside its call" % e["cat"])
+        for w in (e for e in inside if e["cat"] == "work"):
+            key = (w["args"]["tile"], w["args"]["to"])
+            need(any(m["ts"] - 0.002 <= w["ts"] and w["ts"] + w["dur"] <= m["ts"] + m["dur"] + 0.002
+                     for m in mm if (m["args"]["tile"], m["args"]["to"]) == key), "rank %d: work %r inside its matmul" % (r, key))
+for b in bad[:10]: print("  " + b, file=sys.stderr)
+sys.exit(1 if bad else 0)
+EOF
+}
+"$A2AMM" run 100 192 42 3 --dir "$SCRATCH/rev" --tile-m 16 >/dev/null
+cp "$SCRATCH/rev/output/2/npu_out.bin" "$SCRATCH/rev-untraced.bin"
+for route in put direct; do
+    expect_ok "reverse op --trace, $route path" "$A2AMM" run 100 192 42 3 --dir "$SCRATCH/rev" --path $route --tile-m 16 \
+        --trace "$SCRATCH/rev-$route.json"
+    check "reverse op, $route path: matmuls per (tile, destination), sends, then the waits" \
+        check_trace_reverse "$SCRATCH/rev-$route.json" 3 7 $route fused
+    check "reverse op, $route path: tracing changes no output" cmp -s "$SCRATCH/rev/output/2/npu_out.bin" "$SCRATCH/rev-untraced.bin"
+done
+expect_ok "reverse op --trace, unfused" "$A2AMM" run 100 192 42 3 --dir "$SCRATCH/rev" --unfused --tile-m 50 --trace "$SCRATCH/rev-unf.json"
+check "reverse op, unfused: the tiles' matmuls, then one exchange" check_trace_reverse "$SCRATCH/rev-unf.json" 3 2 direct unfused
+expect_ok "reverse op perf --trace" "$A2AMM" run 100 192 42 3 perf --iters 2 --dir "$SCRATCH/rev" --path put --tile-m 32 \
+    --trace "$SCRATCH/rev-perf.json"
+check "reverse op perf trace: every call complete" check_trace_reverse "$SCRATCH/rev-perf.json" 3 4 put fused
+expect_ok "the timeline draws the reverse op's trace" "$A2AMM" timeline "$SCRATCH/rev-perf.json" -o "$SCRATCH/rev-perf.svg"
+check "its title names the op" grep -q "a2amm: M=100 K=192 N=42 R=3, op matmul-alltoall, perf mode" "$SCRATCH/rev-perf.svg"
+check "... and carries perf's figures" grep -q "exposed communication" "$SCRATCH/rev-perf.svg"
+expect_ok "bench op --op matmul-alltoall --trace" "$A2AMM" bench op 64 192 42 3 --iters 2 --path put --tile-m 16 \
+    --op matmul-alltoall --trace "$SCRATCH/rev-bench.json"
+check "bench op's reverse trace: complete" check_trace_reverse "$SCRATCH/rev-bench.json" 3 4 put fused
+check "a trace of the seed's op says so" python3 -c "
+import json; assert json.load(open('$SCRATCH/put.json'))['otherData']['op']=='alltoall-matmul'"
+
 # --- the timeline
 check "rsvg-convert is installed (make check installs librsvg2-bin)" bash -c "command -v rsvg-convert >/dev/null"
 expect_ok "timeline draws the perf trace" "$A2AMM" timeline "$SCRATCH/perf.json" -o "$SCRATCH/perf.svg"

@@ -74,6 +74,14 @@ int cli_parse_type(const char *cmd, const char *what, const char *s, a2amm_fp8_t
     return -1;
 }
 
+int cli_parse_op(const char *cmd, const char *s, op_kind *out)
+{
+    if (op_kind_parse(s, out) == A2AMM_OK) return 0;
+    fprintf(stderr, "a2amm %s: --op must be alltoall-matmul (the seed's op, the default) or matmul-alltoall, got "
+            "'%s'\n", cmd, s);
+    return -1;
+}
+
 int cli_is_help(const char *arg)
 {
     return !strcmp(arg, "-h") || !strcmp(arg, "--help") || !strcmp(arg, "help");

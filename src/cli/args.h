@@ -22,6 +22,9 @@ int cli_parse_double(const char *cmd, const char *what, const char *s, double mi
                      double *out);
 int cli_parse_type(const char *cmd, const char *what, const char *s, a2amm_fp8_type *out);
 
+/* --op's value: alltoall-matmul or matmul-alltoall. */
+int cli_parse_op(const char *cmd, const char *s, op_kind *out);
+
 /* True for -h / --help. */
 int cli_is_help(const char *arg);
 

@@ -23,18 +23,30 @@ static void gen_usage(FILE *f)
             "usage: a2amm gen M K N R [options]\n"
             "\n"
             "Writes every rank's inputs in the seed's layout and the reference result\n"
-            "(the golden) that a correct run must match:\n"
-            "  DIR/input/<r>/input_a.bin       A_r [R*M, K/R] fp8\n"
+            "(the golden, fp64 and one bf16 rounding) that a correct run must match.\n"
+            "--op alltoall-matmul (the seed's op, the default): the AllToAll of A, then\n"
+            "each rank's [M, K] rows times its B:\n"
+            "  DIR/input/<r>/input_a.bin       A_r [R*M, K/R] fp8 (row block j goes to rank j)\n"
             "  DIR/input/<r>/input_scaleA.bin  its E8M0 scales [R*M, 2*ceil(K/R/64)]\n"
             "  DIR/input/<r>/input_b.bin       B_r transposed [N, K] fp8\n"
             "  DIR/input/<r>/input_scaleB.bin  its E8M0 scales [N, 2*ceil(K/64)]\n"
             "  DIR/output/<r>/cpu_output.bin   golden bf16 [M, N]\n"
-            "  DIR/input/a2amm-meta.txt        the shape and element types, for later commands\n"
+            "--op matmul-alltoall (the reverse): Y_r = X_r x B_r, then column block j of\n"
+            "every Y_r (N/R columns) goes to rank j, stacked by source:\n"
+            "  DIR/input/<r>/input_a.bin       X_r [M, K] fp8\n"
+            "  DIR/input/<r>/input_scaleA.bin  its E8M0 scales [M, 2*ceil(K/64)]\n"
+            "  DIR/input/<r>/input_b.bin       B_r transposed [N, K] fp8\n"
+            "  DIR/input/<r>/input_scaleB.bin  its E8M0 scales [N, 2*ceil(K/64)]\n"
+            "  DIR/output/<r>/cpu_output.bin   golden bf16 [R*M, N/R] (rows i*M.. from rank i)\n"
+            "and for both:\n"
+            "  DIR/input/a2amm-meta.txt        the shape, element types and op, for later commands\n"
             "\n"
-            "Rules: M, K, N, R >= 1; K divisible by R; K/R a multiple of 32.\n"
+            "Rules: M, K, N, R >= 1; alltoall-matmul: K divisible by R, K/R a multiple of 32;\n"
+            "matmul-alltoall: K a multiple of 32, N divisible by R.\n"
             "\n"
             "options:\n"
             "  --dir DIR             where to write (default: .)\n"
+            "  --op alltoall-matmul|matmul-alltoall  which op (default alltoall-matmul)\n"
             "  --a-type e4m3|e5m2    A's element type (default e4m3)\n"
             "  --b-type e4m3|e5m2    B's element type (default e4m3)\n"
             "  --dist NAME           value distribution (default normal):\n");
@@ -47,27 +59,30 @@ static void gen_usage(FILE *f)
             "  --quiet               no progress line (it shows only when stderr is a terminal)\n"
             "\n"
             "example:\n"
-            "  a2amm gen 700 256 96 2 --dir /tmp/a2amm-demo --a-type e5m2\n");
+            "  a2amm gen 700 256 96 2 --dir /tmp/a2amm-demo --a-type e5m2\n"
+            "  a2amm gen 700 256 96 2 --op matmul-alltoall --dir /tmp/a2amm-demo-reverse\n");
 }
 
+/* Every rank's golden, one rank at a time: the forward op's from every rank's A and rank j's B, the
+ * reverse op's from every rank's X and B. */
 static int write_goldens(const char *dir, const op_shape *s, const op_sizes *z,
                          const io_rank_inputs *in, uint16_t *out, cli_progress *progress, a2amm_error *err)
 {
-    const uint8_t **a = malloc((size_t)s->R * sizeof *a);
-    const uint8_t **sa = malloc((size_t)s->R * sizeof *sa);
+    const uint8_t **a = malloc((size_t)s->R * sizeof *a), **sa = malloc((size_t)s->R * sizeof *sa);
+    const uint8_t **b = malloc((size_t)s->R * sizeof *b), **sb = malloc((size_t)s->R * sizeof *sb);
     int rc = A2AMM_OK;
-    if (!a || !sa) rc = A2AMM_E_NOMEM;
-    for (int r = 0; !rc && r < s->R; r++) a[r] = in[r].a, sa[r] = in[r].sa;
+    if (!a || !sa || !b || !sb) rc = a2amm_fail(err, A2AMM_E_NOMEM, "gen: out of memory");
+    for (int r = 0; !rc && r < s->R; r++) a[r] = in[r].a, sa[r] = in[r].sa, b[r] = in[r].b, sb[r] = in[r].sb;
     for (int j = 0; !rc && j < s->R; j++) {
         char path[IO_PATH_MAX];
         cli_progress_say(progress, "a2amm gen: golden of rank %d of %lld", j, (long long)s->R);
-        rc = ref_op_rank(s, j, a, sa, in[j].b, in[j].sb, out, err);
+        rc = s->kind == OP_MATMUL_ALLTOALL ? ref_op_reverse_rank(s, j, a, sa, b, sb, out, err)
+                                           : ref_op_rank(s, j, a, sa, b[j], sb[j], out, err);
         if (!rc) rc = io_rank_path(path, sizeof path, dir, "output", j, "cpu_output.bin", err);
         if (!rc) rc = io_write_atomic(path, out, z->out_bytes, err);
-        if (!rc && j == 0) cli_print_corner("golden, rank 0", out, s->M, s->N, 4, 4);
+        if (!rc && j == 0) cli_print_corner("golden, rank 0", out, z->out_rows, z->out_cols, 4, 4);
     }
-    free(a);
-    free(sa);
+    free(a), free(sa), free(b), free(sb);
     return rc;
 }
 
@@ -100,7 +115,9 @@ int cmd_gen(int argc, char **argv)
         int m;
         if (cli_is_help(argv[i])) { gen_usage(stdout); return 0; }
         if ((m = cli_option(argc, argv, &i, "--dir", &v))) { if (m < 0) return 2; dir = v; }
-        else if ((m = cli_option(argc, argv, &i, "--a-type", &v))) {
+        else if ((m = cli_option(argc, argv, &i, "--op", &v))) {
+            if (m < 0 || cli_parse_op("gen", v, &s.kind)) return 2;
+        } else if ((m = cli_option(argc, argv, &i, "--a-type", &v))) {
             if (m < 0 || cli_parse_type("gen", "--a-type", v, &s.a_type)) return 2;
         } else if ((m = cli_option(argc, argv, &i, "--b-type", &v))) {
             if (m < 0 || cli_parse_type("gen", "--b-type", v, &s.b_type)) return 2;
@@ -159,8 +176,8 @@ int cmd_gen(int argc, char **argv)
     }
     fault_pause("gen-inputs", -1);
 
-    printf("a2amm gen: M=%lld K=%lld N=%lld R=%lld, A %s, B %s, dist %s, scale mode %s, seed %" PRIu64 "\n",
-           (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R,
+    printf("a2amm gen: M=%lld K=%lld N=%lld R=%lld, op %s, A %s, B %s, dist %s, scale mode %s, seed %" PRIu64 "\n",
+           (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R, op_kind_name(s.kind),
            a2amm_fp8_type_name(s.a_type), a2amm_fp8_type_name(s.b_type), meta.dist, meta.scale_mode,
            opt.seed);
     printf("  per rank: A %zu B, scaleA %zu B, B %zu B, scaleB %zu B, output %zu B\n", z.a_bytes,

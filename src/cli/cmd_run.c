@@ -23,21 +23,30 @@ static void run_usage(FILE *f)
             "       a2amm M K N R [precision|perf] [options]     (the seed's form)\n"
             "\n"
             "Forks R rank processes over shared symmetric memory. Each reads its inputs\n"
-            "from DIR/input/<r>/ (as written by a2amm gen), receives its row blocks of A\n"
-            "from every rank while it multiplies what has arrived by its own B, tile by\n"
-            "tile, and in precision mode writes DIR/output/<r>/npu_out.bin (bf16 [M, N]).\n"
+            "from DIR/input/<r>/ (as written by a2amm gen) and runs the op gen made them for\n"
+            "(DIR/input/a2amm-meta.txt records it):\n"
+            "  alltoall-matmul (the seed's): each rank receives its row blocks of A from\n"
+            "    every rank while it multiplies what has arrived by its own B, tile by tile,\n"
+            "    and writes DIR/output/<r>/npu_out.bin (bf16 [M, N]);\n"
+            "  matmul-alltoall (the reverse): each rank multiplies its X [M, K] by its own B,\n"
+            "    sending column block j of each tile's result to rank j while it computes the\n"
+            "    next, and writes the blocks it receives, stacked by source (bf16 [R*M, N/R]).\n"
             "perf mode times repetitions instead (caches flushed before each) and reports\n"
             "the slowest rank's time, TFLOP/s and the communication left exposed.\n"
             "It calls the public API (include/a2amm.h) like any program could.\n"
             "\n"
             "options:\n"
             "  --dir DIR          the folder gen wrote (default: .)\n"
+            "  --op alltoall-matmul|matmul-alltoall  the op: what gen recorded (an op that\n"
+            "                     contradicts it is refused); without a meta file, alltoall-matmul\n"
+            "                     unless named (the seed's form too)\n"
             "  --tile-m ROWS      rows of M per pipeline tile (default 512)\n"
-            "  --depth SLOTS      ring slots per source on the put path (default 4)\n"
+            "  --depth SLOTS      ring slots per source on the put path (default 4; alltoall-matmul)\n"
             "  --threads T        compute threads per rank (default: cores / R, at least 1)\n"
             "  --path direct|put  direct: read rows from the peer's memory (default);\n"
             "                     put: the owner puts rows into a ring of slots and signals\n"
-            "  --unfused          the whole AllToAll, a barrier, then the matmul\n"
+            "  --unfused          the whole AllToAll, a barrier, then the matmul (matmul-alltoall:\n"
+            "                     the whole matmul, then the AllToAll)\n"
             "  --iters N          perf repetitions (default 10)\n"
             "  --warmup N         perf warm-up runs (default 1)\n"
             "  --timeout SECONDS  deadline of every wait between ranks (default 60); a rank\n"
@@ -51,8 +60,9 @@ static void run_usage(FILE *f)
             "                     the run (shape, each rank's status, time, the outputs written)\n"
             "  --quiet            no progress line in perf mode (it shows only when stderr is a\n"
             "                     terminal, never with --json)\n"
-            "  --baseline         perf mode: also time the whole AllToAll + dequantize to fp32 +\n"
-            "                     OpenBLAS sgemm (what a user writes today)\n"
+            "  --baseline         perf mode: also time what a user writes today: alltoall-matmul\n"
+            "                     the whole AllToAll + dequantize to fp32 + OpenBLAS sgemm;\n"
+            "                     matmul-alltoall dequantize + sgemm, then the AllToAll of the blocks\n"
             "  --trace FILE       every rank's pipeline as a Chrome trace (JSON; open it in\n"
             "                     Perfetto or chrome://tracing, or draw it: a2amm timeline FILE):\n"
             "                     B preparation, each tile's waits per source, matmuls, sends,\n"
@@ -79,7 +89,11 @@ static void run_usage(FILE *f)
             "example:\n"
             "  a2amm gen 700 256 96 2 --dir /tmp/a2amm-demo\n"
             "  a2amm run 700 256 96 2 --dir /tmp/a2amm-demo --tile-m 128\n"
-            "  a2amm verify 700 96 2 --dir /tmp/a2amm-demo\n");
+            "  a2amm verify 700 96 2 --dir /tmp/a2amm-demo\n"
+            "  a2amm gen 700 256 96 2 --op matmul-alltoall --dir /tmp/a2amm-demo-reverse\n"
+            "  a2amm run 700 256 96 2 --op matmul-alltoall --dir /tmp/a2amm-demo-reverse --tile-m 128\n"
+            "  a2amm run 700 256 96 2 perf --op matmul-alltoall --dir /tmp/a2amm-demo-reverse --iters 3\n"
+            "  a2amm verify 700 96 2 --dir /tmp/a2amm-demo-reverse\n");
 }
 
 /* How one rank ended, in a line: never started, ok, what failed first, or stopped for another's failure. */
@@ -115,6 +129,7 @@ static void print_precision_json(const char *dir, const op_shape *s, const run_o
 {
     printf("{\"command\":\"run\",\"mode\":\"precision\",\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%lld",
            (long long)s->M, (long long)s->K, (long long)s->N, (long long)s->R);
+    cli_json_key_str("op", op_kind_name(s->kind));
     cli_json_key_str("a_type", a2amm_fp8_type_name(s->a_type));
     cli_json_key_str("b_type", a2amm_fp8_type_name(s->b_type));
     cli_json_key_str("path", run_path_name(o->path));
@@ -148,7 +163,7 @@ static int run_command(int argc, char **argv, int seed_form)
     run_options o;
     run_options_default(&o);
     o.path = (a2amm_path)-1; /* not given yet: its default follows --transport */
-    const char *dir = ".", *at = NULL, *bt = NULL;
+    const char *dir = ".", *at = NULL, *bt = NULL, *op = NULL;
     char *pos[4];
     int npos = 0, json = 0, quiet = 0;
     for (int i = 1; i < argc; i++) {
@@ -161,6 +176,10 @@ static int run_command(int argc, char **argv, int seed_form)
         else if ((m = cli_option(argc, argv, &i, "--warmup", &v))) {
             if (m < 0 || cli_parse_i64("run", "--warmup", v, 0, 1000, &x)) return 2;
             o.warmup = (int)x;
+        } else if ((m = cli_option(argc, argv, &i, "--op", &v))) {
+            op_kind k;
+            if (m < 0 || cli_parse_op("run", v, &k)) return 2;
+            op = v;
         } else if ((m = cli_option(argc, argv, &i, "--a-type", &v))) { if (m < 0) return 2; at = v; }
         else if ((m = cli_option(argc, argv, &i, "--b-type", &v))) { if (m < 0) return 2; bt = v; }
         else if (!strcmp(argv[i], "--unfused")) o.unfused = 1;
@@ -185,9 +204,11 @@ static int run_command(int argc, char **argv, int seed_form)
     }
     if ((int)o.path == -1) o.path = o.transport == RUN_MPI ? A2AMM_PATH_PUT : A2AMM_PATH_DIRECT;
     op_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
-    if (cli_parse_shape("run", pos, &s, NULL)) return 2;
     if (cli_dir_check("run", dir)) return 2;
-    int held = cli_meta_hold("run", dir, &s, at, bt, seed_form ? CLI_TYPES_SEED : CLI_TYPES_NAMED);
+    int held = cli_op_hold("run", dir, op, &s.kind); /* the shape's rules are the op's */
+    if (held) return held;
+    if (cli_parse_shape("run", pos, &s, NULL)) return 2;
+    held = cli_meta_hold("run", dir, &s, at, bt, seed_form ? CLI_TYPES_SEED : CLI_TYPES_NAMED);
     if (held) return held;
     a2amm_error err = {0, ""};
     if (o.trace_path && cli_check_output("--trace", o.trace_path, dir, s.R, &err)) {
@@ -198,9 +219,10 @@ static int run_command(int argc, char **argv, int seed_form)
     if (o.transport != RUN_MPI && cli_dir_lock("run", dir, 0) < 0) return 1;
     if (o.transport == RUN_MPI && !run_under_mpirun()) {
         fprintf(stderr, "a2amm run: --transport mpi: this process is not part of an MPI job. Launch every rank with "
-                        "mpirun:\n  mpirun -np %lld a2amm run %lld %lld %lld %lld --transport mpi --dir %s\n"
+                        "mpirun:\n  mpirun -np %lld a2amm run %lld %lld %lld %lld%s --transport mpi --dir %s\n"
                         "(across machines: add --host h1,h2 or --hostfile FILE; see README)\n",
-                (long long)s.R, (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R, dir);
+                (long long)s.R, (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R,
+                s.kind == OP_MATMUL_ALLTOALL ? " --op matmul-alltoall" : "", dir);
         return 2;
     }
     if (o.transport != RUN_MPI) o.stop = cli_catch_stop_signals();
@@ -209,9 +231,10 @@ static int run_command(int argc, char **argv, int seed_form)
     if (o.transport == RUN_MPI && run_mpi_rank() > 0 && !freopen("/dev/null", "w", stdout)) return 1;
 
     if (!json)
-        printf("a2amm run: M=%lld K=%lld N=%lld R=%lld, A %s, B %s, %s mode, %s, path %s, tile %lld rows, depth %d\n",
-               (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R, a2amm_fp8_type_name(s.a_type),
-               a2amm_fp8_type_name(s.b_type), o.mode == RUN_PERF ? "perf" : "precision",
+        printf("a2amm run: M=%lld K=%lld N=%lld R=%lld, op %s, A %s, B %s, %s mode, %s, path %s, tile %lld rows, "
+               "depth %d\n",
+               (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R, op_kind_name(s.kind),
+               a2amm_fp8_type_name(s.a_type), a2amm_fp8_type_name(s.b_type), o.mode == RUN_PERF ? "perf" : "precision",
                o.unfused ? "unfused" : "fused", run_path_name(o.path), (long long)o.tile_m, o.depth);
     fflush(stdout);
     run_result res;
@@ -239,8 +262,10 @@ static int run_command(int argc, char **argv, int seed_form)
     } else {
         if (o.mode == RUN_PERF) cli_print_op_perf(&s, &o, &res, json);
         else if (!json)
-            printf("  wrote %s/output/<0..%lld>/npu_out.bin in %.3f s (whole run: load, prepare, multiply, write)\n",
-                   dir, (long long)s.R - 1, wall);
+            printf("  wrote %s/output/<0..%lld>/npu_out.bin (bf16 [%lld, %lld] each) in %.3f s (whole run: load, "
+                   "prepare, multiply, write)\n", dir, (long long)s.R - 1,
+                   (long long)(s.kind == OP_MATMUL_ALLTOALL ? s.R * s.M : s.M),
+                   (long long)(s.kind == OP_MATMUL_ALLTOALL ? s.N / s.R : s.N), wall);
         if (!json && o.trace_path)
             printf("  trace: %s (draw it: a2amm timeline %s -o %s.svg)\n", o.trace_path, o.trace_path, o.trace_path);
         if (!json) printf("All workers finished. Status: SUCCESS\n");

@@ -14,24 +14,31 @@
 static void verify_usage(FILE *f)
 {
     fprintf(f,
-            "usage: a2amm verify M N R [--dir DIR] [--rtol X] [--atol X]\n"
+            "usage: a2amm verify M N R [--dir DIR] [--op OP] [--rtol X] [--atol X]\n"
             "\n"
             "Compares every rank's result DIR/output/<r>/npu_out.bin with its golden\n"
-            "DIR/output/<r>/cpu_output.bin (both bf16 [M, N]) the way the seed's\n"
-            "verify_result.py does: torch.allclose(golden, result, rtol=1e-2, atol=1e-2,\n"
-            "equal_nan=True). Prints the seed's summary per rank (abs err max/mean/rmse,\n"
-            "rel err max, count over tolerance, top-left corners), the worst error in bf16\n"
-            "ulps and the first element that is not close. Exit 0 only if every rank passes.\n"
-            "A folder where a killed run left its outputs half put in place is refused.\n"
+            "DIR/output/<r>/cpu_output.bin (both bf16: [M, N] for alltoall-matmul,\n"
+            "[R*M, N/R] for matmul-alltoall) the way the seed's verify_result.py does:\n"
+            "torch.allclose(golden, result, rtol=1e-2, atol=1e-2, equal_nan=True). Prints\n"
+            "the seed's summary per rank (abs err max/mean/rmse, rel err max, count over\n"
+            "tolerance, top-left corners), the worst error in bf16 ulps and the first element\n"
+            "that is not close (its row and column in the rank's output). Exit 0 only if\n"
+            "every rank passes. A folder where a killed run left its outputs half put in\n"
+            "place is refused.\n"
             "\n"
             "options:\n"
             "  --dir DIR   the folder gen and run used (default: .)\n"
+            "  --op alltoall-matmul|matmul-alltoall  the op the data is for: what gen\n"
+            "              recorded in DIR/input/a2amm-meta.txt (an op that contradicts it is\n"
+            "              refused); without that file, alltoall-matmul unless named\n"
             "  --rtol X    relative tolerance (default 1e-2)\n"
             "  --atol X    absolute tolerance (default 1e-2)\n"
             "\n"
             "example:\n"
             "  a2amm gen 700 256 96 2 --dir /tmp/a2amm-demo && a2amm run 700 256 96 2 --dir /tmp/a2amm-demo\n"
-            "  a2amm verify 700 96 2 --dir /tmp/a2amm-demo\n");
+            "  a2amm verify 700 96 2 --dir /tmp/a2amm-demo\n"
+            "  a2amm gen 700 256 96 2 --op matmul-alltoall --dir /tmp/a2amm-demo-reverse && a2amm run 700 256 96 2 --dir /tmp/a2amm-demo-reverse\n"
+            "  a2amm verify 700 96 2 --op matmul-alltoall --dir /tmp/a2amm-demo-reverse\n");
 }
 
 /* Loads both files of rank r; 0 or an error already printed. */
@@ -47,6 +54,7 @@ static int load_pair(const char *dir, int r, size_t bytes, uint16_t *golden, uin
     return rc;
 }
 
+/* Rank r's output [M, N] (the op's rows and columns: M = R*M and N = N/R for matmul-alltoall). */
 static int verify_rank(const char *dir, int r, int64_t M, int64_t N, double rtol, double atol,
                        uint16_t *golden, uint16_t *out)
 {
@@ -78,7 +86,7 @@ static int verify_rank(const char *dir, int r, int64_t M, int64_t N, double rtol
 
 int cmd_verify(int argc, char **argv)
 {
-    const char *dir = ".";
+    const char *dir = ".", *op = NULL;
     double rtol = VERIFY_TOL, atol = VERIFY_TOL;
     char *pos[3];
     int npos = 0;
@@ -87,7 +95,11 @@ int cmd_verify(int argc, char **argv)
         int m;
         if (cli_is_help(argv[i])) { verify_usage(stdout); return 0; }
         if ((m = cli_option(argc, argv, &i, "--dir", &v))) { if (m < 0) return 2; dir = v; }
-        else if ((m = cli_option(argc, argv, &i, "--rtol", &v))) {
+        else if ((m = cli_option(argc, argv, &i, "--op", &v))) {
+            op_kind k;
+            if (m < 0 || cli_parse_op("verify", v, &k)) return 2;
+            op = v;
+        } else if ((m = cli_option(argc, argv, &i, "--rtol", &v))) {
             if (m < 0 || cli_parse_double("verify", "--rtol", v, 0, 1e300, &rtol)) return 2;
         } else if ((m = cli_option(argc, argv, &i, "--atol", &v))) {
             if (m < 0 || cli_parse_double("verify", "--atol", v, 0, 1e300, &atol)) return 2;
@@ -112,7 +124,15 @@ int cmd_verify(int argc, char **argv)
         return 2;
     if (cli_dir_check("verify", dir)) return 2;
     op_shape held_shape = {M, 0, N, R, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
-    int held = cli_meta_hold("verify", dir, &held_shape, NULL, NULL, CLI_TYPES_UNUSED);
+    int held = cli_op_hold("verify", dir, op, &held_shape.kind);
+    if (held) return held;
+    int reverse = held_shape.kind == OP_MATMUL_ALLTOALL;
+    if (reverse && N % R != 0) {
+        fprintf(stderr, "a2amm verify: N must be divisible by R for matmul-alltoall: column block r of each result "
+                "goes to rank r (got N=%lld, R=%lld, N %% R = %lld)\n", (long long)N, (long long)R, (long long)(N % R));
+        return 2;
+    }
+    held = cli_meta_hold("verify", dir, &held_shape, NULL, NULL, CLI_TYPES_UNUSED);
     if (held) return held;
     char marker[IO_PATH_MAX];
     if (io_set_pending(dir, marker, sizeof marker)) {
@@ -125,6 +145,8 @@ int cmd_verify(int argc, char **argv)
         fprintf(stderr, "a2amm verify: M*N = %lld*%lld is too large\n", (long long)M, (long long)N);
         return 2;
     }
+    /* each rank's output: [M, N], or [R*M, N/R] (the same count of values) */
+    int64_t rows = reverse ? R * M : M, cols = reverse ? N / R : N;
     uint16_t *golden = malloc((size_t)(M * N) * 2), *out = malloc((size_t)(M * N) * 2);
     if (!golden || !out) {
         fprintf(stderr, "a2amm verify: cannot allocate 2 x %lld bytes\n", (long long)(M * N * 2));
@@ -133,12 +155,16 @@ int cmd_verify(int argc, char **argv)
     }
     printf("============================================================\n");
     printf("Verifying outputs for %lld ranks in %s/output\n", (long long)R, dir);
-    printf("Matrix shape: M=%lld, N=%lld\n", (long long)M, (long long)N);
+    if (reverse)
+        printf("Matrix shape: M=%lld, N=%lld; op matmul-alltoall: each rank's output is [R*M, N/R] = [%lld, %lld]\n",
+               (long long)M, (long long)N, (long long)rows, (long long)cols);
+    else
+        printf("Matrix shape: M=%lld, N=%lld\n", (long long)M, (long long)N);
     printf("============================================================\n");
     int npass = 0;
     char *status = calloc((size_t)R, 1);
     for (int r = 0; r < R; r++) {
-        int ok = verify_rank(dir, r, M, N, rtol, atol, golden, out);
+        int ok = verify_rank(dir, r, rows, cols, rtol, atol, golden, out);
         npass += ok;
         if (status) status[r] = (char)ok;
     }

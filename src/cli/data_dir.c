@@ -60,6 +60,23 @@ static int assume_seed_types(const char *cmd, const char *path, const char *at, 
     return 0;
 }
 
+int cli_op_hold(const char *cmd, const char *dir, const char *given, op_kind *kind)
+{
+    *kind = OP_ALLTOALL_MATMUL;
+    if (given && cli_parse_op(cmd, given, kind)) return 2;
+    io_meta meta;
+    char path[IO_PATH_MAX];
+    if (io_meta_path(path, sizeof path, dir, NULL) || io_meta_read(dir, &meta, NULL)) return 0;
+    if (!given) {
+        *kind = meta.shape.kind;
+        return 0;
+    }
+    if (*kind == meta.shape.kind) return 0;
+    fprintf(stderr, "a2amm %s: --op %s contradicts %s, which says the data was made for --op %s: refused (leave "
+            "--op out to use what gen recorded)\n", cmd, op_kind_name(*kind), path, op_kind_name(meta.shape.kind));
+    return 2;
+}
+
 int cli_meta_hold(const char *cmd, const char *dir, op_shape *s, const char *at, const char *bt,
                   cli_types_rule rule)
 {
@@ -99,6 +116,11 @@ int cli_meta_hold(const char *cmd, const char *dir, op_shape *s, const char *at,
                  (long long)m->R);
         fprintf(stderr, "a2amm %s: the command line says %s, but %s says the data was made for %s: refused\n", cmd,
                 given, path, made);
+        return 2;
+    }
+    if (m->kind != s->kind) { /* cli_op_hold has said so already where the command calls it first */
+        fprintf(stderr, "a2amm %s: the op is %s, but %s says the data was made for %s: refused\n", cmd,
+                op_kind_name(s->kind), path, op_kind_name(m->kind));
         return 2;
     }
     int rc = hold_type(cmd, path, "--a-type", at, m->a_type, &s->a_type);

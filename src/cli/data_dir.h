@@ -21,6 +21,18 @@ typedef enum cli_types_rule {
 } cli_types_rule;
 
 /*
+ * The op a command works on (run, verify: before the shape's rules, which
+ * depend on it): `given` (--op's value, or NULL) held to the op
+ * DIR/input/a2amm-meta.txt records (a meta file without an op line, as
+ * versions before the reverse op wrote, records alltoall-matmul). A given
+ * op that contradicts it is refused naming both; without --op, the
+ * recorded op; without a meta file (or one that cannot be read, which
+ * cli_meta_hold reports), the given op or alltoall-matmul. Prints why;
+ * 0 or 2.
+ */
+int cli_op_hold(const char *cmd, const char *dir, const char *given, op_kind *kind);
+
+/*
  * Holds the command line's shape (and, for run, its --a-type/--b-type: NULL
  * when not given) to DIR/input/a2amm-meta.txt and fills s's types:
  * - a meta file that cannot be read or breaks a rule is refused (naming the

@@ -70,12 +70,13 @@ void cli_print_op_perf(const op_shape *s, const run_options *o, const run_result
     const char *names[RUN_VARIANTS] = {o->unfused ? "unfused (as asked)" : "fused", "unfused", "matmul alone",
                                        "alltoall alone", "baseline"};
     double exposed = v[0].median - v[2].median;
-    if (json) {
-        printf("{\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%lld,\"a_type\":\"%s\",\"b_type\":\"%s\","
-               "\"path\":\"%s\",\"unfused\":%s,\"tile_m\":%lld,\"depth\":%d,\"threads\":%d,\"isa\":\"%s\","
+    if (json) { /* "schedule", not "unfused", which names the unfused variant's figures */
+        printf("{\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%lld,\"op\":\"%s\",\"a_type\":\"%s\",\"b_type\":\"%s\","
+               "\"path\":\"%s\",\"schedule\":\"%s\",\"tile_m\":%lld,\"depth\":%d,\"threads\":%d,\"isa\":\"%s\","
                "\"iters\":%d,\"warmup\":%d,\"flush_bytes_per_rank\":%.0f,\"prepare_s\":%.6f",
-               (long long)s->M, (long long)s->K, (long long)s->N, (long long)s->R, a2amm_fp8_type_name(s->a_type),
-               a2amm_fp8_type_name(s->b_type), run_path_name(o->path), o->unfused ? "true" : "false",
+               (long long)s->M, (long long)s->K, (long long)s->N, (long long)s->R, op_kind_name(s->kind),
+               a2amm_fp8_type_name(s->a_type),
+               a2amm_fp8_type_name(s->b_type), run_path_name(o->path), o->unfused ? "unfused" : "fused",
                (long long)o->tile_m, o->depth, res->threads, res->kernel, p->iters, o->warmup,
                p->flush_bytes, p->prepare_s);
         const char *keys[RUN_VARIANTS] = {"run", "unfused", "matmul", "alltoall", "baseline"};
@@ -99,11 +100,19 @@ void cli_print_op_perf(const op_shape *s, const run_options *o, const run_result
         printf("  %-20s %10.3f %10.3f %10.3f %10s %9.2fx\n", names[i], v[i].min * 1e3, v[i].median * 1e3,
                v[i].max * 1e3, tf, v[i].median / v[0].median);
     }
-    printf("  matmul alone: a2amm_matmul on the rows the AllToAll brings ([M, K]), same weights and threads;\n"
-           "  alltoall alone: a2amm_comm_alltoall of A and its scales, no matmul\n");
+    if (s->kind == OP_MATMUL_ALLTOALL)
+        printf("  matmul alone: a2amm_matmul of X_r [M, K] by B_r, all N columns, same weights and threads;\n"
+               "  alltoall alone: a2amm_comm_alltoall of the result's column blocks (%.3f MB per pair), no matmul\n",
+               (double)s->M * (double)(s->N / s->R) * 2 / 1e6);
+    else
+        printf("  matmul alone: a2amm_matmul on the rows the AllToAll brings ([M, K]), same weights and threads;\n"
+               "  alltoall alone: a2amm_comm_alltoall of A and its scales, no matmul\n");
     printf("  fused / max(matmul alone, alltoall alone) = %.3f (1.0: the exchange fully hidden)\n",
            v[0].median / fmax(v[2].median, v[3].median));
-    if (p->t[RUN_V_BASELINE])
+    if (p->t[RUN_V_BASELINE] && s->kind == OP_MATMUL_ALLTOALL)
+        printf("  baseline: dequantize to fp32, the matmul to bf16, the whole AllToAll of its blocks: %s\n",
+               p->baseline_what);
+    else if (p->t[RUN_V_BASELINE])
         printf("  baseline: the whole AllToAll, dequantize to fp32, the matmul to bf16: %s\n", p->baseline_what);
     printf("  exposed communication: %.3f ms (median %s - median matmul alone; %.1f%% of the run)\n",
            exposed * 1e3, names[0], 100.0 * exposed / v[0].median);

@@ -2,7 +2,9 @@
  * perf mode inside a rank: the variants timed side by side (the configured
  * op, the unfused op, the matmul alone, the AllToAll alone, the baseline a
  * user writes today), their setup, the timed loop with its per-rank
- * breakdown, and the launcher's figures from every rank's times.
+ * breakdown, and the launcher's figures from every rank's times. The
+ * variants of alltoall-matmul are here; matmul-alltoall's matmul alone,
+ * AllToAll alone and baseline are in run_perf_reverse.c.
  */
 #include <math.h>
 #include <mpi.h>
@@ -14,8 +16,6 @@
 #include "cli/measure.h"
 #include "cli/run_rank.h"
 #include "common/error.h"
-
-typedef int (*variant_fn)(rank_state *st, a2amm_error *err);
 
 static int v_configured(rank_state *st, a2amm_error *err)
 {
@@ -81,7 +81,7 @@ static int v_baseline(rank_state *st, a2amm_error *err)
 }
 
 /* The baseline's matmul made on the weights dequantized as read; rank 0 says how it runs. */
-static int baseline_setup(rank_state *st, a2amm_error *err)
+int run_baseline_setup(rank_state *st, a2amm_error *err)
 {
     const op_shape *s = &st->rn->s;
     st->gemm = st->rn->o.gemm ? st->rn->o.gemm : &run_sgemm_baseline;
@@ -92,17 +92,50 @@ static int baseline_setup(rank_state *st, a2amm_error *err)
     int rc = a2amm_mx_dequantize_f32(st->b, s->K, st->sb, st->rn->z.sk, s->N, s->K, s->b_type, bt, s->K, err);
     if (!rc) rc = st->gemm->create(bt, s->M, s->N, s->K, st->rn->threads, &st->gemm_ctx, &st->bl_x, &what, err);
     free(bt);
-    if (!rc && st->me == 0)
-        snprintf(st->rn->baseline_what, BASELINE_WHAT_CHARS, "%s, %s",
-                 st->rn->o.transport == RUN_MPI ? "MPI_Alltoall" : "a2amm_comm_alltoall", what);
+    const char *exchange = st->rn->o.transport == RUN_MPI ? "MPI_Alltoall" : "a2amm_comm_alltoall";
+    if (!rc && st->me == 0 && s->kind == OP_MATMUL_ALLTOALL)
+        snprintf(st->rn->baseline_what, BASELINE_WHAT_CHARS, "%s, then %s of its column blocks", what, exchange);
+    else if (!rc && st->me == 0)
+        snprintf(st->rn->baseline_what, BASELINE_WHAT_CHARS, "%s, %s", exchange, what);
     return rc;
 }
 
-/* The unfused op, the gathered rows for the matmul alone, the baseline's operands. */
-int run_perf_setup(rank_state *st, a2amm_error *err)
+/* The gathered rows for the matmul alone, the baseline's operands. */
+static int forward_setup(rank_state *st, a2amm_error *err)
 {
     const runner *rn = st->rn;
     const op_shape *s = &rn->s;
+    const op_sizes *z = &rn->z;
+    st->ra = malloc(z->a_bytes);
+    st->rsa = malloc(z->sa_bytes);
+    st->xa = malloc((size_t)(s->M * s->K));
+    st->xsa = malloc((size_t)(s->M * (s->K / 32)));
+    if (!st->ra || !st->rsa || !st->xa || !st->xsa)
+        return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the perf variants' buffers");
+    /* the rows of A the AllToAll brings, side by side along K: what the matmul alone multiplies */
+    a2amm_comm_say(st->comm, "perf: gathering the rows for the matmul alone");
+    int rc = v_alltoall(st, err);
+    if (rc) return rc;
+    int64_t bpr = z->ka / 32; /* scale bytes a block of a row carries (ska may pad past them) */
+    for (int j = 0; j < st->R; j++)
+        for (int64_t i = 0; i < s->M; i++) {
+            memcpy(st->xa + i * s->K + j * z->ka, st->ra + ((int64_t)j * s->M + i) * z->ka, (size_t)z->ka);
+            memcpy(st->xsa + i * (s->K / 32) + j * bpr, st->rsa + ((int64_t)j * s->M + i) * z->ska, (size_t)bpr);
+        }
+    return rn->o.baseline ? run_baseline_setup(st, err) : A2AMM_OK;
+}
+
+const run_perf_op run_perf_forward = {forward_setup, v_matmul, v_alltoall, v_baseline};
+
+static const run_perf_op *perf_op_of(const runner *rn)
+{
+    return rn->s.kind == OP_MATMUL_ALLTOALL ? &run_perf_reverse : &run_perf_forward;
+}
+
+/* The unfused op (its input copied from the op's), then the op's own variants' buffers. */
+int run_perf_setup(rank_state *st, a2amm_error *err)
+{
+    const runner *rn = st->rn;
     const op_sizes *z = &rn->z;
     int rc = A2AMM_OK;
     if (rn->o.unfused) st->op_u = st->op;
@@ -115,30 +148,14 @@ int run_perf_setup(rank_state *st, a2amm_error *err)
         if (!rc) a2amm_op_input(st->op_u, &ua, &usa, NULL, NULL, NULL, NULL);
         if (!rc) memcpy(ua, a, z->a_bytes), memcpy(usa, sa, z->sa_bytes);
     }
-    if (rc) return rc;
-    st->ra = malloc(z->a_bytes);
-    st->rsa = malloc(z->sa_bytes);
-    st->xa = malloc((size_t)(s->M * s->K));
-    st->xsa = malloc((size_t)(s->M * (s->K / 32)));
-    if (!st->ra || !st->rsa || !st->xa || !st->xsa)
-        return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the perf variants' buffers");
-    /* the rows of A the AllToAll brings, side by side along K: what the matmul alone multiplies */
-    a2amm_comm_say(st->comm, "perf: gathering the rows for the matmul alone");
-    rc = v_alltoall(st, err);
-    if (rc) return rc;
-    int64_t bpr = z->ka / 32; /* scale bytes a block of a row carries (ska may pad past them) */
-    for (int j = 0; j < st->R; j++)
-        for (int64_t i = 0; i < s->M; i++) {
-            memcpy(st->xa + i * s->K + j * z->ka, st->ra + ((int64_t)j * s->M + i) * z->ka, (size_t)z->ka);
-            memcpy(st->xsa + i * (s->K / 32) + j * bpr, st->rsa + ((int64_t)j * s->M + i) * z->ska, (size_t)bpr);
-        }
-    return rn->o.baseline ? baseline_setup(st, err) : A2AMM_OK;
+    return rc ? rc : perf_op_of(rn)->setup(st, err);
 }
 
 int run_rank_perf(rank_state *st, a2amm_error *err)
 {
     const runner *rn = st->rn;
-    variant_fn variants[RUN_VARIANTS] = {v_configured, v_unfused, v_matmul, v_alltoall, v_baseline};
+    const run_perf_op *po = perf_op_of(rn);
+    run_variant_fn variants[RUN_VARIANTS] = {v_configured, v_unfused, po->matmul, po->alltoall, po->baseline};
     int nvariants = rn->o.baseline ? RUN_VARIANTS : RUN_V_BASELINE;
     measure_flusher fl;
     int rc = measure_flusher_init(&fl, NULL, measure_flush_bytes((int)rn->s.R), err);

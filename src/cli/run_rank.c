@@ -23,6 +23,7 @@ static void rank_state_free(rank_state *st)
     a2amm_op_destroy(st->op);
     a2amm_weights_destroy(st->w);
     free(st->out), free(st->b), free(st->sb), free(st->xa), free(st->xsa), free(st->ra), free(st->rsa);
+    free(st->y), free(st->blocks);
     if (st->gemm_ctx) st->gemm->destroy(st->gemm_ctx);
 }
 
@@ -145,7 +146,8 @@ int run_rank_main(a2amm_comm *comm, void *arg)
 
 /* ---- the launcher side ----------------------------------------------------- */
 
-/* Symmetric memory per rank: the op(s), and in perf mode the AllToAll's staging. */
+/* Symmetric memory per rank: the op(s), and in perf mode the AllToAll's staging (A and its scales, or
+ * matmul-alltoall's result blocks: R blocks of M*N/R bf16). */
 size_t run_heap_bytes(const runner *rn)
 {
     /* the configs are the runner's, checked with the shape: a failure here shows again, saying why, at create */
@@ -154,6 +156,7 @@ size_t run_heap_bytes(const runner *rn)
     a2amm_op_heap_bytes(&c, (int)rn->s.R, &op, NULL);
     a2amm_op_heap_bytes(&cu, (int)rn->s.R, &op_u, NULL);
     size_t bytes = op + (64u << 10);
-    if (rn->o.mode == RUN_PERF) bytes += (rn->o.unfused ? 0 : op_u) + rn->z.a_bytes + rn->z.sa_bytes + (64u << 10);
+    size_t staging = rn->s.kind == OP_MATMUL_ALLTOALL ? rn->z.out_bytes : rn->z.a_bytes + rn->z.sa_bytes;
+    if (rn->o.mode == RUN_PERF) bytes += (rn->o.unfused ? 0 : op_u) + staging + (64u << 10);
     return bytes;
 }

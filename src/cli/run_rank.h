@@ -54,7 +54,9 @@ static inline a2amm_op_config config_of(const runner *rn, int unfused)
     return (a2amm_op_config){.size = sizeof(a2amm_op_config), .max_m = rn->s.M, .k = rn->s.K, .n = rn->s.N, .a_type = rn->s.a_type,
                              .b_type = rn->s.b_type, .tile_m = rn->o.tile_m, .depth = rn->o.depth,
                              .threads = rn->threads, .path = rn->o.path, .timeout_s = rn->o.timeout_s,
-                             .schedule = unfused ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED};
+                             .schedule = unfused ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED,
+                             .kind = rn->s.kind == OP_MATMUL_ALLTOALL ? A2AMM_OP_MATMUL_ALLTOALL
+                                                                      : A2AMM_OP_ALLTOALL_MATMUL};
 }
 
 /* One rank's state, in its process. */
@@ -65,12 +67,16 @@ typedef struct rank_state {
     a2amm_op *op;      /* the configured op */
     a2amm_op *op_u;    /* perf: the unfused op (op itself when that is what was asked) */
     a2amm_weights *w;  /* prepared once, used by every op and the matmul alone */
-    uint16_t *out;     /* [M, N] */
+    uint16_t *out;     /* [M, N] (matmul-alltoall: [R*M, N/R]) */
     uint8_t *b, *sb;   /* the weights as read, until prepared */
-    /* perf: the matmul alone, on the rows the AllToAll brings: [M, K] and [M, K/32] */
+    /* perf: the matmul alone, on the rows the AllToAll brings: [M, K] and [M, K/32]
+       (matmul-alltoall: X_r and its scales as read) */
     uint8_t *xa, *xsa;
     /* perf: received blocks [R][M*ka], [R][M*ska] (the AllToAll alone, the baseline) */
     uint8_t *ra, *rsa;
+    /* perf, matmul-alltoall: the result [M, N] of the matmul alone and of the baseline's matmul, and its
+       column blocks [R][M][N/R] as the AllToAll alone and the baseline send them */
+    uint16_t *y, *blocks;
     /* perf baseline: its matmul, and where A [M, K] goes dequantized */
     const run_baseline_gemm *gemm;
     void *gemm_ctx;
@@ -84,9 +90,22 @@ int run_rank_main(a2amm_comm *comm, void *arg);
 size_t run_heap_bytes(const runner *rn);
 int run_traced_barrier(rank_state *st, a2amm_error *err);
 
+/* perf mode's variants that differ by op (run_perf.c holds alltoall-matmul's,
+ * run_perf_reverse.c matmul-alltoall's): each a timed call on a rank. */
+typedef int (*run_variant_fn)(rank_state *st, a2amm_error *err);
+typedef struct run_perf_op {
+    /* the buffers of the variants below, once the op (and the unfused op) are made and
+       loaded; B and its scales as read are still in st->b, st->sb */
+    int (*setup)(rank_state *st, a2amm_error *err);
+    run_variant_fn matmul, alltoall, baseline;
+} run_perf_op;
+extern const run_perf_op run_perf_forward, run_perf_reverse;
+
 /* run_perf.c: the variants' setup on a rank, their timed repetitions, and
- * the launcher's figures from every rank's times. */
+ * the launcher's figures from every rank's times; the baseline's matmul
+ * made on the weights as read (both ops' baselines use it). */
 int run_perf_setup(rank_state *st, a2amm_error *err);
+int run_baseline_setup(rank_state *st, a2amm_error *err);
 int run_rank_perf(rank_state *st, a2amm_error *err);
 int run_collect_perf(const runner *rn, run_perf *p, a2amm_error *err);
 

@@ -279,10 +279,11 @@ static void draw_title(tl_picture *p, const json_value *meta, const char *json_p
     double N = json_number(json_get(meta, "N"), 0);
     const char *mode = json_string(json_get(meta, "mode")), *transport = json_string(json_get(meta, "transport"));
     const char *path = json_string(json_get(meta, "path")), *sched = json_string(json_get(meta, "schedule"));
+    const char *op = json_string(json_get(meta, "op")); /* traces before the reverse op have none: the seed's */
     if (M > 0)
-        snprintf(line, sizeof line, "a2amm: M=%.0f K=%.0f N=%.0f R=%d, %s mode, %s, path %s, tile %.0f rows, depth "
-                 "%.0f, transport %s",
-                 M, K, N, p->ranks, mode ? mode : "?", sched ? sched : "?", path ? path : "?",
+        snprintf(line, sizeof line, "a2amm: M=%.0f K=%.0f N=%.0f R=%d, op %.40s, %s mode, %s, path %s, tile %.0f "
+                 "rows, depth %.0f, transport %s",
+                 M, K, N, p->ranks, op ? op : "alltoall-matmul", mode ? mode : "?", sched ? sched : "?", path ? path : "?",
                  json_number(json_get(meta, "tile_m"), 0), json_number(json_get(meta, "depth"), 0),
                  transport ? transport : "?");
     else

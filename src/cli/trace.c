@@ -172,17 +172,22 @@ int trace_load(const char *path, trace_rec **recs, size_t *n, size_t *dropped, a
 /* The span's name, as a person reads it in a timeline. */
 static void span_name(char *buf, size_t size, const trace_rec *r, const trace_meta *m)
 {
+    int reverse = m->s && m->s->kind == OP_MATMUL_ALLTOALL;
     switch ((trace_kind)r->kind) {
     case TRACE_CALL: snprintf(buf, size, "call %lld (m %lld)", (long long)r->call, (long long)r->rows); break;
     case TRACE_TILE: snprintf(buf, size, "tile %lld", (long long)r->tile); break;
     case TRACE_WAIT: snprintf(buf, size, "wait tile %lld <- rank %d", (long long)r->tile, r->peer); break;
-    case TRACE_MATMUL: snprintf(buf, size, "matmul tile %lld <- rank %d", (long long)r->tile, r->peer); break;
+    case TRACE_MATMUL: /* matmul-alltoall's matmul makes the block for its peer */
+        snprintf(buf, size, "matmul tile %lld %s rank %d", (long long)r->tile, reverse ? "->" : "<-", r->peer);
+        break;
     case TRACE_SEND: snprintf(buf, size, "send tile %lld -> rank %d", (long long)r->tile, r->peer); break;
     case TRACE_SIGNAL: snprintf(buf, size, "signal -> rank %d", r->peer); break;
     case TRACE_EXCHANGE: snprintf(buf, size, "alltoall (unfused)"); break;
     case TRACE_PREPARE: snprintf(buf, size, "B preparation"); break;
     case TRACE_WRITE: snprintf(buf, size, "output write"); break;
-    case TRACE_WORK: snprintf(buf, size, "compute tile %lld <- rank %d", (long long)r->tile, r->peer); break;
+    case TRACE_WORK:
+        snprintf(buf, size, "compute tile %lld %s rank %d", (long long)r->tile, reverse ? "->" : "<-", r->peer);
+        break;
     case TRACE_VARIANT:
         snprintf(buf, size, "perf: %s", m->variant_names && r->variant >= 0 ? m->variant_names[r->variant] : "?");
         break;
@@ -190,15 +195,21 @@ static void span_name(char *buf, size_t size, const trace_rec *r, const trace_me
     }
 }
 
-static void span_args(FILE *f, const trace_rec *r)
+/* The peer's key: the rank a span's rows go "to" (sends, signals; matmul-alltoall's matmuls, whose block is
+ * the peer's), else the "source" they came from. */
+static const char *peer_key(const trace_rec *r, int reverse)
+{
+    if (r->kind == TRACE_SEND || r->kind == TRACE_SIGNAL) return "to";
+    return reverse && (r->kind == TRACE_MATMUL || r->kind == TRACE_WORK) ? "to" : "source";
+}
+
+static void span_args(FILE *f, const trace_rec *r, int reverse)
 {
     fprintf(f, "\"args\":{");
     const char *sep = "";
     if (r->call >= 0) fprintf(f, "%s\"call\":%lld", sep, (long long)r->call), sep = ",";
     if (r->tile >= 0) fprintf(f, "%s\"tile\":%lld", sep, (long long)r->tile), sep = ",";
-    if (r->peer >= 0)
-        fprintf(f, "%s\"%s\":%d", sep, r->kind == TRACE_SEND || r->kind == TRACE_SIGNAL ? "to" : "source", r->peer),
-            sep = ",";
+    if (r->peer >= 0) fprintf(f, "%s\"%s\":%d", sep, peer_key(r, reverse), r->peer), sep = ",";
     if (r->slot >= 0) fprintf(f, "%s\"slot\":%d", sep, r->slot), sep = ",";
     if (r->kind == TRACE_TILE || r->kind == TRACE_MATMUL || r->kind == TRACE_CALL)
         fprintf(f, "%s\"rows\":%lld", sep, (long long)r->rows), sep = ",";
@@ -211,8 +222,8 @@ static void span_args(FILE *f, const trace_rec *r)
 static void write_meta(FILE *f, int R, const trace_meta *m, int64_t origin)
 {
     const op_shape *s = m->s;
-    fprintf(f, "\"otherData\":{\"tool\":\"a2amm\",\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%d,\"mode\":",
-            (long long)s->M, (long long)s->K, (long long)s->N, R);
+    fprintf(f, "\"otherData\":{\"tool\":\"a2amm\",\"op\":\"%s\",\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%d,"
+            "\"mode\":", op_kind_name(s->kind), (long long)s->M, (long long)s->K, (long long)s->N, R);
     cli_json_fstr(f, m->mode);
     fprintf(f, ",\"transport\":");
     cli_json_fstr(f, m->transport);
@@ -287,7 +298,7 @@ static int write_events(FILE *f, void *arg)
             else
                 fprintf(f, ",\n{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
                            "\"dur\":%.3f,", name, trace_kind_name((trace_kind)s->kind), r, tid, ts, dur);
-            span_args(f, s);
+            span_args(f, s, m->s && m->s->kind == OP_MATMUL_ALLTOALL);
             fputc('}', f);
             if ((s->kind == TRACE_WAIT || s->kind == TRACE_EXCHANGE) && s->bytes) {
                 received += s->bytes;

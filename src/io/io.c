@@ -605,16 +605,19 @@ size_t io_meta_format(const io_meta *m, char *text, size_t size)
 {
     int n = snprintf(text, size,
                      "a2amm-meta 1\nM %lld\nK %lld\nN %lld\nR %lld\na_type %s\nb_type %s\n"
-                     "dist %s\nscale_mode %s\nseed %" PRIu64 "\n",
+                     "dist %s\nscale_mode %s\nseed %" PRIu64 "\nop %s\n",
                      (long long)m->shape.M, (long long)m->shape.K, (long long)m->shape.N,
                      (long long)m->shape.R, a2amm_fp8_type_name(m->shape.a_type),
-                     a2amm_fp8_type_name(m->shape.b_type), m->dist, m->scale_mode, m->seed);
+                     a2amm_fp8_type_name(m->shape.b_type), m->dist, m->scale_mode, m->seed,
+                     op_kind_name(m->shape.kind));
     return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
 }
 
-/* The meta file's keys, in the order gen writes them; every one is required. */
-enum { MK_M, MK_K, MK_N, MK_R, MK_A_TYPE, MK_B_TYPE, MK_DIST, MK_SCALE_MODE, MK_SEED, MK_COUNT };
-static const char *const META_KEYS[MK_COUNT] = {"M", "K", "N", "R", "a_type", "b_type", "dist", "scale_mode", "seed"};
+/* The meta file's keys, in the order gen writes them; every one is required but op, which older
+ * versions did not write (a file without it is of the seed's op, alltoall-matmul). */
+enum { MK_M, MK_K, MK_N, MK_R, MK_A_TYPE, MK_B_TYPE, MK_DIST, MK_SCALE_MODE, MK_SEED, MK_OP, MK_COUNT };
+static const char *const META_KEYS[MK_COUNT] = {"M", "K", "N", "R", "a_type", "b_type", "dist", "scale_mode", "seed",
+                                                "op"};
 #define META_MAX_BYTES 4096 /* gen writes about 120 */
 
 /* One "key value" line (without its newline) into m; 0, or the rule it breaks. */
@@ -627,7 +630,7 @@ static const char *meta_line(const char *line, size_t len, io_meta *m, unsigned 
     if (vlen == 0 || memchr(val, ' ', vlen)) return "expected 'key value' (one space between)";
     int k = 0;
     while (k < MK_COUNT && !(strlen(META_KEYS[k]) == klen && !memcmp(line, META_KEYS[k], klen))) k++;
-    if (k == MK_COUNT) return "unknown key (expected M, K, N, R, a_type, b_type, dist, scale_mode or seed)";
+    if (k == MK_COUNT) return "unknown key (expected M, K, N, R, a_type, b_type, dist, scale_mode, seed or op)";
     if (*seen & (1u << k)) return "the key appears twice";
     *seen |= 1u << k;
     char v[32];
@@ -657,6 +660,9 @@ static const char *meta_line(const char *line, size_t len, io_meta *m, unsigned 
         snprintf(m->scale_mode, sizeof m->scale_mode, "%s", mx_scale_mode_name(sm));
         return NULL;
     }
+    case MK_OP:
+        if (op_kind_parse(v, &m->shape.kind)) return "op must be alltoall-matmul or matmul-alltoall";
+        return NULL;
     default:
         if (parse_u64(v, &m->seed) != PARSE_OK) return "seed must be a whole number in decimal digits";
         return NULL;
@@ -709,7 +715,7 @@ int io_meta_parse(const char *text, size_t len, const char *path, io_meta *m, a2
     if (len == 0)
         return a2amm_fail(err, A2AMM_E_FORMAT, "%s: empty (expected 'a2amm-meta 1' and the keys gen writes)", shown(path));
     for (int k = 0; k < MK_COUNT; k++)
-        if (!(seen & (1u << k)))
+        if (k != MK_OP && !(seen & (1u << k)))
             return a2amm_fail(err, A2AMM_E_FORMAT, "%s: incomplete: no '%s' line (gen writes M, K, N, R, a_type, "
                               "b_type, dist, scale_mode and seed)", shown(path), META_KEYS[k]);
     return A2AMM_OK;

@@ -1,13 +1,16 @@
 /*
  * The seed's on-disk layout and safe file I/O.
  *
- *   DIR/input/<r>/input_a.bin       A_r  [R*M, ka] fp8
- *   DIR/input/<r>/input_scaleA.bin  SA_r [R*M, ska] E8M0
+ *   DIR/input/<r>/input_a.bin       A_r  [a_rows, ka] fp8
+ *   DIR/input/<r>/input_scaleA.bin  SA_r [a_rows, ska] E8M0
  *   DIR/input/<r>/input_b.bin       B_r  [N, K] fp8 (B transposed)
  *   DIR/input/<r>/input_scaleB.bin  SB_r [N, sk] E8M0
- *   DIR/output/<r>/cpu_output.bin   golden, bf16 [M, N]
- *   DIR/output/<r>/npu_out.bin      result, bf16 [M, N]
- *   DIR/input/a2amm-meta.txt        what gen recorded (shape, element types)
+ *   DIR/output/<r>/cpu_output.bin   golden, bf16 [out_rows, out_cols]
+ *   DIR/output/<r>/npu_out.bin      result, bf16 [out_rows, out_cols]
+ *   DIR/input/a2amm-meta.txt        what gen recorded (shape, element types, op)
+ *
+ * (common/shape.h's sizes: alltoall-matmul A_r [R*M, K/R], out [M, N];
+ * matmul-alltoall X_r [M, K], out [R*M, N/R].)
  *
  * Reads check the exact size; writes go to a temporary name and are renamed,
  * so a failure never leaves a half-written file under the real name.
@@ -152,7 +155,9 @@ int io_save_rank_inputs(const char *dir, int rank, const op_sizes *sz,
  * DIR/input/a2amm-meta.txt. io_meta_read parses it strictly: the first line
  * 'a2amm-meta 1', then one 'key value' line for each of M, K, N, R,
  * a_type, b_type, dist, scale_mode and seed (decimal digits, known names),
- * nothing else. It returns A2AMM_E_IO when the file cannot be opened (the
+ * and at most one 'op alltoall-matmul|matmul-alltoall' (gen writes it; a
+ * file without it, as versions before the reverse op wrote, is
+ * alltoall-matmul), nothing else. It returns A2AMM_E_IO when the file cannot be opened (the
  * message says "is missing" when it does not exist), A2AMM_E_FORMAT naming
  * the line and the rule when it is malformed.
  */

@@ -38,11 +38,11 @@ static void gather_x(const op_shape *s, const op_sizes *z, int j, const uint8_t 
         }
 }
 
-/* Bt [N, K]: B transposed, as stored. */
+/* Bt [n, K]: n columns of B (rows of B transposed, as stored) from b's. */
 static void dequant_b(const op_shape *s, const op_sizes *z, const uint8_t *b,
-                      const uint8_t *sb, const dequant_tables *t, double *bt)
+                      const uint8_t *sb, int64_t n, const dequant_tables *t, double *bt)
 {
-    for (int64_t c = 0; c < s->N; c++)
+    for (int64_t c = 0; c < n; c++)
         for (int64_t k = 0; k < s->K; k++)
             bt[c * s->K + k] = t->b_val[b[c * s->K + k]] * t->scale[sb[c * z->sk + k / 32]];
 }
@@ -66,10 +66,6 @@ static int dequant_operands(const op_shape *s, op_sizes *z, int j, const uint8_t
                             const uint8_t *const *sa, const uint8_t *b, const uint8_t *sb,
                             double **x_out, double **bt_out, a2amm_error *err)
 {
-    int rc = op_shape_check(s, z, err);
-    if (rc) return rc;
-    if (j < 0 || j >= s->R)
-        return a2amm_fail(err, A2AMM_E_INVAL, "rank %d is outside 0..%lld", j, (long long)s->R - 1);
     double *x = malloc((size_t)s->M * (size_t)s->K * sizeof *x);
     double *bt = malloc((size_t)s->N * (size_t)s->K * sizeof *bt);
     dequant_tables *t = malloc(sizeof *t);
@@ -80,10 +76,57 @@ static int dequant_operands(const op_shape *s, op_sizes *z, int j, const uint8_t
     }
     tables_init(t, s);
     gather_x(s, z, j, a, sa, t, x);
-    dequant_b(s, z, b, sb, t, bt);
+    dequant_b(s, z, b, sb, s->N, t, bt);
     free(t);
     *x_out = x;
     *bt_out = bt;
+    return A2AMM_OK;
+}
+
+/* The checks both ops share: the shape's rules, j a rank, dimensions dgemm takes. */
+static int check_call(const op_shape *s, op_kind kind, op_sizes *z, int j, a2amm_error *err)
+{
+    if (s->M > INT_MAX || s->N > INT_MAX || s->K > INT_MAX)
+        return a2amm_fail(err, A2AMM_E_OVERFLOW, "reference: M, N and K must each be below 2^31 for dgemm");
+    if (s->kind != kind)
+        return a2amm_fail(err, A2AMM_E_INVAL, "reference: the shape is of op %s, not %s", op_kind_name(s->kind),
+                          op_kind_name(kind));
+    int rc = op_shape_check(s, z, err);
+    if (rc) return rc;
+    if (j < 0 || j >= s->R)
+        return a2amm_fail(err, A2AMM_E_INVAL, "rank %d is outside 0..%lld", j, (long long)s->R - 1);
+    return A2AMM_OK;
+}
+
+/*
+ * out [M, n] (row stride ldo) = x [M, K] times bt [n, K] transposed, in fp64 (dgemm), each value rounded
+ * once to bf16; rows of x and columns of bt that hold a NaN or Inf recomputed by the scalar loop.
+ */
+static int multiply_round(const double *x, const double *bt, int64_t M, int64_t n, int64_t K, uint16_t *out,
+                          int64_t ldo, a2amm_error *err)
+{
+    double *c = malloc((size_t)M * (size_t)n * sizeof *c);
+    unsigned char *row_special = calloc((size_t)M, 1);
+    unsigned char *col_special = calloc((size_t)n, 1);
+    if (!c || !row_special || !col_special) {
+        free(c), free(row_special), free(col_special);
+        return a2amm_fail(err, A2AMM_E_NOMEM, "reference: cannot allocate the fp64 result");
+    }
+    int any_special = 0;
+    for (int64_t i = 0; i < M; i++) any_special |= row_special[i] = (unsigned char)any_nonfinite(x + i * K, K);
+    for (int64_t col = 0; col < n; col++)
+        any_special |= col_special[col] = (unsigned char)any_nonfinite(bt + col * K, K);
+
+    /* blasint is int in Debian's OpenBLAS: the dims were checked (check_call). */
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)n, (int)K, 1.0, x, (int)K, bt, (int)K, 0.0, c,
+                (int)n);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t col = 0; col < n; col++) {
+            double v = c[i * n + col];
+            if (any_special && (row_special[i] || col_special[col])) v = dot_f64(x + i * K, bt + col * K, K);
+            out[i * ldo + col] = mx_f64_to_bf16(v);
+        }
+    free(c), free(row_special), free(col_special);
     return A2AMM_OK;
 }
 
@@ -92,33 +135,35 @@ int ref_op_rank(const op_shape *s, int j, const uint8_t *const *a, const uint8_t
 {
     op_sizes z;
     double *x = NULL, *bt = NULL;
-    if (s->M > INT_MAX || s->N > INT_MAX || s->K > INT_MAX)
-        return a2amm_fail(err, A2AMM_E_OVERFLOW, "reference: M, N and K must each be below 2^31 for dgemm");
-    int rc = dequant_operands(s, &z, j, a, sa, b, sb, &x, &bt, err);
-    if (rc) return rc;
-    double *c = malloc((size_t)s->M * (size_t)s->N * sizeof *c);
-    unsigned char *row_special = calloc((size_t)s->M, 1);
-    unsigned char *col_special = calloc((size_t)s->N, 1);
-    if (!c || !row_special || !col_special) {
-        free(x), free(bt), free(c), free(row_special), free(col_special);
-        return a2amm_fail(err, A2AMM_E_NOMEM, "reference: cannot allocate the fp64 result");
-    }
-    int any_special = 0;
-    for (int64_t i = 0; i < s->M; i++)
-        any_special |= row_special[i] = (unsigned char)any_nonfinite(x + i * s->K, s->K);
-    for (int64_t n = 0; n < s->N; n++)
-        any_special |= col_special[n] = (unsigned char)any_nonfinite(bt + n * s->K, s->K);
+    int rc = check_call(s, OP_ALLTOALL_MATMUL, &z, j, err);
+    if (!rc) rc = dequant_operands(s, &z, j, a, sa, b, sb, &x, &bt, err);
+    if (!rc) rc = multiply_round(x, bt, s->M, s->N, s->K, out, s->N, err);
+    free(x), free(bt);
+    return rc;
+}
 
-    /* blasint is int in Debian's OpenBLAS: the dims were checked above. */
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)s->M, (int)s->N, (int)s->K, 1.0, x,
-                (int)s->K, bt, (int)s->K, 0.0, c, (int)s->N);
-    for (int64_t i = 0; i < s->M; i++)
-        for (int64_t n = 0; n < s->N; n++) {
-            double v = c[i * s->N + n];
-            if (any_special && (row_special[i] || col_special[n]))
-                v = dot_f64(x + i * s->K, bt + n * s->K, s->K);
-            out[i * s->N + n] = mx_f64_to_bf16(v);
-        }
-    free(x), free(bt), free(c), free(row_special), free(col_special);
-    return A2AMM_OK;
+int ref_op_reverse_rank(const op_shape *s, int j, const uint8_t *const *x, const uint8_t *const *sx,
+                        const uint8_t *const *b, const uint8_t *const *sb, uint16_t *out, a2amm_error *err)
+{
+    op_sizes z;
+    int rc = check_call(s, OP_MATMUL_ALLTOALL, &z, j, err);
+    if (rc) return rc;
+    int64_t nb = s->N / s->R;
+    double *xd = malloc((size_t)s->M * (size_t)s->K * sizeof *xd);
+    double *bt = malloc((size_t)nb * (size_t)s->K * sizeof *bt);
+    dequant_tables *t = malloc(sizeof *t);
+    if (!xd || !bt || !t) rc = a2amm_fail(err, A2AMM_E_NOMEM, "reference: cannot allocate %.1f MB of fp64 operands",
+                                          (double)(s->M + nb) * (double)s->K * 8 / 1e6);
+    if (!rc) tables_init(t, s);
+    /* rows i*M.. of the output: source i's X_i times column block j of its own B_i */
+    for (int i = 0; !rc && i < s->R; i++) {
+        for (int64_t row = 0; row < s->M; row++)
+            for (int64_t k = 0; k < s->K; k++)
+                xd[row * s->K + k] = t->a_val[x[i][row * s->K + k]] * t->scale[sx[i][row * z.ska + k / 32]];
+        dequant_b(s, &z, b[i] + (size_t)(j * nb) * (size_t)s->K, sb[i] + (size_t)(j * nb) * (size_t)z.sk, nb, t,
+                  bt);
+        rc = multiply_round(xd, bt, s->M, nb, s->K, out + (size_t)i * (size_t)s->M * (size_t)nb, nb, err);
+    }
+    free(xd), free(bt), free(t);
+    return rc;
 }

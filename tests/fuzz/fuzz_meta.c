@@ -1,7 +1,7 @@
 /*
  * libFuzzer target: the meta file parser (io_meta_parse) on any bytes. It
  * must never crash or read out of bounds; what it accepts must hold every
- * rule (types e4m3/e5m2, dimensions 1..2^62) and survive a round trip
+ * rule (types e4m3/e5m2, dimensions 1..2^62, one of the two ops) and survive a round trip
  * through io_meta_format unchanged; what it refuses must say so with a
  * message naming the file.
  */
@@ -24,6 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (s->M < 1 || s->K < 1 || s->N < 1 || s->R < 1) abort();
     if ((s->a_type != A2AMM_E4M3 && s->a_type != A2AMM_E5M2) || (s->b_type != A2AMM_E4M3 && s->b_type != A2AMM_E5M2))
         abort();
+    if (s->kind != OP_ALLTOALL_MATMUL && s->kind != OP_MATMUL_ALLTOALL) abort();
     char text[1024];
     size_t n = io_meta_format(&m, text, sizeof text);
     if (io_meta_parse(text, n, "round trip", &back, &err) != A2AMM_OK) abort();
