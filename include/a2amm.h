@@ -479,10 +479,10 @@ A2AMM_API int a2amm_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint
  * them; SENDs of later tiles and SIGNALs follow a tile's matmuls. For
  * matmul-alltoall a TILE holds, for each destination in turn (its own block
  * last), a MATMUL of the block (peer: the destination, k: K) and, for the
- * others, a SEND of it (and its SIGNAL); after the last TILE (fused) or the
- * TILEs and then the EXCHANGE (unfused) come the WAITs for every other
- * rank's blocks (peer: the source), each with the SIGNAL of its release on
- * the put and direct paths. Inside each
+ * others, a SEND of it (and its SIGNAL); after the last TILE come the WAITs
+ * for every other rank's blocks (peer: the source), each with the SIGNAL of
+ * its release on the put and direct paths. Unfused, the TILEs (their
+ * MATMULs) come first, then the EXCHANGE, and no WAIT. Inside each
  * MATMUL span, once its work is done, come WORK events: one per piece of it a
  * compute thread ran, with that thread's number and times. Returning
  * non-zero (a negative A2AMM_E_* status) at A2AMM_EVENT_TILE stops the call

@@ -89,10 +89,13 @@ expect_ok "run --trace, direct path" "$A2AMM" run 100 192 40 3 --dir "$d" --tile
 expect_ok "run --trace, 2 compute threads" "$A2AMM" run 128 768 256 3 --dir "$SCRATCH/w" --tile-m 64 --threads 2 \
     --path put --trace "$SCRATCH/threads.json"
 check "2 compute threads: complete" check_trace "$SCRATCH/threads.json" 3 2 put fused
+# (which thread runs which piece is first come, first served: on a busy host one thread may take them
+# all, so the pieces' tracks are those two, and both tracks are there, named, whoever ran what)
 check "two compute threads: a track for each, named" python3 -c "
 import json; e=json.load(open('$SCRATCH/threads.json'))['traceEvents']
 for r in range(3):
-    assert {x['tid'] for x in e if x.get('cat')=='work' and x['pid']==r}=={0,1}, r
+    tids={x['tid'] for x in e if x.get('cat')=='work' and x['pid']==r}
+    assert tids and tids<={0,1}, (r, tids)
     assert any(x.get('name')=='thread_name' and x['pid']==r and x['tid']==1 and 'compute thread 1' in x['args']['name'] for x in e)"
 check "direct path: a span per (rank, tile, source), no waits" check_trace "$SCRATCH/direct.json" 3 4 direct fused
 expect_ok "run --trace, unfused" "$A2AMM" run 100 192 40 3 --dir "$d" --unfused --path put --tile-m 50 --trace "$SCRATCH/unf.json"

@@ -280,7 +280,9 @@ static int write_events(FILE *f, void *arg)
                    "thread: waits, matmul calls (and its share of them), sends\"}}",
                 r, r);
         int64_t off = m->offset_ns ? m->offset_ns[r] : 0, received = 0;
-        int threads = 1; /* a track named for each compute thread seen */
+        /* a track named for each compute thread the rank has, and any seen beyond: which thread takes
+         * which piece of a matmul is first come, first served, so a busy host may leave one idle */
+        int threads = m->threads > 1 ? m->threads : 1;
         for (size_t i = 0; i < n[r]; i++)
             if (recs[r][i].kind == TRACE_WORK && recs[r][i].variant + 1 > threads) threads = recs[r][i].variant + 1;
         for (int th = 1; th < threads; th++)
