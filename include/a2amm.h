@@ -246,6 +246,15 @@ typedef struct a2amm_launch_options {
     a2amm_rank_report *reports; /* NULL, or [nranks]: how each rank ended */
 } a2amm_launch_options;
 
+/* What the initializers below do: every byte of a sized struct 0, then its
+ * first field, its size, set. */
+static inline void a2amm_sized_init(void *object, size_t size)
+{
+    unsigned char *bytes = (unsigned char *)object;
+    for (size_t i = 0; i < size; i++) bytes[i] = 0;
+    *(size_t *)object = size;
+}
+
 /* The options' initializer: size set, every other field 0 (the defaults). */
 #ifdef __cplusplus
 #define A2AMM_LAUNCH_OPTIONS_INIT {sizeof(a2amm_launch_options)}
@@ -254,9 +263,7 @@ typedef struct a2amm_launch_options {
 #endif
 static inline void a2amm_launch_options_init(a2amm_launch_options *options)
 {
-    unsigned char *bytes = (unsigned char *)options;
-    for (size_t i = 0; i < sizeof *options; i++) bytes[i] = 0;
-    options->size = sizeof *options;
+    a2amm_sized_init(options, sizeof *options);
 }
 
 A2AMM_API int a2amm_launch(int nranks, a2amm_rank_fn fn, void *arg, const a2amm_launch_options *options, a2amm_error *err);
@@ -395,12 +402,7 @@ typedef struct a2amm_op_config {
 #else
 #define A2AMM_OP_CONFIG_INIT {.size = sizeof(a2amm_op_config)}
 #endif
-static inline void a2amm_op_config_init(a2amm_op_config *config)
-{
-    unsigned char *bytes = (unsigned char *)config;
-    for (size_t i = 0; i < sizeof *config; i++) bytes[i] = 0;
-    config->size = sizeof *config;
-}
+static inline void a2amm_op_config_init(a2amm_op_config *config) { a2amm_sized_init(config, sizeof *config); }
 
 /* *bytes = the symmetric memory one rank needs for an op of this config on
  * nranks ranks (count it in a2amm_launch_options.heap_bytes or

@@ -42,18 +42,26 @@ static int direct_wait(comm_channel *ch, const comm_tile *tile, int64_t deadline
     return A2AMM_OK;
 }
 
-/* Unfused: peer p's block for me into my block p. */
+/* Unfused, every pair's block at once: the reader gets peer p's block for it into its block p
+ * (get), or the owner puts its block for p into p's block `me` (put). */
+static int exchange_blocks(comm_channel *ch, const uint8_t *send, uint8_t *recv, size_t stride, size_t bytes, int get,
+                           a2amm_error *err)
+{
+    int me = comm_rank(ch->ctx), R = comm_nranks(ch->ctx);
+    for (int k = 1; k < R; k++) {
+        int peer = (me + k) % R;
+        int rc = get ? comm_get(ch->ctx, recv + (size_t)peer * stride, send + (size_t)me * stride, bytes, peer, err)
+                     : comm_put(ch->ctx, recv + (size_t)me * stride, send + (size_t)peer * stride, bytes, peer, err);
+        if (rc) return rc;
+    }
+    return A2AMM_OK;
+}
+
 static int direct_exchange(comm_channel *ch, const uint8_t *send, uint8_t *recv, size_t stride, size_t bytes,
                            int64_t deadline_ns, a2amm_error *err)
 {
     (void)deadline_ns;
-    int me = comm_rank(ch->ctx), R = comm_nranks(ch->ctx);
-    for (int k = 1; k < R; k++) {
-        int peer = (me + k) % R;
-        int rc = comm_get(ch->ctx, recv + (size_t)peer * stride, send + (size_t)me * stride, bytes, peer, err);
-        if (rc) return rc;
-    }
-    return A2AMM_OK;
+    return exchange_blocks(ch, send, recv, stride, bytes, 1, err);
 }
 
 static const comm_channel_ops DIRECT = {
@@ -167,18 +175,11 @@ static int release_slot(comm_channel *ch, const comm_tile *tile, a2amm_error *er
     return rc;
 }
 
-/* Unfused: my block for peer p into p's block `me`. */
 static int put_exchange(comm_channel *ch, const uint8_t *send, uint8_t *recv, size_t stride, size_t bytes,
                         int64_t deadline_ns, a2amm_error *err)
 {
     (void)deadline_ns;
-    int me = comm_rank(ch->ctx), R = comm_nranks(ch->ctx);
-    for (int k = 1; k < R; k++) {
-        int peer = (me + k) % R;
-        int rc = comm_put(ch->ctx, recv + (size_t)me * stride, send + (size_t)peer * stride, bytes, peer, err);
-        if (rc) return rc;
-    }
-    return A2AMM_OK;
+    return exchange_blocks(ch, send, recv, stride, bytes, 0, err);
 }
 
 static const comm_channel_ops PUT = {
