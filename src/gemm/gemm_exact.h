@@ -44,11 +44,12 @@ typedef struct gemm_panel_info {
 } gemm_panel_info;
 
 /*
- * info[kb * npanels + p] for panels of `width` columns (the last one may be
- * partial); npanels = ceil(N / width).
+ * info[kb * npanels + p] for the panels p0 <= p < p1 of `width` columns
+ * (the last one may be partial; npanels = ceil(N / width)), from B's codes
+ * and scales in eb.
  */
 void gemm_panel_info_build(const gemm_exact_b *eb, int64_t width, gemm_fold_format format,
-                           a2amm_fp8_type type, gemm_panel_info *info);
+                           a2amm_fp8_type type, gemm_panel_info *info, int64_t p0, int64_t p1);
 
 /*
  * The fold state of one 32-block of an A row, as the levels' packing records
@@ -85,6 +86,14 @@ typedef struct gemm_exact_job {
     float *c;
     int64_t ldc;
 } gemm_exact_job;
+
+/*
+ * C[i][n] += A[i] * B over [k0, k0 + klen) for i < rows, n0 <= n < n1, every
+ * block on the exact path, row by row, K-block ascending: the ref level.
+ * lut_a: the value of each code of A's type.
+ */
+void gemm_exact_all(const gemm_exact_b *eb, const gemm_a_slab *a, const float *lut_a, int64_t rows, int64_t k0,
+                    int64_t klen, int64_t n0, int64_t n1, float *c, int64_t ldc);
 
 /*
  * Runs the exact path for slab rows [i0, i1) and slab K-blocks [j0, j1)
