@@ -126,6 +126,22 @@ int gemm_b_prepare(gemm_isa isa, const uint8_t *bq, const uint8_t *sb, int64_t N
 int gemm_b_prepare_on(pool *workers, gemm_isa isa, const uint8_t *bq, const uint8_t *sb, int64_t N, int64_t K,
                       int64_t ldsb, a2amm_fp8_type type, gemm_b **out, a2amm_error *err)
 {
+    return gemm_b_prepare_for(workers, isa, bq, sb, N, K, ldsb, type, 0, out, err);
+}
+
+int64_t gemm_b_small_rows(gemm_isa isa)
+{
+    return (unsigned)isa < GEMM_ISA_COUNT ? gemm_level_blocking(isa)->small_m : 0;
+}
+
+int64_t gemm_b_bytes(const gemm_b *b)
+{
+    return gemm_driver_bytes(b);
+}
+
+int gemm_b_prepare_for(pool *workers, gemm_isa isa, const uint8_t *bq, const uint8_t *sb, int64_t N, int64_t K,
+                       int64_t ldsb, a2amm_fp8_type type, int64_t max_rows, gemm_b **out, a2amm_error *err)
+{
     *out = NULL;
     if (N < 1 || K < 32 || K % 32 != 0 || ldsb < K / 32)
         return a2amm_fail(err, A2AMM_E_INVAL,
@@ -142,6 +158,7 @@ int gemm_b_prepare_on(pool *workers, gemm_isa isa, const uint8_t *bq, const uint
     b->N = N;
     b->K = K;
     b->type = type;
+    b->fp8_only = max_rows > 0 && max_rows <= b->level->small_m;
     int rc = gemm_driver_prepare(b, bq, sb, ldsb, workers, err);
     if (rc) {
         free(b);

@@ -75,7 +75,7 @@ AVX2_INLINE int fold32(const uint8_t *codes, int scale, int hi, a2amm_fp8_type t
  * into a tile, then written out as 32 whole 64-byte rows of the panel, in
  * order (writing column by column touched a new line per value).
  */
-AVX2_TARGET static void avx2_pack_b(const gemm_b *b, int64_t p0, int64_t p1)
+AVX2_TARGET static void avx2_pack_b(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1)
 {
     const int64_t N = b->N, K = b->K, nkb = K / 32;
     const gemm_exact_b *eb = &b->exact;
@@ -92,7 +92,7 @@ AVX2_TARGET static void avx2_pack_b(const gemm_b *b, int64_t p0, int64_t p1)
             }
             for (int c = 0; c < NR; c++) {
                 if (c < cols)
-                    fold32(eb->codes + (n0 + c) * K + kb * 32, eb->scales[(n0 + c) * nkb + kb], hi, b->type, tile[c]);
+                    fold32(bq + (n0 + c) * K + kb * 32, eb->scales[(n0 + c) * nkb + kb], hi, b->type, tile[c]);
                 else
                     memset(tile[c], 0, sizeof tile[c]); /* the last panel's padding */
             }

@@ -22,50 +22,38 @@ enum {
     PREFETCH_KPAIRS = 8 /* one line of the next panel every 8 K-pairs */
 };
 
-/* acc[r][g] = sum over K-pairs of A row r times B columns 16g..16g+15; then c_in + acc to c_out or out. */
-AVX512_INLINE void tile_kernel(const int rows, const gemm_tile *t)
+/* C's lines the tile reads at its end, for the end: B's stream will push them out of L1 meanwhile. */
+typedef struct c_lines {
+    const float *c; /* c_in, or c_out when it is written and not read; NULL when neither */
+    int64_t ld, lines, next;
+} c_lines;
+
+AVX512_INLINE c_lines c_lines_start(const int rows, const gemm_tile *t, int64_t steps)
 {
     const float *c_in = t->c_in;
-    float *c_out = t->c_out;
-    const int64_t ldc_in = t->ldc_in, kpairs = t->k[0] / 2;
-    __m512 acc[MR][4];
-#pragma GCC unroll 8
-    for (int r = 0; r < rows; r++)
-#pragma GCC unroll 4
-        for (int g = 0; g < 4; g++) acc[r][g] = _mm512_setzero_ps();
-    const uint32_t *a = t->a[0];
-    const __m512i *b = (const __m512i *)t->b[0];
-    if (c_in) /* C's lines, for the end */
+    if (c_in)
 #pragma GCC unroll 8
         for (int r = 0; r < rows; r++)
 #pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) _mm_prefetch((const char *)(c_in + r * ldc_in + 16 * g), _MM_HINT_T0);
-    const char *prefetch = t->prefetch;
-    /* C's lines again near the end, one per step: B's stream has pushed them out of L1 by then. */
-    const float *c_end = c_in ? c_in : (t->out ? NULL : c_out);
-    const int64_t ld_end = c_in ? ldc_in : t->ldc_out, c_lines = c_end ? rows * 4 : 0;
-    int64_t c_line = c_lines - (kpairs + PREFETCH_KPAIRS - 1) / PREFETCH_KPAIRS;
-    for (int64_t kp = 0; kp < kpairs; kp += PREFETCH_KPAIRS, c_line++) {
-        if (prefetch < t->prefetch_end) {
-            _mm_prefetch(prefetch, _MM_HINT_T0);
-            prefetch += 64;
-        }
-        if (c_line >= 0) _mm_prefetch((const char *)(c_end + (c_line >> 2) * ld_end + 16 * (c_line & 3)), _MM_HINT_T0);
-#pragma GCC unroll 4
-        for (int u = 0; u < PREFETCH_KPAIRS; u++, a++, b += 4) {
-            __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 1);
-            __m512bh b2 = (__m512bh)_mm512_load_si512(b + 2), b3 = (__m512bh)_mm512_load_si512(b + 3);
-#pragma GCC unroll 8
-            for (int r = 0; r < rows; r++) {
-                __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[r * BF16_A_LD]);
-                acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
-                acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
-                acc[r][2] = _mm512_dpbf16_ps(acc[r][2], av, b2);
-                acc[r][3] = _mm512_dpbf16_ps(acc[r][3], av, b3);
-            }
-        }
-    }
-    /* +0.0f + acc where there is no C: the bits of C = 0 followed by C += acc */
+            for (int g = 0; g < 4; g++) _mm_prefetch((const char *)(c_in + r * t->ldc_in + 16 * g), _MM_HINT_T0);
+    c_lines l = {c_in ? c_in : (t->out ? NULL : t->c_out), c_in ? t->ldc_in : t->ldc_out, 0, 0};
+    l.lines = l.c ? rows * 4 : 0;
+    l.next = l.lines - steps; /* one a step over the last steps */
+    return l;
+}
+
+AVX512_INLINE void c_lines_step(c_lines *l)
+{
+    if (l->next >= 0 && l->next < l->lines)
+        _mm_prefetch((const char *)(l->c + (l->next >> 2) * l->ld + 16 * (l->next & 3)), _MM_HINT_T0);
+    l->next++;
+}
+
+/* c_in (or +0.0f: the bits of C = 0 followed by C += acc) + acc, to c_out or rounded to out. */
+AVX512_INLINE void tile_store(const int rows, __m512 acc[MR][4], const gemm_tile *t)
+{
+    const float *c_in = t->c_in;
+    const int64_t ldc_in = t->ldc_in;
     if (t->out) {
         uint16_t *out = t->out;
         const int64_t ldo = t->ldo;
@@ -78,6 +66,7 @@ AVX512_INLINE void tile_kernel(const int rows, const gemm_tile *t)
                 _mm256_storeu_si256((__m256i *)(out + r * ldo + 16 * g), gemm_bf16_round16(sum));
             }
     } else if (!c_in) {
+        float *c_out = t->c_out;
         const int64_t ldc = t->ldc_out;
 #pragma GCC unroll 8
         for (int r = 0; r < rows; r++)
@@ -85,6 +74,7 @@ AVX512_INLINE void tile_kernel(const int rows, const gemm_tile *t)
             for (int g = 0; g < 4; g++)
                 _mm512_storeu_ps(c_out + r * ldc + 16 * g, _mm512_add_ps(_mm512_setzero_ps(), acc[r][g]));
     } else {
+        float *c_out = t->c_out;
         const int64_t ldc = t->ldc_out;
 #pragma GCC unroll 8
         for (int r = 0; r < rows; r++)
@@ -95,8 +85,132 @@ AVX512_INLINE void tile_kernel(const int rows, const gemm_tile *t)
     }
 }
 
-#define DEFINE_TILE_KERNEL(R) \
-    AVX512_TARGET static void tile_kernel_##R(const gemm_tile *t) { tile_kernel(R, t); }
+/* acc[r][g] += A row r's K-pair (a[r * BF16_A_LD]) times the B dwords b[g] (columns 16g..16g+15). */
+AVX512_INLINE void tile_step(const int rows, __m512 acc[MR][4], const uint32_t *a, const __m512bh b[4])
+{
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++) {
+        __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[r * BF16_A_LD]);
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) acc[r][g] = _mm512_dpbf16_ps(acc[r][g], av, b[g]);
+    }
+}
+
+/* acc[r][g] = sum over K-pairs of A row r times B columns 16g..16g+15; then c_in + acc to c_out or out. */
+AVX512_INLINE void tile_kernel(const int rows, const gemm_tile *t)
+{
+    const int64_t kpairs = t->k[0] / 2;
+    __m512 acc[MR][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++)
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) acc[r][g] = _mm512_setzero_ps();
+    const uint32_t *a = t->a[0];
+    const __m512i *b = (const __m512i *)t->b[0];
+    c_lines cl = c_lines_start(rows, t, (kpairs + PREFETCH_KPAIRS - 1) / PREFETCH_KPAIRS);
+    const char *prefetch = t->prefetch;
+    for (int64_t kp = 0; kp < kpairs; kp += PREFETCH_KPAIRS) {
+        if (prefetch < t->prefetch_end) {
+            _mm_prefetch(prefetch, _MM_HINT_T0);
+            prefetch += 64;
+        }
+        c_lines_step(&cl);
+#pragma GCC unroll 4
+        for (int u = 0; u < PREFETCH_KPAIRS; u++, a++, b += 4) {
+            const __m512bh bv[4] = {(__m512bh)_mm512_load_si512(b), (__m512bh)_mm512_load_si512(b + 1),
+                                    (__m512bh)_mm512_load_si512(b + 2), (__m512bh)_mm512_load_si512(b + 3)};
+            tile_step(rows, acc, a, bv);
+        }
+    }
+    tile_store(rows, acc, t);
+}
+
+/* ---- The small-M microkernel: B in fp8, widened in registers ---------------- */
+
+/* The conversion's tables (gemm_bf16_pack.h) in registers. */
+typedef struct widen_lut {
+    __m512i lo0, lo1, hi0, hi1;
+} widen_lut;
+
+/*
+ * 64 fp8 codes of a K-pair row's half (32 columns, in the order
+ * gemm_bf16_pack_b8 stores them) as the two groups' 16 dwords of bf16
+ * K-pairs, each column's scale (offset: (s - 127) << 7 in both halves of its
+ * dword) added to the exponents of its nonzero values: the dwords
+ * gemm_bf16_pack_b packs for a block the fold rule takes (a refused block is
+ * not widened: it is zeros). Two lookups give each code's low and high byte
+ * of bf16 (by magnitude), the codes' sign bits go to the high bytes, and
+ * unpacking low and high bytes makes the words.
+ */
+AVX512_INLINE void widen64(const uint8_t *codes, const __m512i offset[2], const widen_lut *t, __m512bh out[2])
+{
+    __m512i c = _mm512_loadu_si512(codes);
+    __m512i lo = _mm512_permutex2var_epi8(t->lo0, c, t->lo1);
+    __m512i hi = _mm512_permutex2var_epi8(t->hi0, c, t->hi1);
+    hi = _mm512_ternarylogic_epi32(hi, c, _mm512_set1_epi8((char)0x80), 0xF8); /* hi | (c & sign) */
+    __m512i w[2] = {_mm512_unpacklo_epi8(lo, hi), _mm512_unpackhi_epi8(lo, hi)};
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; g++)
+        out[g] = (__m512bh)_mm512_mask_add_epi16(w[g], _mm512_test_epi16_mask(w[g], _mm512_set1_epi16(0x7FFF)), w[g],
+                                                 offset[g]);
+}
+
+/* The offsets of 16 columns from their scale bytes. */
+AVX512_INLINE __m512i widen_offsets(const uint8_t *scales)
+{
+    __m512i o = _mm512_slli_epi32(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)scales)),
+                                                   _mm512_set1_epi32(127)),
+                                  7);
+    return _mm512_or_si512(_mm512_and_si512(o, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(o, 16));
+}
+
+/* tile_kernel on B in fp8 (gemm_bf16_pack.h): each block's K-pairs widened as they are used. */
+AVX512_INLINE void tile_kernel8(const int rows, const gemm_tile *t)
+{
+    const uint8_t *tables = gemm_bf16_lut(t->b_type);
+    const widen_lut lut = {_mm512_loadu_si512(tables), _mm512_loadu_si512(tables + 64),
+                           _mm512_loadu_si512(tables + 128), _mm512_loadu_si512(tables + 192)};
+    const int64_t nblk = t->k[0] / 32;
+    __m512 acc[MR][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++)
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) acc[r][g] = _mm512_setzero_ps();
+    const uint32_t *a = t->a[0];
+    const uint8_t *blk = t->b[0];
+    c_lines cl = c_lines_start(rows, t, nblk * (16 / PREFETCH_KPAIRS));
+    const char *prefetch = t->prefetch;
+    for (int64_t j = 0; j < nblk; j++, blk += BF16_B8_BLOCK) {
+        const int refused = (t->b_refused[0] >> j) & 1;
+        __m512i offset[4];
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) offset[g] = widen_offsets(blk + 16 * g);
+        for (int step = 0; step < 16; step += PREFETCH_KPAIRS) {
+            if (prefetch < t->prefetch_end) {
+                _mm_prefetch(prefetch, _MM_HINT_T0);
+                prefetch += 64;
+            }
+            c_lines_step(&cl);
+#pragma GCC unroll 8
+            for (int u = 0; u < PREFETCH_KPAIRS; u++, a++) {
+                const uint8_t *codes = blk + 64 + (step + u) * 128;
+                __m512bh bv[4];
+                if (refused) {
+                    bv[0] = bv[1] = bv[2] = bv[3] = (__m512bh)_mm512_setzero_si512();
+                } else {
+                    widen64(codes, offset, &lut, bv);
+                    widen64(codes + 64, offset + 2, &lut, bv + 2);
+                }
+                tile_step(rows, acc, a, bv);
+            }
+        }
+    }
+    tile_store(rows, acc, t);
+}
+
+#define DEFINE_TILE_KERNEL(R)                                                                  \
+    AVX512_TARGET static void tile_kernel_##R(const gemm_tile *t) { tile_kernel(R, t); }     \
+    AVX512_TARGET static void tile_kernel8_##R(const gemm_tile *t) { tile_kernel8(R, t); }
 DEFINE_TILE_KERNEL(1)
 DEFINE_TILE_KERNEL(2)
 DEFINE_TILE_KERNEL(3)
@@ -113,6 +227,18 @@ static void avx512_kernel(const gemm_tile *t)
     case 4: tile_kernel_4(t); break;
     case 5: tile_kernel_5(t); break;
     default: tile_kernel_6(t); break;
+    }
+}
+
+static void avx512_kernel8(const gemm_tile *t)
+{
+    switch (t->rows) {
+    case 1: tile_kernel8_1(t); break;
+    case 2: tile_kernel8_2(t); break;
+    case 3: tile_kernel8_3(t); break;
+    case 4: tile_kernel8_4(t); break;
+    case 5: tile_kernel8_5(t); break;
+    default: tile_kernel8_6(t); break;
     }
 }
 
@@ -135,4 +261,9 @@ const gemm_level gemm_avx512_level = {
     .b_block = BF16_B_BLOCK,
     .pack_b = gemm_bf16_pack_b,
     .pack_a_row = gemm_bf16_pack_a_row,
+    .small_m = MR, /* one tile: B widened once per panel chunk; more tiles would widen it again each */
+    .kernel8 = avx512_kernel8,
+    .b8_block = BF16_B8_BLOCK,
+    .pack_b8 = gemm_bf16_pack_b8,
+    .b8_block_codes = gemm_bf16_b8_block_codes,
 };

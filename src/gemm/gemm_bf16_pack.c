@@ -123,7 +123,7 @@ AVX512_INLINE void transpose16(__m512i r[16])
  * each) and transposed into the K-pair rows. A block b->info does not mark
  * ok is left zero (the exact path has it).
  */
-AVX512_TARGET void gemm_bf16_pack_b(const gemm_b *b, int64_t p0, int64_t p1)
+AVX512_TARGET void gemm_bf16_pack_b(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1)
 {
     const int64_t N = b->N, K = b->K, nkb = K / 32;
     const gemm_exact_b *eb = &b->exact;
@@ -138,7 +138,7 @@ AVX512_TARGET void gemm_bf16_pack_b(const gemm_b *b, int64_t p0, int64_t p1)
                 __m512i r[16];
                 for (int64_t i = 0; i < 16; i++) {
                     int64_t n = p * BF16_NR + c0 + i;
-                    r[i] = ok && n < N ? fold32(eb->codes + n * K + kb * 32, eb->scales[n * nkb + kb], lo, hi, &lut)
+                    r[i] = ok && n < N ? fold32(bq + n * K + kb * 32, eb->scales[n * nkb + kb], lo, hi, &lut)
                                        : _mm512_setzero_si512();
                 }
                 transpose16(r);
@@ -176,4 +176,65 @@ AVX512_TARGET void gemm_bf16_pack_a_row(const uint8_t *codes, const uint8_t *sca
         _mm512_store_si512(out + __builtin_ctz(refused) * 16, _mm512_setzero_si512());
     __m512i st = _mm512_mask_blend_epi16(zeros, _mm512_set1_epi16(GEMM_A_UNFOLDABLE), _mm512_set1_epi16(GEMM_A_ZERO));
     _mm512_mask_storeu_epi16(state, blocks, _mm512_mask_blend_epi16(ok, st, scale));
+}
+
+/* ---- B in fp8, in the panels' order (the small-M path reads it) ---------- */
+
+/*
+ * Where the code of word i (column i / 2 of the 16, k parity i % 2) of a
+ * 16-column group lies in its 64-byte half of a K-pair row: group 0 where
+ * vpunpcklbw takes bytes from (the low 8 of each 16-byte lane), group 1
+ * where vpunpckhbw does (the high 8), so that the microkernel's two table
+ * lookups and two unpacks give the groups' K-pair dwords in order.
+ */
+static inline int b8_byte(int group, int i) { return 16 * (i / 8) + 8 * group + i % 8; }
+
+/*
+ * Panels [p0, p1) of B in fp8: per 32-block, the columns' scales, then 16
+ * columns at a time their 16 code pairs (words) transposed into the K-pair
+ * rows (through dwords, with transpose16), each row's halves in the order
+ * b8_byte says.
+ */
+AVX512_TARGET void gemm_bf16_pack_b8(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1)
+{
+    const int64_t N = b->N, K = b->K, nkb = K / 32;
+    uint8_t order[64] __attribute__((aligned(64))); /* natural position of the byte at each position */
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < 32; i++) order[b8_byte(g, i)] = (uint8_t)(32 * g + i);
+    const __m512i to_order = _mm512_load_si512(order);
+    for (int64_t p = p0; p < p1; p++)
+        for (int64_t kb = 0; kb < nkb; kb++) {
+            uint8_t *blk = b->exact.codes + (p * nkb + kb) * BF16_B8_BLOCK;
+            __m256i rows[4][16]; /* [group of 16 columns][K-pair]: 16 words */
+            for (int64_t g = 0; g < 4; g++) {
+                __m512i r[16];
+                for (int64_t i = 0; i < 16; i++) {
+                    int64_t n = p * BF16_NR + 16 * g + i;
+                    blk[16 * g + i] = n < N ? b->exact.scales[n * nkb + kb] : 0;
+                    r[i] = n < N ? _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(bq + n * K + kb * 32)))
+                                 : _mm512_setzero_si512();
+                }
+                transpose16(r);
+                for (int kp = 0; kp < 16; kp++) rows[g][kp] = _mm512_cvtepi32_epi16(r[kp]);
+            }
+            for (int kp = 0; kp < 16; kp++)
+                for (int h = 0; h < 2; h++) {
+                    __m512i natural = _mm512_inserti64x4(_mm512_castsi256_si512(rows[2 * h][kp]), rows[2 * h + 1][kp], 1);
+                    _mm512_storeu_si512(blk + 64 + kp * 128 + 64 * h, _mm512_permutexvar_epi8(to_order, natural));
+                }
+        }
+}
+
+uint8_t gemm_bf16_b8_block_codes(const gemm_exact_b *eb, int64_t n, int64_t kb, uint8_t out[32])
+{
+    const uint8_t *blk = eb->codes + (n / BF16_NR * eb->nkb + kb) * BF16_B8_BLOCK;
+    const int c = (int)(n % BF16_NR), half = c / 32, group = c % 32 / 16, col = c % 16;
+    for (int kp = 0; kp < 16; kp++)
+        for (int e = 0; e < 2; e++) out[2 * kp + e] = blk[64 + kp * 128 + 64 * half + b8_byte(group, 2 * col + e)];
+    return blk[c];
+}
+
+const uint8_t *gemm_bf16_lut(a2amm_fp8_type type)
+{
+    return table_of(type)->lo;
 }

@@ -63,10 +63,19 @@ static void prepare_task(void *arg, int t)
     gemm_b *b = j->b;
     const gemm_level *L = b->level;
     for (int64_t p = b->npanels * t / j->tasks; p < b->npanels * (t + 1) / j->tasks; p++) {
-        gemm_exact_b_copy_codes(&b->exact, j->bq, p * L->nr, (p + 1) * L->nr < b->N ? (p + 1) * L->nr : b->N);
-        gemm_panel_info_build(&b->exact, L->nr, L->format, b->type, b->info, p, p + 1);
-        L->pack_b(b, p, p + 1);
+        if (L->pack_b8) L->pack_b8(b, j->bq, p, p + 1);
+        else gemm_exact_b_copy_codes(&b->exact, j->bq, p * L->nr, (p + 1) * L->nr < b->N ? (p + 1) * L->nr : b->N);
+        gemm_panel_info_build(&b->exact, j->bq, L->nr, L->format, b->type, b->info, p, p + 1);
+        if (b->packed) L->pack_b(b, j->bq, p, p + 1);
     }
+}
+
+int64_t gemm_driver_bytes(const gemm_b *b)
+{
+    const int64_t nkb = b->K / 32;
+    if (!b->level->kernel) return b->N * b->K + b->N * nkb;
+    return (int64_t)(b->packed_bytes + b->codes_bytes) + (b->exact.scales ? b->N * nkb : 0) +
+           nkb * b->npanels * (int64_t)sizeof *b->info;
 }
 
 void gemm_driver_release(gemm_b *b)
@@ -98,16 +107,21 @@ int gemm_driver_prepare(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64_t
     if (npanels > INT64_MAX / L->b_block / nkb)
         return a2amm_fail(err, A2AMM_E_OVERFLOW, "gemm %s: B of %lld x %lld is too large to pack", name,
                           (long long)N, (long long)K);
-    const size_t packed_bytes = (size_t)(npanels * nkb * L->b_block);
+    const size_t packed_bytes = b->fp8_only ? 0 : (size_t)(npanels * nkb * L->b_block);
+    /* B's codes for the exact path: as given, or in the panels' order where the small-M path reads them */
+    const size_t codes_bytes = L->pack_b8 ? (size_t)(npanels * nkb * L->b8_block) : (size_t)(N * K);
     b->npanels = npanels;
     /* on 2 MB pages: a 117 MB B faults in 59 pages, not 29,000; fewer TLB misses (1.01-1.03x with AMX) */
-    b->packed = hugemem_alloc(packed_bytes);
+    b->packed = packed_bytes ? hugemem_alloc(packed_bytes) : NULL;
+    b->packed_bytes = packed_bytes;
+    b->codes_bytes = codes_bytes;
     b->info = malloc((size_t)(nkb * npanels) * sizeof *b->info);
-    if (!b->packed || !b->info || gemm_exact_b_alloc(&b->exact, sb, N, K, ldsb, b->type) != A2AMM_OK) {
+    if ((packed_bytes && !b->packed) || !b->info || gemm_exact_b_alloc(&b->exact, sb, N, K, ldsb, b->type, codes_bytes) != A2AMM_OK) {
         gemm_driver_release(b);
         return a2amm_fail(err, A2AMM_E_NOMEM, "gemm %s: cannot allocate %.1f MB for B", name,
-                          (double)(packed_bytes + (size_t)(N * K) + (size_t)(nkb * npanels) * sizeof *b->info) / 1e6);
+                          (double)(packed_bytes + codes_bytes + (size_t)(nkb * npanels) * sizeof *b->info) / 1e6);
     }
+    b->exact.block_codes = L->pack_b8 ? L->b8_block_codes : NULL;
     /* Tasks of a few panels each, so that a busy thread holds the others up little. */
     prepare_job job = {b, bq, 1};
     if (workers) {
@@ -116,6 +130,10 @@ int gemm_driver_prepare(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64_t
         pool_run(workers, prepare_task, &job, job.tasks);
     } else {
         prepare_task(&job, 0);
+    }
+    if (L->pack_b8) { /* the panels hold B's scales now */
+        free(b->exact.scales);
+        b->exact.scales = NULL;
     }
     return A2AMM_OK;
 }
@@ -218,6 +236,7 @@ typedef struct call {
     int64_t ldo;
     int pair_lo, pair_hi;
     char *masked; /* room for MR packed rows */
+    int small;    /* the small-M path: kernel8 on B in fp8 */
 } call;
 
 /* A block of rows over the panels: one chunk, or (all_k_chunks) all of K in one microkernel call. */
@@ -233,10 +252,19 @@ typedef struct pass {
     uint16_t *out; /* at the block's first row: the sums go rounded here, not to C; or NULL */
 } pass;
 
-/* Panel p's packed B from K-block kb on. */
-static inline const char *panel_at(const gemm_b *b, int64_t p, int64_t kb)
+/* Panel p's packed B from K-block kb on; or (small) its B in fp8. */
+static inline const char *panel_at(const gemm_b *b, int small, int64_t p, int64_t kb)
 {
+    if (small) return (const char *)b->exact.codes + (p * (b->K / 32) + kb) * b->level->b8_block;
     return (const char *)b->packed + (p * (b->K / 32) + kb) * b->level->b_block;
+}
+
+/* The blocks of panel p from K-block kb on (nblk of them) that the fold rule refuses: bit j for block j. */
+static uint32_t refused_blocks(const gemm_b *b, int64_t p, int64_t kb, int64_t nblk)
+{
+    uint32_t refused = 0;
+    for (int64_t j = 0; j < nblk; j++) refused |= (uint32_t)!b->info[(kb + j) * b->npanels + p].ok << j;
+    return refused;
 }
 
 /* K of the chunk that starts kc0 into a call's klen. */
@@ -266,16 +294,19 @@ static void run_panel(const pass *s, int64_t p, int clean, int next_panel)
     const int64_t ce = ((p + 1) * nr < x->n1 ? (p + 1) * nr : x->n1) - p * nr;
     const int whole_cols = cb == 0 && ce == nr;
     float buf[GEMM_MAX_MR * GEMM_MAX_NR] __attribute__((aligned(64)));
-    gemm_tile t = {.chunks = s->chunks};
+    gemm_tile t = {.chunks = s->chunks, .b_type = b->type};
     int64_t k = 0;
     for (int ch = 0; ch < s->chunks; ch++) {
-        t.b[ch] = panel_at(b, p, s->kb + ch * (L->kc / 32));
+        t.b[ch] = panel_at(b, x->small, p, s->kb + ch * (L->kc / 32));
         t.k[ch] = s->k[ch];
+        if (x->small) t.b_refused[ch] = refused_blocks(b, p, s->kb + ch * (L->kc / 32), s->k[ch] / 32);
         k += s->k[ch];
     }
+    void (*kernel)(const gemm_tile *) = x->small ? L->kernel8 : L->kernel;
     /* The next panel's part of K, brought in over this panel's tiles. */
-    const char *next = panel_at(b, p + next_panel, s->kb);
-    const int64_t next_bytes = next_panel ? k / 32 * L->b_block : 0, tiles = (s->rows + mr - 1) / mr;
+    const char *next = panel_at(b, x->small, p + next_panel, s->kb);
+    const int64_t block_bytes = x->small ? L->b8_block : L->b_block;
+    const int64_t next_bytes = next_panel ? k / 32 * block_bytes : 0, tiles = (s->rows + mr - 1) / mr;
     const int64_t cap = L->prefetch_k ? k / L->prefetch_k * 64 : 0;
     const gemm_panel_info *info = b->info + s->kb * b->npanels + p;
     for (int64_t i = 0; i < tiles; i++) {
@@ -303,7 +334,7 @@ static void run_panel(const pass *s, int64_t p, int clean, int next_panel)
             t.ldc_out = ldc;
             t.out = out;
             t.ldo = ldo;
-            L->kernel(&t);
+            kernel(&t);
             continue;
         }
         const int64_t krows = L->full_rows ? mr : rows;
@@ -317,7 +348,7 @@ static void run_panel(const pass *s, int64_t p, int clean, int next_panel)
         t.c_out = buf;
         t.ldc_out = nr;
         t.out = NULL;
-        L->kernel(&t);
+        kernel(&t);
         if (out) gemm_store_bf16(buf, nr, rows, cb, ce, out, ldo);
         else
             for (int64_t r = 0; r < rows; r++) memcpy(c + r * ldc + cb, buf + r * nr + cb, (size_t)(ce - cb) * sizeof *c);
@@ -446,8 +477,12 @@ void gemm_driver_run(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_
         if (out) gemm_store_bf16(c, ldc, rows, n0, n1, out, ldo);
         return;
     }
-    call x = {b, L, a, rows, k0, klen, n0, n1, c, ldc, overwrite, out, ldo,
-              gemm_fold_pair_lo(L->format, a->type, b->type), gemm_fold_pair_hi(a->type, b->type), NULL};
+    call x = {.b = b, .L = L, .a = a, .rows = rows, .k0 = k0, .klen = klen, .n0 = n0, .n1 = n1, .c = c, .ldc = ldc,
+              .overwrite = overwrite, .out = out, .ldo = ldo,
+              .pair_lo = gemm_fold_pair_lo(L->format, a->type, b->type),
+              .pair_hi = gemm_fold_pair_hi(a->type, b->type),
+              /* small M: the matmul is a read of B, in fewer bytes; or B kept in fp8 only */
+              .small = rows <= L->small_m || !b->packed};
     const int64_t kc = L->kc, chunks = (klen + kc - 1) / kc, unit = L->mr;
     const int packs = L->all_k_chunks > 1 && chunks == L->all_k_chunks ? (int)chunks : 1;
     const int64_t mc = packs == 1 && klen >= kc ? L->mc_deep : L->mc;

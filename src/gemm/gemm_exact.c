@@ -15,13 +15,13 @@
 #include "mx/mx.h"
 
 int gemm_exact_b_alloc(gemm_exact_b *eb, const uint8_t *sb, int64_t N, int64_t K, int64_t ldsb,
-                       a2amm_fp8_type type)
+                       a2amm_fp8_type type, size_t codes_bytes)
 {
     memset(eb, 0, sizeof *eb);
     eb->N = N;
     eb->K = K;
     eb->nkb = K / 32;
-    eb->codes = hugemem_alloc((size_t)(N * K)); /* B is read a column (K bytes apart) at a time */
+    eb->codes = hugemem_alloc(codes_bytes); /* B is read a column (K bytes apart) at a time */
     eb->scales = malloc((size_t)(N * eb->nkb));
     if (!eb->codes || !eb->scales) {
         gemm_exact_b_free(eb);
@@ -40,7 +40,7 @@ void gemm_exact_b_copy_codes(gemm_exact_b *eb, const uint8_t *bq, int64_t n0, in
 int gemm_exact_b_init(gemm_exact_b *eb, const uint8_t *bq, const uint8_t *sb, int64_t N, int64_t K,
                       int64_t ldsb, a2amm_fp8_type type)
 {
-    int rc = gemm_exact_b_alloc(eb, sb, N, K, ldsb, type);
+    int rc = gemm_exact_b_alloc(eb, sb, N, K, ldsb, type, (size_t)(N * K));
     if (!rc) gemm_exact_b_copy_codes(eb, bq, 0, N);
     return rc;
 }
@@ -58,7 +58,7 @@ static inline int any_zero_byte(uint64_t x)
     return ((x - 0x0101010101010101ull) & ~x & 0x8080808080808080ull) != 0;
 }
 
-void gemm_panel_info_build(const gemm_exact_b *eb, int64_t width, gemm_fold_format format,
+void gemm_panel_info_build(const gemm_exact_b *eb, const uint8_t *bq, int64_t width, gemm_fold_format format,
                            a2amm_fp8_type type, gemm_panel_info *info, int64_t p0, int64_t p1)
 {
     int64_t npanels = (eb->N + width - 1) / width;
@@ -73,7 +73,7 @@ void gemm_panel_info_build(const gemm_exact_b *eb, int64_t width, gemm_fold_form
         gemm_panel_info *col = info + n / width;
         for (int64_t kb = 0; kb < eb->nkb; kb++) {
             int s = eb->scales[n * eb->nkb + kb];
-            const uint8_t *codes = eb->codes + n * eb->K + kb * 32;
+            const uint8_t *codes = bq + n * eb->K + kb * 32;
             uint64_t nonzero = 0;
             int any_special = 0;
             for (int q = 0; q < 4; q++) { /* 8 codes at a time: a code is special when all its special bits are set */
@@ -95,10 +95,10 @@ void gemm_exact_block(const gemm_exact_b *eb, const float a32[32], uint8_t sa, i
                       int64_t ne, float *crow)
 {
     for (int64_t n = nb; n < ne; n++) {
-        const uint8_t *codes = eb->codes + n * eb->K + kb * 32;
+        uint8_t buf[32], sb;
+        const uint8_t *codes = gemm_exact_codes(eb, n, kb, buf, &sb);
         float sum = 0.0f;
         for (int t = 0; t < 32; t++) sum += a32[t] * eb->lut[codes[t]];
-        uint8_t sb = eb->scales[n * eb->nkb + kb];
         double scale = (sa == MX_E8M0_NAN || sb == MX_E8M0_NAN) ? (double)NAN : ldexp(1.0, sa + sb - 254);
         crow[n] = (float)((double)crow[n] + (double)sum * scale);
     }

@@ -62,6 +62,10 @@ typedef struct gemm_tile {
     int64_t ldo;
     /* Lines to bring into the cache meanwhile (the next panel's B), spread over the call's steps. */
     const char *prefetch, *prefetch_end;
+    /* The small-M microkernel (kernel8) only: b holds B in fp8; bit j of b_refused[i]: chunk i's
+     * block j of the panel is refused by the fold rule (taken as zeros, as the packed B holds it). */
+    uint32_t b_refused[GEMM_MAX_CHUNKS];
+    a2amm_fp8_type b_type;
 } gemm_tile;
 
 typedef struct gemm_level {
@@ -94,9 +98,9 @@ typedef struct gemm_level {
     int64_t b_block; /* bytes of one 32-block of K of one panel of packed B */
 
     /* ---- Packing ---- */
-    /* Panels [p0, p1) of b->packed from b->exact (B's codes and scales) and b->info (filled already):
-     * each (K-block, panel) that b->info does not mark ok packed as zeros. */
-    void (*pack_b)(const gemm_b *b, int64_t p0, int64_t p1);
+    /* Panels [p0, p1) of b->packed from B's codes as given (bq, [N][K]), its scales (b->exact) and
+     * b->info (filled already): each (K-block, panel) that b->info does not mark ok packed as zeros. */
+    void (*pack_b)(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1);
     /*
      * One row of A: its nblk (<= kc / 32) blocks of 32 codes with their scales folded into `row`
      * (a_block bytes each); a block that does not fold packed as zeros. state[j]: block j's fold
@@ -108,6 +112,17 @@ typedef struct gemm_level {
      * and its release after them. */
     void (*begin)(void);
     void (*end)(void);
+
+    /* ---- The small-M path: B read in fp8, widened in registers (small_m 0: none) ----
+     * B's codes are kept in the panels' order (b8_block bytes a 32-block of a panel, pack_b8 writing
+     * them into b->exact.codes, b8_block_codes reading them back for the exact path), so the path
+     * costs no memory beyond the copy of B every level keeps. A call of at most small_m rows runs
+     * kernel8 on them instead of kernel on the packed B: the same arithmetic, the same bits. */
+    int small_m;
+    void (*kernel8)(const gemm_tile *t);
+    int64_t b8_block;
+    void (*pack_b8)(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1);
+    uint8_t (*b8_block_codes)(const gemm_exact_b *eb, int64_t n, int64_t kb, uint8_t out[32]);
 } gemm_level;
 
 /* The levels' contexts as their files define them (gemm.c's table lists them by gemm_isa). */
@@ -122,6 +137,8 @@ const gemm_level *gemm_level_blocking(gemm_isa isa);
 int gemm_driver_prepare(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64_t ldsb, pool *workers,
                         a2amm_error *err);
 void gemm_driver_release(gemm_b *b);
+/* What gemm_b_bytes says. */
+int64_t gemm_driver_bytes(const gemm_b *b);
 /*
  * C = 0 first where overwrite; then C += A_slab * B over [k0, k0 + klen) x [n0, n1); then, with out,
  * out = bf16(C) over the region (C then unspecified). rows, klen and n1 - n0 positive.
