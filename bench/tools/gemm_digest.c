@@ -17,6 +17,10 @@
  * gemm_multiply) and the bf16 output after the *_store calls (C is
  * unspecified then), over the whole buffers, so that a write outside the
  * region changes it too.
+ *
+ * --fp8-b prepares every B for calls of one row (gemm_b_prepare_for): where
+ * a level has a small-M path, B is then kept in fp8 only and every call of
+ * every size goes through it. Its digests must equal the plain run's.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -80,6 +84,9 @@ typedef struct gemm_case {
     mix m;
 } gemm_case;
 
+/* 1 with --fp8-b: B prepared for calls of one row; 0: for any */
+static int64_t fp8_b;
+
 /* Runs one case at one level; returns its digest (0 if the level cannot prepare B). */
 static uint64_t run_case(gemm_isa isa, const gemm_case *g, uint64_t seed)
 {
@@ -113,7 +120,7 @@ static uint64_t run_case(gemm_isa isa, const gemm_case *g, uint64_t seed)
     gemm_b *gb = NULL;
     a2amm_error err;
     uint64_t h = 0xCBF29CE484222325ull;
-    if (gemm_b_prepare(isa, b, sb, N, K, ldsb, g->tb, &gb, &err) == A2AMM_OK) {
+    if (gemm_b_prepare_for(NULL, isa, b, sb, N, K, ldsb, g->tb, fp8_b, &gb, &err) == A2AMM_OK) {
         gemm_a_slab slab = {a + g->k0, sa + g->k0 / 32, lda, ldsa, g->ta};
         switch (g->call) {
         case 0: gemm_accumulate(gb, &slab, rows, g->k0, g->klen, g->n0, g->n1, c, ldc); break;
@@ -177,8 +184,13 @@ int main(int argc, char **argv)
 {
     int count;
     case_of(0, &count);
+    int levels = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--fp8-b")) fp8_b = 1;
+        else levels++;
+    }
     for (int isa = 0; isa < GEMM_ISA_COUNT; isa++) {
-        int wanted = argc == 1;
+        int wanted = levels == 0;
         for (int i = 1; i < argc; i++) wanted |= !strcmp(argv[i], gemm_isa_name((gemm_isa)isa));
         if (!wanted) continue;
         if (!gemm_isa_supported((gemm_isa)isa)) {

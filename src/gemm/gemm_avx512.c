@@ -19,7 +19,8 @@
 
 enum {
     MR = 6,             /* rows of a microkernel call */
-    PREFETCH_KPAIRS = 8 /* one line of the next panel every 8 K-pairs */
+    PREFETCH_KPAIRS = 8, /* one line of the next panel every 8 K-pairs */
+    B8_AHEAD = 1024      /* bytes of B in fp8 brought into L1 ahead of their use (the small-M path) */
 };
 
 /* C's lines the tile reads at its end, for the end: B's stream will push them out of L1 meanwhile. */
@@ -127,35 +128,77 @@ AVX512_INLINE void tile_kernel(const int rows, const gemm_tile *t)
 
 /* ---- The small-M microkernel: B in fp8, widened in registers ---------------- */
 
-/* The conversion's tables (gemm_bf16_pack.h) in registers. */
-typedef struct widen_lut {
-    __m512i lo0, lo1, hi0, hi1;
-} widen_lut;
+/*
+ * The widening's constants for a type: the shift that puts a code's
+ * magnitude (exponent and mantissa) at bf16's, the mask of the magnitude's
+ * bits so placed, the exponent bias between the two formats (in bf16's
+ * exponent field), the exponent mask of a code (zero: a zero or subnormal
+ * code, which the shift cannot make a bf16), and the bf16 of the 32 smallest
+ * magnitudes (the subnormals among them) from the conversion's tables.
+ */
+typedef struct widen_consts {
+    int shift;
+    __m512i magnitude, bias, exponent8, exponent16, sign, subnormals;
+} widen_consts;
+
+AVX512_INLINE widen_consts widen_consts_of(a2amm_fp8_type type)
+{
+    const int e5m2 = type == A2AMM_E5M2, shift = e5m2 ? 5 : 4, exponent = e5m2 ? 0x7C : 0x78;
+    const uint8_t *lut = gemm_bf16_lut(type); /* 128 low bytes, then 128 high bytes */
+    const __m512i lo = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)lut));
+    const __m512i hi = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(lut + 128)));
+    return (widen_consts){shift,
+                          _mm512_set1_epi16((short)(0x7F << shift)),
+                          _mm512_set1_epi16((short)((e5m2 ? 127 - 15 : 127 - 7) << 7)),
+                          _mm512_set1_epi8((char)exponent),
+                          _mm512_set1_epi16((short)(exponent << 8)),
+                          _mm512_set1_epi16((short)0x8000),
+                          _mm512_or_si512(lo, _mm512_slli_epi16(hi, 8))};
+}
+
+/*
+ * The words of codes x (each code in its word's high byte, as x8 holds it):
+ * bf16 of the code with offset (its column's scale, (s - 127) << 7) added to
+ * the exponent of a nonzero value; those of zero or subnormal codes (mask
+ * special) from the table, the rest by shift and add.
+ */
+AVX512_INLINE __m512i widen_words(__m512i x, __m512i shifted, __m512i offset, __m512i biased, __mmask32 special,
+                                  const widen_consts *w)
+{
+    __m512i v = _mm512_add_epi16(_mm512_and_si512(shifted, w->magnitude), biased); /* biased: offset + bias */
+    if (special) {
+        __m512i sub = _mm512_permutexvar_epi16(_mm512_srli_epi16(x, 8), w->subnormals);
+        sub = _mm512_mask_add_epi16(sub, _mm512_test_epi16_mask(sub, sub), sub, offset);
+        v = _mm512_mask_blend_epi16(special, v, sub);
+    }
+    return _mm512_ternarylogic_epi32(v, x, w->sign, 0xF8); /* v | (x & sign) */
+}
 
 /*
  * 64 fp8 codes of a K-pair row's half (32 columns, in the order
- * gemm_bf16_pack_b8 stores them) as the two groups' 16 dwords of bf16
- * K-pairs, each column's scale (offset: (s - 127) << 7 in both halves of its
- * dword) added to the exponents of its nonzero values: the dwords
- * gemm_bf16_pack_b packs for a block the fold rule takes (a refused block is
- * not widened: it is zeros). Two lookups give each code's low and high byte
- * of bf16 (by magnitude), the codes' sign bits go to the high bytes, and
- * unpacking low and high bytes makes the words.
+ * gemm_bf16_pack_b8 stores them: the low byte of each word for the first
+ * 16 columns, the high byte for the second) as the two groups' 16 dwords of
+ * bf16 K-pairs: the dwords gemm_bf16_pack_b packs for a block the fold rule
+ * takes (a refused block is not widened: it is zeros). No table lookup for
+ * normal codes: the magnitude shifted into place, the exponent's bias and
+ * the scale added, the sign put back; a zero or subnormal code (rare in
+ * scaled data: a test per 64 codes finds them) is looked up.
  */
-AVX512_INLINE void widen64(const uint8_t *codes, const __m512i offset[2], const widen_lut *t, __m512bh out[2])
+AVX512_INLINE void widen64(const uint8_t *codes, const __m512i offset[2], const __m512i biased[2], const widen_consts *w,
+                           __m512bh out[2])
 {
-    __m512i c = _mm512_loadu_si512(codes);
-    __m512i lo = _mm512_permutex2var_epi8(t->lo0, c, t->lo1);
-    __m512i hi = _mm512_permutex2var_epi8(t->hi0, c, t->hi1);
-    hi = _mm512_ternarylogic_epi32(hi, c, _mm512_set1_epi8((char)0x80), 0xF8); /* hi | (c & sign) */
-    __m512i w[2] = {_mm512_unpacklo_epi8(lo, hi), _mm512_unpackhi_epi8(lo, hi)};
-#pragma GCC unroll 2
-    for (int g = 0; g < 2; g++)
-        out[g] = (__m512bh)_mm512_mask_add_epi16(w[g], _mm512_test_epi16_mask(w[g], _mm512_set1_epi16(0x7FFF)), w[g],
-                                                 offset[g]);
+    const __m512i c = _mm512_loadu_si512(codes);
+    const __m512i low = _mm512_slli_epi16(c, 8); /* the low bytes' codes in the high bytes */
+    __mmask32 special[2] = {0, 0};
+    if (_mm512_testn_epi8_mask(c, w->exponent8)) {
+        special[0] = _mm512_testn_epi16_mask(low, w->exponent16);
+        special[1] = _mm512_testn_epi16_mask(c, w->exponent16);
+    }
+    out[0] = (__m512bh)widen_words(low, _mm512_srli_epi16(low, 8 - w->shift), offset[0], biased[0], special[0], w);
+    out[1] = (__m512bh)widen_words(c, _mm512_srli_epi16(c, 8 - w->shift), offset[1], biased[1], special[1], w);
 }
 
-/* The offsets of 16 columns from their scale bytes. */
+/* The offsets of 16 columns from their scale bytes: (s - 127) << 7 in both halves of each dword. */
 AVX512_INLINE __m512i widen_offsets(const uint8_t *scales)
 {
     __m512i o = _mm512_slli_epi32(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)scales)),
@@ -164,12 +207,15 @@ AVX512_INLINE __m512i widen_offsets(const uint8_t *scales)
     return _mm512_or_si512(_mm512_and_si512(o, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(o, 16));
 }
 
-/* tile_kernel on B in fp8 (gemm_bf16_pack.h): each block's K-pairs widened as they are used. */
+/*
+ * tile_kernel on B in fp8 (gemm_bf16_pack.h): each block's K-pairs widened
+ * as they are used. B comes from memory once (few rows reuse it little):
+ * each step brings in, into L2, the lines of the panel's next call
+ * (prefetch), and into L1 the lines a few steps ahead of this call's.
+ */
 AVX512_INLINE void tile_kernel8(const int rows, const gemm_tile *t)
 {
-    const uint8_t *tables = gemm_bf16_lut(t->b_type);
-    const widen_lut lut = {_mm512_loadu_si512(tables), _mm512_loadu_si512(tables + 64),
-                           _mm512_loadu_si512(tables + 128), _mm512_loadu_si512(tables + 192)};
+    const widen_consts w = widen_consts_of(t->b_type);
     const int64_t nblk = t->k[0] / 32;
     __m512 acc[MR][4];
 #pragma GCC unroll 8
@@ -182,24 +228,31 @@ AVX512_INLINE void tile_kernel8(const int rows, const gemm_tile *t)
     const char *prefetch = t->prefetch;
     for (int64_t j = 0; j < nblk; j++, blk += BF16_B8_BLOCK) {
         const int refused = (t->b_refused[0] >> j) & 1;
-        __m512i offset[4];
+        __m512i offset[4], biased[4];
 #pragma GCC unroll 4
-        for (int g = 0; g < 4; g++) offset[g] = widen_offsets(blk + 16 * g);
+        for (int g = 0; g < 4; g++) {
+            offset[g] = widen_offsets(blk + 16 * g);
+            biased[g] = _mm512_add_epi16(offset[g], w.bias);
+        }
         for (int step = 0; step < 16; step += PREFETCH_KPAIRS) {
-            if (prefetch < t->prefetch_end) {
-                _mm_prefetch(prefetch, _MM_HINT_T0);
-                prefetch += 64;
-            }
             c_lines_step(&cl);
 #pragma GCC unroll 8
             for (int u = 0; u < PREFETCH_KPAIRS; u++, a++) {
                 const uint8_t *codes = blk + 64 + (step + u) * 128;
+                /* a line of the next call's B to L2, and this call's a few steps ahead to L1 */
+                if (prefetch < t->prefetch_end) {
+                    _mm_prefetch(prefetch, _MM_HINT_T1);
+                    _mm_prefetch(prefetch + 64, _MM_HINT_T1);
+                    prefetch += 128;
+                }
+                _mm_prefetch((const char *)codes + B8_AHEAD, _MM_HINT_T0);
+                _mm_prefetch((const char *)codes + B8_AHEAD + 64, _MM_HINT_T0);
                 __m512bh bv[4];
                 if (refused) {
                     bv[0] = bv[1] = bv[2] = bv[3] = (__m512bh)_mm512_setzero_si512();
                 } else {
-                    widen64(codes, offset, &lut, bv);
-                    widen64(codes + 64, offset + 2, &lut, bv + 2);
+                    widen64(codes, offset, biased, &w, bv);
+                    widen64(codes + 64, offset + 2, biased + 2, &w, bv + 2);
                 }
                 tile_step(rows, acc, a, bv);
             }

@@ -182,12 +182,12 @@ AVX512_TARGET void gemm_bf16_pack_a_row(const uint8_t *codes, const uint8_t *sca
 
 /*
  * Where the code of word i (column i / 2 of the 16, k parity i % 2) of a
- * 16-column group lies in its 64-byte half of a K-pair row: group 0 where
- * vpunpcklbw takes bytes from (the low 8 of each 16-byte lane), group 1
- * where vpunpckhbw does (the high 8), so that the microkernel's two table
- * lookups and two unpacks give the groups' K-pair dwords in order.
+ * 16-column group lies in its 64-byte half of a K-pair row: in the low byte
+ * of word i for group 0 and in the high byte for group 1, so that the
+ * microkernel's shifts of the half's 32 words give each group's K-pair
+ * words in place (dword j: columns j of both groups, k even then odd).
  */
-static inline int b8_byte(int group, int i) { return 16 * (i / 8) + 8 * group + i % 8; }
+static inline int b8_byte(int group, int i) { return 4 * (i / 2) + 2 * (i % 2) + group; }
 
 /*
  * Panels [p0, p1) of B in fp8: per 32-block, the columns' scales, then 16

@@ -22,8 +22,8 @@
  * where the level reads it): the same panels and K-pairs, a byte a value.
  * A 32-block of a panel is BF16_B8_BLOCK bytes: the 64 columns' scale bytes,
  * then 16 K-pairs of 128 bytes, each two halves of 32 columns whose 64 codes
- * (B[2kp][c], B[2kp + 1][c]) lie in the order two byte lookups and an
- * unpack of low and high bytes turn into the K-pair dwords (see
+ * (B[2kp][c], B[2kp + 1][c]) lie as 32 words whose low bytes are the first
+ * 16 columns' K-pair words and whose high bytes the second 16's (see
  * gemm_bf16_pack_b8); columns past N are zeros.
  */
 #ifndef A2AMM_GEMM_BF16_PACK_H

@@ -307,7 +307,8 @@ static void run_panel(const pass *s, int64_t p, int clean, int next_panel)
     const char *next = panel_at(b, x->small, p + next_panel, s->kb);
     const int64_t block_bytes = x->small ? L->b8_block : L->b_block;
     const int64_t next_bytes = next_panel ? k / 32 * block_bytes : 0, tiles = (s->rows + mr - 1) / mr;
-    const int64_t cap = L->prefetch_k ? k / L->prefetch_k * 64 : 0;
+    /* the small path reads B from memory at a byte a value: the whole next call's part goes to L2 */
+    const int64_t cap = L->prefetch_k && !x->small ? k / L->prefetch_k * 64 : 0;
     const gemm_panel_info *info = b->info + s->kb * b->npanels + p;
     for (int64_t i = 0; i < tiles; i++) {
         const int64_t r0 = i * mr, rows = s->rows - r0 < mr ? s->rows - r0 : mr;
