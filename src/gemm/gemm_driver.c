@@ -327,6 +327,7 @@ static void run_panel(const pass *s, int64_t p, int clean, int next_panel)
                                         x->pair_hi, x->masked);
         float *c = s->c + r0 * ldc + p * nr;
         uint16_t *out = s->out ? s->out + r0 * ldo + p * nr : NULL;
+        t.rows_used = (int)rows;
         if (whole_cols && (rows == mr || !L->full_rows)) {
             t.rows = (int)rows;
             t.c_in = s->overwrite ? NULL : c;

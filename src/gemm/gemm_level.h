@@ -54,6 +54,8 @@ typedef struct gemm_tile {
     int64_t k[GEMM_MAX_CHUNKS];     /* K of each chunk */
     int chunks;
     int rows;                       /* 1..MR, or MR where the level takes whole tiles only */
+    int rows_used;                  /* of those, the rows the call needs: a level that takes whole tiles
+                                     * may leave the rest of C (padding) undone */
     const float *c_in;
     int64_t ldc_in;
     float *c_out;
