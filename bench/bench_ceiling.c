@@ -1,7 +1,7 @@
 /*
  * The built-in ceiling probe of `a2amm bench`: peak AMX TDPBF16PS,
- * vdpbf16ps and FMA throughput with independent accumulators, on T threads
- * at once.
+ * vdpbf16ps and FMA throughput with independent accumulators, and the
+ * streaming read bandwidth from memory, on T threads at once.
  */
 #include "bench/bench_ceiling.h"
 
@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "cli/args.h"
@@ -18,14 +19,16 @@
 #include "common/error.h"
 #include "gemm/gemm.h"
 #include "gemm/gemm_amx.h"
+#include "util/llc.h"
 
-/* One probe loop: `iters` trips, returns a sum of its accumulators so the
- * work cannot be dropped. */
-typedef double (*probe_fn)(int64_t iters);
+/* One probe loop: `iters` trips of thread `thread` of `threads`, returns a
+ * sum of its accumulators so the work cannot be dropped. */
+typedef double (*probe_fn)(int64_t iters, int thread, int threads);
 
 typedef struct probe {
     probe_fn fn;
-    double flop_per_iter;
+    double flop_per_iter; /* per thread (bytes for the read probe) */
+    int64_t first_iters;  /* trips to calibrate from (0: 4096) */
 } probe;
 
 #define REP24(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) \
@@ -33,8 +36,9 @@ typedef struct probe {
 #define REP12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 
 /* 24 zmm accumulators, 24 vdpbf16ps per trip: 24 * 16 lanes * 2 products * 2 FLOP. */
-__attribute__((target("avx512f,avx512bf16"))) static double probe_bf16_zmm(int64_t iters)
+__attribute__((target("avx512f,avx512bf16"))) static double probe_bf16_zmm(int64_t iters, int thread, int threads)
 {
+    (void)thread, (void)threads;
     /* 2^-10 * 2^-10, twice per lane per step: the sums stay small and normal */
     __m512bh x = (__m512bh)_mm512_set1_epi16(0x3A80);
     __m512bh y = (__m512bh)_mm512_set1_epi16(0x3A80);
@@ -55,8 +59,9 @@ __attribute__((target("avx512f,avx512bf16"))) static double probe_bf16_zmm(int64
 }
 
 /* 24 zmm accumulators, 24 vfmadd231ps per trip: 24 * 16 lanes * 2 FLOP. */
-__attribute__((target("avx512f"))) static double probe_fma_zmm(int64_t iters)
+__attribute__((target("avx512f"))) static double probe_fma_zmm(int64_t iters, int thread, int threads)
 {
+    (void)thread, (void)threads;
     __m512 x = _mm512_set1_ps(0x1p-10f), y = _mm512_set1_ps(0x1p-10f);
 #define DECL(i) __m512 acc##i = _mm512_set1_ps((float)(i));
     REP24(DECL)
@@ -104,8 +109,9 @@ AMX_TARGET static double amx_probe_end(void)
  * once, 4 TDPBF16PS per trip: 4 * 16 * 16 * 32 products * 2 FLOP. The
  * tiles are the kernel's (gemm_amx_begin's configuration).
  */
-AMX_TARGET static double probe_bf16_amx(int64_t iters)
+AMX_TARGET static double probe_bf16_amx(int64_t iters, int thread, int threads)
 {
+    (void)thread, (void)threads;
     static const uint16_t ONE_1024TH[16 * 32] __attribute__((aligned(64))) = {[0 ... 511] = 0x3A80}; /* 2^-10 */
     amx_probe_begin();
     _tile_loadd(4, ONE_1024TH, 64);
@@ -143,8 +149,9 @@ static void l2_operands_alloc(void)
  * its rows, 32 steps, then on to the next group of 32 rows; B walks down its
  * K-pair rows, 16 a trip; both wrap at their size. Needs l2_operands.
  */
-AMX_TARGET static double probe_bf16_amx_l2(int64_t iters)
+AMX_TARGET static double probe_bf16_amx_l2(int64_t iters, int thread, int threads)
 {
+    (void)thread, (void)threads;
     const char *a_base = (const char *)l2_operands, *b_base = a_base + L2_A_BYTES;
     const int64_t a_group = 32 * L2_A_ROW, b_step = 16 * L2_B_ROW;
     int64_t ka = 0, ga = 0, kb = 0;
@@ -171,8 +178,9 @@ AMX_TARGET static double probe_bf16_amx_l2(int64_t iters)
 
 /* 12 ymm accumulators (16 registers in all without AVX-512), 12 vfmadd231ps
  * per trip: 12 * 8 lanes * 2 FLOP. */
-__attribute__((target("avx2,fma"))) static double probe_fma_ymm(int64_t iters)
+__attribute__((target("avx2,fma"))) static double probe_fma_ymm(int64_t iters, int thread, int threads)
 {
+    (void)thread, (void)threads;
     __m256 x = _mm256_set1_ps(0x1p-10f), y = _mm256_set1_ps(0x1p-10f);
 #define DECL(i) __m256 acc##i = _mm256_set1_ps((float)(i));
     REP12(DECL)
@@ -194,6 +202,68 @@ __attribute__((target("avx2,fma"))) static double probe_fma_ymm(int64_t iters)
     return t;
 }
 
+/*
+ * The streaming read: a buffer of twice the last-level cache (at least 512
+ * MiB), filled once, read front to back by every trip, thread t of T
+ * reading its own T-th of it, and its loads summed so that none can be
+ * dropped: what a matmul that is a read of B (small M) can reach at most.
+ */
+static char *read_buf;
+static size_t read_bytes;
+static pthread_once_t read_once = PTHREAD_ONCE_INIT;
+
+static void read_buf_alloc(void)
+{
+    size_t want = 2 * llc_bytes();
+    want = (want < ((size_t)512 << 20) ? (size_t)512 << 20 : want) / 4096 * 4096;
+    read_buf = aligned_alloc(4096, want);
+    if (!read_buf) return;
+    memset(read_buf, 1, want); /* every page present before the timing */
+    read_bytes = want;
+}
+
+/* Thread t's part of the buffer, in whole 256-byte pieces. */
+static void read_part(int thread, int threads, const char **from, size_t *bytes)
+{
+    size_t part = read_bytes / (size_t)threads / 256 * 256;
+    *from = read_buf + (size_t)thread * part;
+    *bytes = part;
+}
+
+__attribute__((target("avx512f"))) static double probe_read_zmm(int64_t iters, int thread, int threads)
+{
+    const char *p;
+    size_t bytes;
+    read_part(thread, threads, &p, &bytes);
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    for (int64_t n = 0; n < iters; n++)
+        for (size_t off = 0; off < bytes; off += 256) {
+            s0 = _mm512_add_epi64(s0, _mm512_load_si512(p + off));
+            s1 = _mm512_add_epi64(s1, _mm512_load_si512(p + off + 64));
+            s2 = _mm512_add_epi64(s2, _mm512_load_si512(p + off + 128));
+            s3 = _mm512_add_epi64(s3, _mm512_load_si512(p + off + 192));
+        }
+    return (double)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+}
+
+__attribute__((target("avx2"))) static double probe_read_ymm(int64_t iters, int thread, int threads)
+{
+    const char *p;
+    size_t bytes;
+    read_part(thread, threads, &p, &bytes);
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    for (int64_t n = 0; n < iters; n++)
+        for (size_t off = 0; off < bytes; off += 128) {
+            s0 = _mm256_add_epi64(s0, _mm256_load_si256((const __m256i *)(p + off)));
+            s1 = _mm256_add_epi64(s1, _mm256_load_si256((const __m256i *)(p + off + 32)));
+            s2 = _mm256_add_epi64(s2, _mm256_load_si256((const __m256i *)(p + off + 64)));
+            s3 = _mm256_add_epi64(s3, _mm256_load_si256((const __m256i *)(p + off + 96)));
+        }
+    int64_t v[4];
+    _mm256_storeu_si256((__m256i *)v, _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)));
+    return (double)(v[0] + v[1] + v[2] + v[3]);
+}
+
 /* ---- Running a probe on T threads at once ------------------------------- */
 
 /* The threads wait until all exist, then start together (go = 1), or give
@@ -207,6 +277,7 @@ typedef struct probe_start {
 typedef struct probe_thread {
     const probe *p;
     int64_t iters;
+    int thread, threads;
     probe_start *start;
     double t0, t1, sink;
 } probe_thread;
@@ -220,7 +291,7 @@ static void *probe_thread_main(void *arg)
     pthread_mutex_unlock(&t->start->mu);
     if (go < 0) return NULL;
     t->t0 = cli_now();
-    t->sink = t->p->fn(t->iters);
+    t->sink = t->p->fn(t->iters, t->thread, t->threads);
     t->t1 = cli_now();
     return NULL;
 }
@@ -235,7 +306,7 @@ static double run_parallel(const probe *p, int threads, int64_t iters, volatile 
     double gflops = -1.0;
     int started = 0;
     for (; ts && ids && started < threads; started++) {
-        ts[started] = (probe_thread){p, iters, &start, 0.0, 0.0, 0.0};
+        ts[started] = (probe_thread){p, iters, started, threads, &start, 0.0, 0.0, 0.0};
         if (pthread_create(&ids[started], NULL, probe_thread_main, &ts[started]) != 0) break;
     }
     pthread_mutex_lock(&start.mu);
@@ -263,11 +334,11 @@ static double run_parallel(const probe *p, int threads, int64_t iters, volatile 
  * calibrated on one thread first. */
 static double measure(const probe *p, int threads, double seconds, volatile double *sink)
 {
-    int64_t iters = 1 << 12;
+    int64_t iters = p->first_iters ? p->first_iters : 1 << 12;
     double dt;
     for (;;) {
         double t0 = cli_now();
-        *sink += p->fn(iters);
+        *sink += p->fn(iters, 0, threads);
         dt = cli_now() - t0;
         if (dt > 0.01 || iters > (INT64_C(1) << 40)) break;
         iters *= 2;
@@ -303,22 +374,22 @@ int bench_ceiling_measure(int threads, double seconds, int fma_on_ymm, bench_cei
     int fma_zmm = avx512 && !fma_on_ymm;
     int fma = cpu_has(CPU_AVX2) && cpu_has(CPU_FMA);
     int amx = gemm_isa_supported(GEMM_ISA_AMX);
-    static char no_amx[200], no_bf16[100], no_fma[100];
+    static char no_amx[200], no_bf16[100], no_fma[100], read_what[100];
     snprintf(no_amx, sizeof no_amx, "n/a: %s", amx ? "" : gemm_isa_why_not(GEMM_ISA_AMX));
     snprintf(no_bf16, sizeof no_bf16, "n/a: %s", missing_why(avx512 ? CPU_AVX512BF16 : CPU_AVX512F));
     snprintf(no_fma, sizeof no_fma, "n/a: %s", missing_why(cpu_has(CPU_AVX2) ? CPU_FMA : CPU_AVX2));
     *out = (bench_ceiling){.threads = threads, .amx_gflops = NAN, .amx_l2_gflops = NAN, .bf16_gflops = NAN,
-                           .fma_gflops = NAN, .amx_what = no_amx, .amx_l2_what = no_amx,
-                           .bf16_what = no_bf16, .fma_what = no_fma};
+                           .fma_gflops = NAN, .read_gbs = NAN, .amx_what = no_amx, .amx_l2_what = no_amx,
+                           .bf16_what = no_bf16, .fma_what = no_fma, .read_what = "n/a: neither AVX2 nor AVX-512"};
     if (threads < 1) return a2amm_fail(err, A2AMM_E_INVAL, "ceiling probe: threads must be at least 1");
     if (amx) {
-        probe p = {probe_bf16_amx, 4.0 * 16 * 16 * 32 * 2};
+        probe p = {probe_bf16_amx, 4.0 * 16 * 16 * 32 * 2, 0};
         out->amx_gflops = measure(&p, threads, seconds, &sink);
         out->amx_what = "tdpbf16ps tiles";
         if (out->amx_gflops < 0.0) goto no_threads;
         pthread_once(&l2_once, l2_operands_alloc);
         if (l2_operands) {
-            probe l2 = {probe_bf16_amx_l2, 4.0 * 16 * 16 * 32 * 2};
+            probe l2 = {probe_bf16_amx_l2, 4.0 * 16 * 16 * 32 * 2, 0};
             out->amx_l2_gflops = measure(&l2, threads, seconds, &sink);
             out->amx_l2_what = "4 tile loads a step";
             if (out->amx_l2_gflops < 0.0) goto no_threads;
@@ -327,16 +398,30 @@ int bench_ceiling_measure(int threads, double seconds, int fma_on_ymm, bench_cei
         }
     }
     if (bf16) {
-        probe p = {probe_bf16_zmm, 24.0 * 64.0};
+        probe p = {probe_bf16_zmm, 24.0 * 64.0, 0};
         out->bf16_gflops = measure(&p, threads, seconds, &sink);
         out->bf16_what = "vdpbf16ps zmm";
         if (out->bf16_gflops < 0.0) goto no_threads;
     }
     if (fma_zmm || fma) {
-        probe p = fma_zmm ? (probe){probe_fma_zmm, 24.0 * 32.0} : (probe){probe_fma_ymm, 12.0 * 16.0};
+        probe p = fma_zmm ? (probe){probe_fma_zmm, 24.0 * 32.0, 0} : (probe){probe_fma_ymm, 12.0 * 16.0, 0};
         out->fma_gflops = measure(&p, threads, seconds, &sink);
         out->fma_what = fma_zmm ? "vfmadd231ps zmm" : "vfmadd231ps ymm";
         if (out->fma_gflops < 0.0) goto no_threads;
+    }
+    if (avx512 || cpu_has(CPU_AVX2)) {
+        pthread_once(&read_once, read_buf_alloc);
+        if (read_buf) {
+            probe p = {avx512 ? probe_read_zmm : probe_read_ymm, (double)(read_bytes / (size_t)threads / 256 * 256), 1};
+            out->read_gbs = measure(&p, threads, seconds, &sink);
+            out->read_bytes = (double)read_bytes;
+            snprintf(read_what, sizeof read_what, "%s loads over %zu MiB", avx512 ? "512-bit" : "256-bit",
+                     read_bytes >> 20);
+            out->read_what = read_what;
+            if (out->read_gbs < 0.0) goto no_threads;
+        } else {
+            out->read_what = "n/a: out of memory for the probe's buffer";
+        }
     }
     out->seconds = cli_now() - t0;
     return A2AMM_OK;
@@ -353,6 +438,7 @@ bench_ceiling bench_ceiling_peak(const bench_ceiling *a, const bench_ceiling *b)
     c.amx_l2_gflops = peak(a->amx_l2_gflops, b->amx_l2_gflops);
     c.bf16_gflops = peak(a->bf16_gflops, b->bf16_gflops);
     c.fma_gflops = peak(a->fma_gflops, b->fma_gflops);
+    c.read_gbs = peak(a->read_gbs, b->read_gbs);
     c.seconds = a->seconds + b->seconds;
     return c;
 }

@@ -9,6 +9,9 @@
  * With AMX, a second figure: the same four TDPBF16PS with their two A and
  * two B tiles loaded every time from operands too large for L1 and held in
  * L2 (a2amm's packed layouts), the most a kernel fed from L2 can reach.
+ * And the streaming read bandwidth: T threads each reading its part of a
+ * buffer twice the last-level cache (at least 512 MiB) with plain 512-bit
+ * (or 256-bit) loads, the most a matmul that is a read of B can reach.
  */
 #ifndef A2AMM_CLI_BENCH_CEILING_H
 #define A2AMM_CLI_BENCH_CEILING_H
@@ -25,6 +28,9 @@ typedef struct bench_ceiling {
     const char *amx_l2_what; /* "4 tile loads a step", or why it is absent */
     const char *bf16_what; /* "vdpbf16ps zmm", or why it is absent */
     const char *fma_what;  /* "vfmadd231ps zmm" / "vfmadd231ps ymm", or why absent */
+    double read_gbs;       /* the streaming read, GB/s; NAN when not measured */
+    double read_bytes;     /* the size of the buffer it reads */
+    const char *read_what; /* "512-bit loads over 960 MiB", or why absent */
     double seconds;        /* the probe's whole time */
 } bench_ceiling;
 
@@ -38,7 +44,7 @@ typedef struct bench_ceiling {
 int bench_ceiling_measure(int threads, double seconds, int fma_on_ymm, bench_ceiling *out, a2amm_error *err);
 
 /* The peak of two measurements (on a shared machine, the less disturbed
- * one): each ceiling's maximum, the probe times added. */
+ * one): each ceiling's (and the read's) maximum, the probe times added. */
 bench_ceiling bench_ceiling_peak(const bench_ceiling *a, const bench_ceiling *b);
 
 #endif

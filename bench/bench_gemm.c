@@ -76,6 +76,12 @@ static void gemm_usage(FILE *f)
             "  AMX fed from L2           with AMX, the probe's step again with its 4 tiles\n"
             "                            loaded every time from operands held in L2 (a2amm's\n"
             "                            layouts): the most a kernel fed from L2 reaches here\n"
+            "  memory (the line below)   a streaming read probe: every thread reads its part\n"
+            "                            of a buffer twice the last-level cache (512 MiB at\n"
+            "                            least), with the other probes; B's fp8 bytes (codes\n"
+            "                            and scales) over a2amm's call, as a fraction of it,\n"
+            "                            also paired by round: where M is small the matmul is\n"
+            "                            a read of B, and this is the most it can reach\n"
             "The contenders run in rounds: each round times a2amm, oneDNN and OpenBLAS once\n"
             "(the first changing every round, the peers' threads made idle after their\n"
             "calls), so that a slow phase of a shared machine hits them alike; each row\n"
@@ -325,7 +331,9 @@ typedef struct gemm_report {
     bench_ceiling ceil_rounds;           /* the peak of a short probe in every round */
     int ceil_rounds_n;
     double *round_ceiling;               /* [warmup + iters]: a2amm's level's ceiling by each round's probe */
+    double *round_read;                  /* [warmup + iters]: the streaming read by each round's probe, GB/s */
     cli_summary paired;                  /* over the rounds: a2amm's GFLOP/s over its own round's probe */
+    cli_summary paired_read;             /* over the rounds: B's fp8 bytes a second over its round's read */
     bench_ceiling ceil;                  /* their peak */
     int onednn_threads, onednn_f32;
     char onednn_impl[128], onednn_threads_how[64], onednn_bf16_why[160];
@@ -385,6 +393,31 @@ static double best_fraction(const gemm_report *r)
 
 static int agrees(const gemm_row *x) { return !x->ok || x->err <= x->limit; }
 
+/* B as the inputs hold it: its fp8 codes and its E8M0 scales, one per 32 of K. */
+static double b_fp8_bytes(const gemm_opts *o) { return (double)o->N * (double)o->K * (1.0 + 1.0 / 32.0); }
+
+/* B's fp8 bytes over a2amm's median call, GB/s (what a matmul that reads B once in fp8 would need). */
+static double b_fp8_gbs(const gemm_report *r)
+{
+    const gemm_row *a = &r->rows[ROW_A2AMM];
+    return a->ok && a->t.median > 0 ? b_fp8_bytes(&r->o) / a->t.median / 1e9 : NAN;
+}
+
+/* The memory line: the streaming read probe, and B's fp8 bytes over a2amm's call against it. */
+static void print_read(const gemm_report *r)
+{
+    if (!isfinite(r->ceil.read_gbs)) {
+        printf("  memory: no streaming read measured (%s)\n", r->ceil.read_what);
+        return;
+    }
+    printf("  memory: a streaming read probe runs at %.1f GB/s (%d threads, %s);\n"
+           "          B in fp8 (codes and scales, %.1f MB) over a2amm's median call: %.1f GB/s, %.2f of\n"
+           "          the probe (paired by round: median %.2f, %.2f-%.2f); where M is small the matmul\n"
+           "          is a read of B\n",
+           r->ceil.read_gbs, r->ceil.threads, r->ceil.read_what, b_fp8_bytes(&r->o) / 1e6, b_fp8_gbs(r),
+           b_fp8_gbs(r) / r->ceil.read_gbs, r->paired_read.median, r->paired_read.min, r->paired_read.max);
+}
+
 static void print_lines_below(const gemm_report *r);
 
 static void print_table(const gemm_report *r)
@@ -408,6 +441,7 @@ static void print_table(const gemm_report *r)
     if (!r->rows[ceiling_row(r)].ok) {
         printf("         no %s ceiling to hold it against here (%s); B preparation %.3f ms (median)\n",
                ceiling_name(ceiling_row(r)), r->rows[ceiling_row(r)].why, r->prep.median * 1e3);
+        print_read(r);
         print_lines_below(r);
         return;
     }
@@ -423,6 +457,7 @@ static void print_table(const gemm_report *r)
            best_fraction(r));
     printf("         paired by round (each call over its own round's probe): median %.2f, %.2f-%.2f\n",
            r->paired.median, r->paired.min, r->paired.max);
+    print_read(r);
     print_lines_below(r);
 }
 
@@ -524,6 +559,19 @@ static void print_json(const gemm_report *r)
         snprintf(key, sizeof key, "%s_instruction", ceiling_key(row));
         cli_json_key_str(key, ceiling_what(&r->ceil, row));
     }
+    cli_json_key_num("read_gbs", "%.6g", r->ceil.read_gbs);
+    cli_json_key_num("read_gbs_first", "%.6g", r->ceil_first.read_gbs);
+    cli_json_key_num("read_gbs_last", "%.6g", r->ceil_last.read_gbs);
+    cli_json_key_num("read_gbs_rounds", "%.6g", r->ceil_rounds.read_gbs);
+    cli_json_key_num("read_bytes", "%.6g", r->ceil.read_bytes);
+    cli_json_key_str("read_instruction", r->ceil.read_what);
+    printf("},\"b_fp8_bytes\":%.6g", b_fp8_bytes(o));
+    cli_json_key_num("b_fp8_gbs", "%.6g", b_fp8_gbs(r));
+    cli_json_key_num("fraction_of_read", "%.4g", b_fp8_gbs(r) / r->ceil.read_gbs);
+    printf(",\"paired_fraction_of_read\":{\"median\":");
+    cli_json_num("%.4g", r->paired_read.median);
+    cli_json_key_num("min", "%.4g", r->paired_read.min);
+    cli_json_key_num("max", "%.4g", r->paired_read.max);
     printf("},\"fraction_of_ceiling\":");
     cli_json_num("%.4g", ratio(r, ceiling_row(r)));
     cli_json_key_num("best_fraction_of_ceiling", "%.4g", best_fraction(r));
@@ -661,7 +709,8 @@ static int gemm_setup(gemm_bench *g, a2amm_error *err)
     int frc = measure_flusher_init(&g->fl, g->pool, r->flush_bytes, err);
     if (frc) return frc;
     if (!(g->t = calloc((size_t)(CONTENDERS * o->iters), sizeof *g->t)) ||
-        !(r->round_ceiling = calloc((size_t)(o->warmup + o->iters), sizeof *r->round_ceiling)))
+        !(r->round_ceiling = calloc((size_t)(o->warmup + o->iters), sizeof *r->round_ceiling)) ||
+        !(r->round_read = calloc((size_t)(o->warmup + o->iters), sizeof *r->round_read)))
         return a2amm_fail(err, A2AMM_E_NOMEM, "out of memory");
     return gemm_inputs_make(o, &g->in, err);
 }
@@ -774,11 +823,14 @@ static void paired_fractions(gemm_report *r, const double *a2amm_t)
 {
     const int iters = r->o.iters, first = r->ceil_rounds_n - iters;
     double *f = malloc((size_t)iters * sizeof *f);
-    r->paired = (cli_summary){NAN, NAN, NAN};
+    r->paired = r->paired_read = (cli_summary){NAN, NAN, NAN};
     if (!f) return;
     for (int i = 0; i < iters; i++)
         f[i] = first >= 0 && a2amm_t[i] > 0 ? r->flop / a2amm_t[i] / 1e9 / r->round_ceiling[first + i] : NAN;
     r->paired = cli_summarize(f, iters);
+    for (int i = 0; i < iters; i++)
+        f[i] = first >= 0 && a2amm_t[i] > 0 ? b_fp8_bytes(&r->o) / a2amm_t[i] / 1e9 / r->round_read[first + i] : NAN;
+    r->paired_read = cli_summarize(f, iters);
     free(f);
 }
 
@@ -797,6 +849,7 @@ static int round_probe_run(void *ctx, a2amm_error *err)
     int rc = measure_ceiling(r, ROUND_PROBE_S, &c, err);
     if (rc) return rc;
     r->round_ceiling[r->ceil_rounds_n] = ceiling_of(&c, ceiling_row(r));
+    r->round_read[r->ceil_rounds_n] = c.read_gbs;
     r->ceil_rounds = r->ceil_rounds_n++ ? bench_ceiling_peak(&r->ceil_rounds, &c) : c;
     return A2AMM_OK;
 }
@@ -895,6 +948,7 @@ static void gemm_teardown(gemm_bench *g)
     free(g->out);
     measure_flusher_free(&g->fl);
     free(g->r.round_ceiling);
+    free(g->r.round_read);
     pool_destroy(g->pool);
     free(g->t);
 }

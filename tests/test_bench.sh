@@ -115,6 +115,13 @@ else
     expect_output "says there is no ceiling here, and why" "ceiling to hold it against here (n/a: "
     check "no fraction of a missing ceiling" bash -c "! grep -q -e 'a2amm.s fraction' -e nan '$SCRATCH/table'"
 fi
+if [ "$(yes_no bash -c "$(declare -f cpu_uses); A2AMM='$A2AMM'; cpu_uses avx2 || cpu_uses avx512f")" = yes ]; then
+    check "the memory line: the streaming read, B's fp8 bytes over a2amm's call" \
+        grep -Eq "memory: a streaming read probe runs at [0-9.]+ GB/s \(2 threads, (512|256)-bit loads over [0-9]+ MiB\)" "$SCRATCH/table"
+    expect_output "the memory line's fraction, paired by round" "over a2amm's median call: "
+else
+    expect_output "the memory line says why there is no read probe" "memory: no streaming read measured (n/a: "
+fi
 expect_output "agreement line" "agreement on 256 sampled elements"
 expect_output "a2amm agrees with fp64" "a2amm fp32 vs fp64"
 check "no peer disagrees" bash -c "! grep -q DISAGREES '$SCRATCH/out'"
@@ -178,6 +185,16 @@ check "json: the peers agree with a2amm" json_ok "$SCRATCH/j.json" \
     'd["onednn"]["agrees"] is True and d["openblas"]["agrees"] is True' \
     'd["check"]["a2amm_vs_fp64"] <= d["check"]["limit"]' 'd["check"]["samples"] == 256' \
     'd["check"]["bf16_inexact"] == 0'
+# the streaming read probe (wherever AVX2 or AVX-512 loads are there) and B's fp8 bytes against it
+readp=$(yes_no bash -c "$(declare -f cpu_uses); A2AMM='$A2AMM'; cpu_uses avx2 || cpu_uses avx512f")
+check "json has the streaming read and B's fp8 bytes against it" json_ok "$SCRATCH/j.json" \
+    'd["b_fp8_bytes"] == 70 * 96 * 33 / 32' '"read_instruction" in d["ceiling"]' \
+    '(d["ceiling"]["read_gbs"] is not None) == ("'$readp'" == "yes")' \
+    'd["ceiling"]["read_gbs"] is None or (d["ceiling"]["read_gbs"] > 0 and d["ceiling"]["read_bytes"] >= 512 * 2**20)' \
+    'd["ceiling"]["read_gbs"] is None or d["ceiling"]["read_gbs"] == max(d["ceiling"]["read_gbs_first"], d["ceiling"]["read_gbs_last"], d["ceiling"]["read_gbs_rounds"])' \
+    'd["b_fp8_gbs"] > 0 and abs(d["b_fp8_gbs"] - d["b_fp8_bytes"] / d["a2amm"]["median_s"] / 1e9) <= 1e-3 * d["b_fp8_gbs"]' \
+    'd["ceiling"]["read_gbs"] is None or abs(d["fraction_of_read"] - d["b_fp8_gbs"] / d["ceiling"]["read_gbs"]) <= 1e-3 * d["fraction_of_read"]' \
+    'd["ceiling"]["read_gbs"] is None or 0 < d["paired_fraction_of_read"]["min"] <= d["paired_fraction_of_read"]["median"] <= d["paired_fraction_of_read"]["max"]'
 # 3 threads on fewer cores is warned about on stderr, and nothing else may be there
 check "json: nothing else on stderr" bash -c "! grep -v 'threads on .* cores: the figures say little' '$SCRATCH/j.err' | grep -q ."
 

@@ -821,6 +821,76 @@ static void test_prepare_on_pool(gemm_isa isa)
 }
 
 /*
+ * B prepared for calls of few rows (gemm_b_prepare_for): where the level
+ * reads B in fp8 for so few rows, B is kept in fp8 only (no more memory
+ * than its codes and scales, the last panel padded, and the fold rule's
+ * summary), and every call, of few rows or many, gives the bits of B
+ * prepared for any rows; elsewhere it is the same handle as ever.
+ */
+static void test_prepare_for_rows(gemm_isa isa)
+{
+    const int64_t small = gemm_b_small_rows(isa);
+    for (int x = 0; x < 2; x++) {
+        problem p;
+        problem_init(&p, TYPES[x], TYPES[1 - x], 70, 64 * 3 + 9, 2080, 100, 150);
+        for (int k = 0; k < 20; k++) p.b[rng_in(0, p.N * p.K - 1)] = p.tb == A2AMM_E4M3 ? 0x7F : 0xFC;
+        for (int k = 0; k < 30; k++) {
+            *sb_at(&p, rng_in(0, p.N - 1), rng_in(0, p.K / 32 - 1)) = (uint8_t)rng_in(0, 255);
+            *sa_at(&p, rng_in(0, p.rows - 1), rng_in(0, p.K / 32 - 1)) = (uint8_t)rng_in(0, 12);
+        }
+        for (int k = 0; k < 10; k++) memset(p.b + rng_in(0, p.N - 1) * p.K + 32 * rng_in(0, p.K / 32 - 1), 0x80, 32);
+        a2amm_error err;
+        gemm_b *any = prepare(isa, &p), *few = NULL;
+        int rc = gemm_b_prepare_for(NULL, isa, p.b, p.sb, p.N, p.K, p.ldsb, p.tb, small > 0 ? small : 1, &few, &err);
+        CHECK(rc == 0 && few, "prepare %s for few rows: %s", gemm_isa_name(isa), err.msg);
+        if (!any || !few) return;
+        int64_t nkb = p.K / 32, npanels = (p.N + 63) / 64;
+        if (small > 0)
+            CHECK(gemm_b_bytes(few) <= npanels * 64 * p.K * 33 / 32 + nkb * npanels * 3 &&
+                      gemm_b_bytes(few) + 2 * p.N * p.K <= gemm_b_bytes(any),
+                  "%s: B for few rows holds %lld bytes (B for any rows %lld; its codes and scales %lld)",
+                  gemm_isa_name(isa), (long long)gemm_b_bytes(few), (long long)gemm_b_bytes(any),
+                  (long long)(p.N * p.K * 33 / 32));
+        else
+            CHECK(gemm_b_bytes(few) == gemm_b_bytes(any), "%s: B for few rows differs in size", gemm_isa_name(isa));
+        int64_t ldc = p.N + 3;
+        float *c0 = initial_c(p.rows, ldc, 1);
+        static const int64_t ROWS[] = {1, 5, 70};
+        for (int call = 0; call < 4; call++)
+            for (size_t r = 0; r < sizeof ROWS / sizeof *ROWS; r++) {
+                float *want = copy_c(c0, p.rows * ldc), *got = copy_c(c0, p.rows * ldc);
+                uint16_t *want_out = calloc((size_t)(p.rows * p.N), 2), *got_out = calloc((size_t)(p.rows * p.N), 2);
+                gemm_a_slab slab = {p.a + 32, p.sa + 1, p.lda, p.ldsa, p.ta};
+                const gemm_b *bs[2] = {any, few};
+                float *cs[2] = {want, got};
+                uint16_t *outs[2] = {want_out, got_out};
+                for (int h = 0; h < 2; h++) {
+                    int64_t klen = p.K - 64, n0 = 3, n1 = p.N;
+                    if (call == 0) gemm_accumulate(bs[h], &slab, ROWS[r], 32, klen, n0, n1, cs[h], ldc);
+                    if (call == 1) gemm_multiply(bs[h], &slab, ROWS[r], 32, klen, n0, n1, cs[h], ldc);
+                    if (call == 2) gemm_accumulate_store(bs[h], &slab, ROWS[r], 32, klen, n0, n1, cs[h], ldc, outs[h], p.N);
+                    if (call == 3) gemm_multiply_store(bs[h], &slab, ROWS[r], 32, klen, n0, n1, cs[h], ldc, outs[h], p.N);
+                }
+                long differ = 0;
+                if (call < 2)
+                    for (int64_t i = 0; i < p.rows * ldc; i++) differ += f2u(got[i]) != f2u(want[i]);
+                else
+                    differ = memcmp(got_out, want_out, (size_t)(p.rows * p.N) * 2) != 0;
+                CHECK(differ == 0, "%s: B for few rows, call %d on %lld rows: %ld values differ from B for any rows",
+                      gemm_isa_name(isa), call, (long long)ROWS[r], differ);
+                free(want);
+                free(got);
+                free(want_out);
+                free(got_out);
+            }
+        free(c0);
+        gemm_b_free(any);
+        gemm_b_free(few);
+        problem_free(&p);
+    }
+}
+
+/*
  * A level this CPU cannot run (or A2AMM_CPU_HIDE hides) is refused, naming
  * the level and why: by gemm_b_prepare and by gemm_isa_select when
  * A2AMM_ISA forces it; and the best level picked instead is one that runs.
@@ -873,6 +943,7 @@ static void test_level(gemm_isa isa)
     test_zero_blocks(isa);
     test_special_codes(isa);
     test_prepare_on_pool(isa);
+    test_prepare_for_rows(isa);
 }
 
 /*

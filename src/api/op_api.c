@@ -243,7 +243,10 @@ static int set_weights(a2amm_op *op, const uint8_t *b, const uint8_t *sb, int64_
         return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_set_weights: ldsb must be at least k/32 = %lld (got %lld)",
                           (long long)(op->cfg.k / 32), (long long)ldsb);
     gemm_b *nb = NULL;
-    int rc = gemm_b_prepare_on(op->rk.pool, op->isa, b, sb, op->cfg.n, op->cfg.k, ldsb, op->cfg.b_type, &nb, err);
+    /* Every matmul of the op is one tile's rows or fewer: where the level reads B in fp8 for so few
+     * (decode-sized tiles), B is kept in fp8 only, no wider copy (gemm_b_prepare_for). */
+    int rc = gemm_b_prepare_for(op->rk.pool, op->isa, b, sb, op->cfg.n, op->cfg.k, ldsb, op->cfg.b_type, op->rk.tm,
+                                &nb, err);
     if (rc) return rc;
     gemm_b_free(op->rk.owned_b);
     op->rk.owned_b = nb;

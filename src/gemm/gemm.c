@@ -1,16 +1,24 @@
-/* The gemm dispatcher: picks the ISA level once, routes calls to its kernel. */
-#include "gemm/gemm_internal.h"
+/*
+ * The gemm dispatcher: the levels' table, which level runs here, and the
+ * public calls, which the one driver (gemm_driver.c) runs on the level's
+ * context.
+ */
+#include "gemm/gemm_level.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "common/cpu.h"
 #include "common/error.h"
-#include "gemm/gemm_amx.h"
 #include "mx/mx.h"
 
+/* By gemm_isa. */
+static const gemm_level *const LEVELS[GEMM_ISA_COUNT] = {&gemm_ref_level, &gemm_avx2_level, &gemm_avx512_level,
+                                                         &gemm_amx_level};
 static const char *const ISA_NAMES[GEMM_ISA_COUNT] = {"ref", "avx2", "avx512", "amx"};
 
 const char *gemm_isa_name(gemm_isa isa)
@@ -18,56 +26,67 @@ const char *gemm_isa_name(gemm_isa isa)
     return (unsigned)isa < GEMM_ISA_COUNT ? ISA_NAMES[isa] : "?";
 }
 
-static const gemm_kernel_ops *kernel_ops(gemm_isa isa)
+/* ---- Block sizes from the caches --------------------------------------------- */
+
+static gemm_level blocked[GEMM_ISA_COUNT];
+static pthread_once_t blocked_once = PTHREAD_ONCE_INIT;
+
+/*
+ * At most the rows of packed A whose block (`packs` chunks deep) fits in
+ * an L2 of l2 bytes beside the panel's chunks of B it multiplies and the
+ * next panel's, brought in meanwhile; the level's own figure where that is
+ * more (it was measured), and at least one tile. The levels' figures fit
+ * every L2 of 1 MB and more with room to spare, so this changes nothing
+ * there; on a smaller L2 (256-512 KB) it keeps the design's premise that a
+ * block of A stays in L2 while B's panels stream past.
+ */
+static int fit_rows(const gemm_level *L, int rows, int packs, long l2)
 {
-    switch (isa) {
-    case GEMM_ISA_REF: return &gemm_ref_ops;
-    case GEMM_ISA_AVX2: return gemm_avx2_ops_get();
-    case GEMM_ISA_AVX512:
-    case GEMM_ISA_AMX: return gemm_avx512_ops_get(); /* one packing; the kernel follows b->isa */
+    if (l2 <= 0 || !L->kernel) return rows;
+    int64_t b_bytes = 2 * (int64_t)packs * (L->kc / 32) * L->b_block;
+    int64_t fit = (l2 - b_bytes) / ((int64_t)packs * L->a_ld) / L->mr * L->mr;
+    if (fit < L->mr) fit = L->mr;
+    return fit < rows ? (int)fit : rows;
+}
+
+static void block_levels(void)
+{
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    for (int i = 0; i < GEMM_ISA_COUNT; i++) {
+        blocked[i] = *LEVELS[i];
+        int packs = blocked[i].all_k_chunks > 1 ? blocked[i].all_k_chunks : 1;
+        blocked[i].mc = fit_rows(LEVELS[i], LEVELS[i]->mc, packs, l2);
+        blocked[i].mc_deep = fit_rows(LEVELS[i], LEVELS[i]->mc_deep, 1, l2);
     }
-    return NULL;
 }
 
-/* The features each level needs, as cpu.h names them. */
-static const cpu_feature NEEDS_AVX2[] = {CPU_AVX2, CPU_FMA};
-static const cpu_feature NEEDS_AVX512[] = {CPU_AVX512F, CPU_AVX512BW, CPU_AVX512BF16, CPU_AVX512VBMI};
-static const cpu_feature NEEDS_AMX[] = {CPU_AMX_TILE, CPU_AMX_BF16};
-
-/* The first feature of the list the library may not use, or -1. */
-static int missing_of(const cpu_feature *needs, int n)
+const gemm_level *gemm_level_blocking(gemm_isa isa)
 {
-    for (int i = 0; i < n; i++)
-        if (!cpu_has(needs[i])) return (int)needs[i];
-    return -1;
+    pthread_once(&blocked_once, block_levels);
+    return (unsigned)isa < GEMM_ISA_COUNT ? &blocked[isa] : NULL;
 }
 
-#define MISSING(list) missing_of(list, (int)(sizeof list / sizeof list[0]))
+/* ---- Which level runs here ---------------------------------------------------- */
 
 const char *gemm_isa_why_not(gemm_isa isa)
 {
     static __thread char why[160];
-    int f = -1;
-    switch (isa) {
-    case GEMM_ISA_REF: return NULL;
-    case GEMM_ISA_AVX2: f = MISSING(NEEDS_AVX2); break;
-    case GEMM_ISA_AVX512: f = MISSING(NEEDS_AVX512); break;
-    case GEMM_ISA_AMX:
-        f = MISSING(NEEDS_AVX512);
-        if (f < 0) f = MISSING(NEEDS_AMX);
-        if (f < 0 && !gemm_amx_usable()) return "the OS does not grant the AMX tile state (arch_prctl refused)";
-        break;
-    default: return "no such level";
+    if ((unsigned)isa >= GEMM_ISA_COUNT) return "no such level";
+    const gemm_level *L = LEVELS[isa];
+    for (int i = 0; i < L->nneeds; i++) {
+        cpu_feature f = L->needs[i];
+        if (cpu_has(f)) continue;
+        snprintf(why, sizeof why, "%s %s", cpu_detected(f) ? "A2AMM_CPU_HIDE hides" : "this CPU lacks",
+                 cpu_feature_name(f));
+        return why;
     }
-    if (f < 0) return NULL;
-    snprintf(why, sizeof why, "%s %s", cpu_detected((cpu_feature)f) ? "A2AMM_CPU_HIDE hides" : "this CPU lacks",
-             cpu_feature_name((cpu_feature)f));
-    return why;
+    if (L->usable && !L->usable()) return "the OS does not grant the AMX tile state (arch_prctl refused)";
+    return NULL;
 }
 
 int gemm_isa_supported(gemm_isa isa)
 {
-    return kernel_ops(isa) && gemm_isa_why_not(isa) == NULL;
+    return gemm_isa_why_not(isa) == NULL;
 }
 
 int gemm_isa_select(gemm_isa *out, a2amm_error *err)
@@ -96,6 +115,8 @@ int gemm_isa_select(gemm_isa *out, a2amm_error *err)
     return A2AMM_OK;
 }
 
+/* ---- Prepared B ------------------------------------------------------------------ */
+
 int gemm_b_prepare(gemm_isa isa, const uint8_t *bq, const uint8_t *sb, int64_t N, int64_t K,
                    int64_t ldsb, a2amm_fp8_type type, gemm_b **out, a2amm_error *err)
 {
@@ -104,6 +125,22 @@ int gemm_b_prepare(gemm_isa isa, const uint8_t *bq, const uint8_t *sb, int64_t N
 
 int gemm_b_prepare_on(pool *workers, gemm_isa isa, const uint8_t *bq, const uint8_t *sb, int64_t N, int64_t K,
                       int64_t ldsb, a2amm_fp8_type type, gemm_b **out, a2amm_error *err)
+{
+    return gemm_b_prepare_for(workers, isa, bq, sb, N, K, ldsb, type, 0, out, err);
+}
+
+int64_t gemm_b_small_rows(gemm_isa isa)
+{
+    return (unsigned)isa < GEMM_ISA_COUNT ? gemm_level_blocking(isa)->small_m : 0;
+}
+
+int64_t gemm_b_bytes(const gemm_b *b)
+{
+    return gemm_driver_bytes(b);
+}
+
+int gemm_b_prepare_for(pool *workers, gemm_isa isa, const uint8_t *bq, const uint8_t *sb, int64_t N, int64_t K,
+                       int64_t ldsb, a2amm_fp8_type type, int64_t max_rows, gemm_b **out, a2amm_error *err)
 {
     *out = NULL;
     if (N < 1 || K < 32 || K % 32 != 0 || ldsb < K / 32)
@@ -116,8 +153,13 @@ int gemm_b_prepare_on(pool *workers, gemm_isa isa, const uint8_t *bq, const uint
                           gemm_isa_name(isa), gemm_isa_why_not(isa));
     gemm_b *b = calloc(1, sizeof *b);
     if (!b) return a2amm_fail(err, A2AMM_E_NOMEM, "gemm: out of memory");
-    *b = (gemm_b){isa, N, K, type, NULL};
-    int rc = kernel_ops(isa)->prepare(b, bq, sb, ldsb, workers, err);
+    b->isa = isa;
+    b->level = gemm_level_blocking(isa);
+    b->N = N;
+    b->K = K;
+    b->type = type;
+    b->fp8_only = max_rows > 0 && max_rows <= b->level->small_m;
+    int rc = gemm_driver_prepare(b, bq, sb, ldsb, workers, err);
     if (rc) {
         free(b);
         return rc;
@@ -129,43 +171,43 @@ int gemm_b_prepare_on(pool *workers, gemm_isa isa, const uint8_t *bq, const uint
 void gemm_b_free(gemm_b *b)
 {
     if (!b) return;
-    kernel_ops(b->isa)->release(b);
+    gemm_driver_release(b);
     free(b);
 }
 
 gemm_isa gemm_b_isa(const gemm_b *b) { return b->isa; }
 
+/* ---- The multiply ------------------------------------------------------------------ */
+
+static void zero_c(int64_t rows, int64_t n0, int64_t n1, float *c, int64_t ldc)
+{
+    for (int64_t i = 0; i < rows; i++) memset(c + i * ldc + n0, 0, (size_t)(n1 - n0) * sizeof *c);
+}
+
 void gemm_accumulate(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
                      int64_t n0, int64_t n1, float *c, int64_t ldc)
 {
     if (rows <= 0 || klen <= 0 || n1 <= n0) return;
-    kernel_ops(b->isa)->accumulate(b, a, rows, k0, klen, n0, n1, c, ldc);
+    gemm_driver_run(b, a, rows, k0, klen, n0, n1, c, ldc, 0, NULL, 0);
 }
 
 void gemm_multiply(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen, int64_t n0,
                    int64_t n1, float *c, int64_t ldc)
 {
     if (rows <= 0 || n1 <= n0) return;
-    const gemm_kernel_ops *ops = kernel_ops(b->isa);
-    if (ops->multiply && klen > 0) {
-        ops->multiply(b, a, rows, k0, klen, n0, n1, c, ldc);
-        return;
-    }
-    for (int64_t i = 0; i < rows; i++) memset(c + i * ldc + n0, 0, (size_t)(n1 - n0) * sizeof *c);
-    if (klen > 0) ops->accumulate(b, a, rows, k0, klen, n0, n1, c, ldc);
+    if (klen > 0) gemm_driver_run(b, a, rows, k0, klen, n0, n1, c, ldc, 1, NULL, 0);
+    else zero_c(rows, n0, n1, c, ldc);
 }
 
 static void run_store(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen, int64_t n0,
                       int64_t n1, float *c, int64_t ldc, int overwrite, uint16_t *out, int64_t ldo)
 {
     if (rows <= 0 || n1 <= n0) return;
-    const gemm_kernel_ops *ops = kernel_ops(b->isa);
-    if (ops->run_store && klen > 0) {
-        ops->run_store(b, a, rows, k0, klen, n0, n1, c, ldc, overwrite, out, ldo);
+    if (klen > 0) {
+        gemm_driver_run(b, a, rows, k0, klen, n0, n1, c, ldc, overwrite, out, ldo);
         return;
     }
-    if (overwrite) gemm_multiply(b, a, rows, k0, klen, n0, n1, c, ldc);
-    else gemm_accumulate(b, a, rows, k0, klen, n0, n1, c, ldc);
+    if (overwrite) zero_c(rows, n0, n1, c, ldc);
     gemm_store_bf16(c, ldc, rows, n0, n1, out, ldo);
 }
 
@@ -180,6 +222,8 @@ void gemm_multiply_store(const gemm_b *b, const gemm_a_slab *a, int64_t rows, in
 {
     run_store(b, a, rows, k0, klen, n0, n1, c, ldc, 1, out, ldo);
 }
+
+/* ---- The split over threads -------------------------------------------------------- */
 
 /* Rows per thread from which splitting by rows pays: one full block of packed A rows. */
 enum { SPLIT_ROWS_MIN = 192, SPLIT_ROW_UNIT = 6, SPLIT_COL_UNIT = 64 };

@@ -61,6 +61,19 @@ int gemm_b_prepare(gemm_isa isa, const uint8_t *b, const uint8_t *sb, int64_t N,
 /* gemm_b_prepare with the work spread over a pool's threads (NULL: the caller's only): the same handle. */
 int gemm_b_prepare_on(pool *workers, gemm_isa isa, const uint8_t *b, const uint8_t *sb, int64_t N, int64_t K,
                       int64_t ldsb, a2amm_fp8_type type, gemm_b **out, a2amm_error *err);
+/*
+ * gemm_b_prepare_on for calls of at most max_rows rows of A (0: any). Where
+ * the level reads B in fp8 for so few rows (gemm_b_small_rows), B is kept
+ * in fp8 only, no wider packed copy: no more memory than B's own codes and
+ * scales. Such a handle still serves calls of more rows, with the same bits,
+ * more slowly.
+ */
+int gemm_b_prepare_for(pool *workers, gemm_isa isa, const uint8_t *b, const uint8_t *sb, int64_t N, int64_t K,
+                       int64_t ldsb, a2amm_fp8_type type, int64_t max_rows, gemm_b **out, a2amm_error *err);
+/* The most rows of a call the level multiplies reading B in fp8 (0: it never does). */
+int64_t gemm_b_small_rows(gemm_isa isa);
+/* The bytes a prepared B holds (its packed forms, B's own codes and scales, the fold rule's summary). */
+int64_t gemm_b_bytes(const gemm_b *b);
 void gemm_b_free(gemm_b *b);
 gemm_isa gemm_b_isa(const gemm_b *b);
 

@@ -1,23 +1,46 @@
 /*
- * AMX-BF16 microkernel: a 32 x 64 block of C as two 32 x 32 halves, each
- * 2 x 2 tiles of 16 x 16 fp32 (tmm0-3) fed by two A tiles (tmm4-5: 16 rows x
- * 16 K-pairs) and two B tiles (tmm6-7: 16 K-pairs x 16 columns): four loads
- * per four TDPBF16PS, the most reuse eight tile registers allow.
+ * The amx level (Intel AMX-BF16: TDPBF16PS on 16 x 16 fp32 tiles), on the
+ * bf16 packing of gemm_bf16_pack.h, which the avx512 level shares.
  *
- * The packed panels need no layout of their own: a B tile is 16 consecutive
- * K-pairs of 16 columns of a panel (row stride 256 bytes), an A tile 16
- * packed rows' dwords of 16 K-pairs (row stride lda * 4).
+ * The microkernel: a 32 x 64 block of C as two 32 x 32 halves, each 2 x 2
+ * tiles of 16 x 16 fp32 (tmm0-3) fed by two A tiles (tmm4-5: 16 rows x 16
+ * K-pairs) and two B tiles (tmm6-7: 16 K-pairs x 16 columns): four loads
+ * per four TDPBF16PS, the most reuse eight tile registers allow. The packed
+ * operands are what tile loads read: a B tile is 16 consecutive K-pairs of
+ * 16 columns of a panel (row stride 256 bytes), an A tile 16 packed rows'
+ * dwords of 16 K-pairs (row stride BF16_A_LD * 4).
+ *
+ * The tiles start from C (or zero) and carry on over the chunks, so a
+ * block's value depends only on the sequence of K-pairs, not on how they
+ * are cut into chunks or calls: the context lets the driver pass all of K
+ * in one call where it is two chunks (a panel's B over both, 256 KB, and
+ * the block's A, 2 x 192 rows, then share L2), and go chunk by chunk
+ * through C otherwise, in blocks of 384 rows (A one chunk deep, 811 KB,
+ * fills L2 as the all-K path's two chunks of 192 rows do, and each panel's
+ * B chunk serves twice the rows: 1.05-1.08x at K 3072-8192, 1.03-1.04x at
+ * 1024, neutral below a whole chunk). Tile loads that miss L2 wait line by
+ * line, so each call brings its share of the next panel's B into L2.
+ * TDPBF16PS flushes subnormals like vdpbf16ps; the fold rule already keeps
+ * every product and sum normal.
  */
 #include "gemm/gemm_amx.h"
-
-#include "common/cpu.h"
 
 #include <immintrin.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/cpu.h"
+#include "gemm/gemm_bf16_pack.h"
+#include "gemm/gemm_bf16_round.h"
+#include "gemm/gemm_bf16_widen.h"
+#include "gemm/gemm_level.h"
+
 #define AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
+/* the epilogue's bf16 rounding is AVX-512's, which every AMX CPU has (the level needs it) */
+#define AMX_AVX512_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
+/* the small-M path widens B with the avx512 level's instructions */
+#define AMX_WIDEN_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16,avx512vbmi")))
 
 /* Linux's arch_prctl request for the tile data state (asm/prctl.h, not in every libc's headers). */
 enum { ARCH_REQ_XCOMP_PERM_ = 0x1023, XFEATURE_XTILEDATA_ = 18 };
@@ -60,14 +83,16 @@ AMX_TARGET void gemm_amx_begin(void) { _tile_loadconfig(&CONFIG); }
 
 AMX_TARGET void gemm_amx_end(void) { _tile_release(); }
 
-AMX_TARGET void gemm_amx_block(const uint32_t *const *a, int64_t lda, const uint32_t *const *b, const int64_t *kpairs,
-                               int chunks, const float *c_in, int64_t ldc_in, float *c_out, int64_t ldc_out,
-                               const char *prefetch, const char *prefetch_end)
+/* The 32 x 64 block, from c_in (or zero) over the chunks, to c_out (row strides in floats). */
+AMX_TARGET static void amx_block(const gemm_tile *t, float *c_out, int64_t ldc_out)
 {
-    const int64_t a_stride = lda * 4, b_stride = 64 * 4, in_stride = ldc_in * 4, out_stride = ldc_out * 4;
+    const int64_t a_stride = BF16_A_LD * 4, b_stride = BF16_NR * 4, in_stride = t->ldc_in * 4;
+    const int64_t out_stride = ldc_out * 4;
+    const float *c_in = t->c_in;
+    const char *prefetch = t->prefetch, *prefetch_end = t->prefetch_end;
     /* lines to prefetch per step: the range spread over both halves' steps */
     int64_t steps = 0;
-    for (int i = 0; i < chunks; i++) steps += kpairs[i] / 16;
+    for (int i = 0; i < t->chunks; i++) steps += t->k[i] / 32;
     const int64_t lines = (prefetch_end - prefetch + 63) / 64;
     const int64_t per_step = steps ? (lines + 2 * steps - 1) / (2 * steps) : 0;
     for (int h = 0; h < 2; h++) {
@@ -75,22 +100,24 @@ AMX_TARGET void gemm_amx_block(const uint32_t *const *a, int64_t lda, const uint
             const float *ci = c_in + 32 * h;
             _tile_loadd(0, ci, in_stride);
             _tile_loadd(1, ci + 16, in_stride);
-            _tile_loadd(2, ci + 16 * ldc_in, in_stride);
-            _tile_loadd(3, ci + 16 * ldc_in + 16, in_stride);
+            _tile_loadd(2, ci + 16 * t->ldc_in, in_stride);
+            _tile_loadd(3, ci + 16 * t->ldc_in + 16, in_stride);
         } else {
             _tile_zero(0);
             _tile_zero(1);
             _tile_zero(2);
             _tile_zero(3);
         }
-        for (int i = 0; i < chunks; i++) {
-            const uint32_t *a0 = a[i], *a1 = a[i] + 16 * lda, *bh = b[i] + 32 * h;
-            for (int64_t kp = 0; kp < kpairs[i]; kp += 16) {
+        for (int i = 0; i < t->chunks; i++) {
+            const uint32_t *a0 = t->a[i], *a1 = (const uint32_t *)t->a[i] + 16 * BF16_A_LD;
+            const uint32_t *bh = (const uint32_t *)t->b[i] + 32 * h;
+            const int64_t kpairs = t->k[i] / 2;
+            for (int64_t kp = 0; kp < kpairs; kp += 16) {
                 for (int64_t l = 0; l < per_step && prefetch < prefetch_end; l++, prefetch += 64)
                     _mm_prefetch(prefetch, _MM_HINT_T1);
                 _tile_loadd(4, a0 + kp, a_stride);
-                _tile_loadd(6, bh + kp * 64, b_stride);
-                _tile_loadd(7, bh + kp * 64 + 16, b_stride);
+                _tile_loadd(6, bh + kp * BF16_NR, b_stride);
+                _tile_loadd(7, bh + kp * BF16_NR + 16, b_stride);
                 _tile_loadd(5, a1 + kp, a_stride);
                 _tile_dpbf16ps(0, 4, 6);
                 _tile_dpbf16ps(1, 4, 7);
@@ -105,3 +132,219 @@ AMX_TARGET void gemm_amx_block(const uint32_t *const *a, int64_t lda, const uint
         _tile_stored(3, co + 16 * ldc_out + 16, out_stride);
     }
 }
+
+/*
+ * Block j of chunk i of a tile's B in fp8, halves [h0, h0 + halves) of its
+ * 64 columns (32 each), widened into wide (16 K-pairs, rows of 32 * halves
+ * dwords); returns where the tile loads find it (zeros for a block the fold
+ * rule refuses, as packed B holds it). A pass that starts at the first half
+ * brings the next block's lines into L1; a second pass finds them in L2 (a
+ * chunk of a panel is 66 KB).
+ */
+AMX_WIDEN_TARGET static inline __attribute__((always_inline)) const uint32_t *
+widen_block(const gemm_tile *t, int i, int64_t j, int h0, int halves, const widen_consts *w, uint32_t *wide)
+{
+    static const uint32_t zeros[16 * 64] __attribute__((aligned(64)));
+    if ((t->b_refused[i] >> j) & 1) return zeros;
+    const uint8_t *blk = (const uint8_t *)t->b[i] + j * BF16_B8_BLOCK;
+    __m512i offset[4], biased[4];
+    for (int g = 0; g < 2 * halves; g++) {
+        offset[g] = widen_offsets(blk + 16 * (2 * h0 + g));
+        biased[g] = _mm512_add_epi16(offset[g], w->bias);
+    }
+#pragma GCC unroll 4
+    for (int kp = 0; kp < 16; kp++) {
+        const uint8_t *codes = blk + 64 + kp * 128;
+        if (h0 == 0) {
+            _mm_prefetch((const char *)codes + BF16_B8_BLOCK, _MM_HINT_T0);
+            _mm_prefetch((const char *)codes + BF16_B8_BLOCK + 64, _MM_HINT_T0);
+        }
+        for (int h = 0; h < halves; h++) {
+            __m512bh v[2];
+            widen64(codes + 64 * (h0 + h), offset + 2 * h, biased + 2 * h, w, v);
+            _mm512_store_si512(wide + (kp * halves + h) * 32, (__m512i)v[0]);
+            _mm512_store_si512(wide + (kp * halves + h) * 32 + 16, (__m512i)v[1]);
+        }
+    }
+    return wide;
+}
+
+/* Lines of the next call's B to bring into L2 at each of a call's steps (blocks): all of them over `passes`. */
+static inline int64_t prefetch_per_step(const gemm_tile *t, int passes)
+{
+    int64_t steps = 0;
+    for (int i = 0; i < t->chunks; i++) steps += t->k[i] / 32;
+    const int64_t lines = (t->prefetch_end - t->prefetch + 63) / 64;
+    return steps ? (lines + passes * steps - 1) / (passes * steps) : 0;
+}
+
+/* The block after block j of chunk i, widened as widen_block does; NULL after the last. */
+#define WIDEN_NEXT(t, i, j, nblk, h0, halves, w, wide)                                                       \
+    ((j) + 1 < (nblk)        ? widen_block(t, i, (j) + 1, h0, halves, w, wide)                               \
+     : (i) + 1 < (t)->chunks ? widen_block(t, (i) + 1, 0, h0, halves, w, wide)                               \
+                             : NULL)
+
+/*
+ * amx_block on B in fp8 (the small-M path): the tiles take the same steps
+ * in the same order as amx_block's on packed B, each block of B widened
+ * (widen_block) one step ahead of its tile loads, so that they never wait
+ * for the stores that made it and the tiles multiply while the next block
+ * is widened: the same bits. The tiles do 32 rows whatever the call's are.
+ */
+AMX_WIDEN_TARGET static void amx_block8(const gemm_tile *t, float *c_out, int64_t ldc_out)
+{
+    const int64_t a_stride = BF16_A_LD * 4, in_stride = t->ldc_in * 4, out_stride = ldc_out * 4;
+    const widen_consts w = widen_consts_of(t->b_type);
+    uint32_t buf[2][16 * 32] __attribute__((aligned(64)));
+    const float *c_in = t->c_in;
+    const char *prefetch = t->prefetch;
+    const int64_t per_step = prefetch_per_step(t, 2);
+    for (int h = 0; h < 2; h++) {
+        if (c_in) {
+            const float *ci = c_in + 32 * h;
+            _tile_loadd(0, ci, in_stride);
+            _tile_loadd(1, ci + 16, in_stride);
+            _tile_loadd(2, ci + 16 * t->ldc_in, in_stride);
+            _tile_loadd(3, ci + 16 * t->ldc_in + 16, in_stride);
+        } else {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+        }
+        int64_t n = 0;
+        const uint32_t *b = widen_block(t, 0, 0, h, 1, &w, buf[0]);
+        for (int i = 0; i < t->chunks; i++) {
+            const uint32_t *a0 = t->a[i], *a1 = (const uint32_t *)t->a[i] + 16 * BF16_A_LD;
+            const int64_t nblk = t->k[i] / 32;
+            for (int64_t j = 0; j < nblk; j++, n++) {
+                for (int64_t l = 0; l < per_step && prefetch < t->prefetch_end; l++, prefetch += 64)
+                    _mm_prefetch(prefetch, _MM_HINT_T1);
+                const uint32_t *next = WIDEN_NEXT(t, i, j, nblk, h, 1, &w, buf[(n + 1) & 1]);
+                _tile_loadd(4, a0 + 16 * j, a_stride);
+                _tile_loadd(6, b, 128);
+                _tile_loadd(7, b + 16, 128);
+                _tile_loadd(5, a1 + 16 * j, a_stride);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+                b = next;
+            }
+        }
+        float *co = c_out + 32 * h;
+        _tile_stored(0, co, out_stride);
+        _tile_stored(1, co + 16, out_stride);
+        _tile_stored(2, co + 16 * ldc_out, out_stride);
+        _tile_stored(3, co + 16 * ldc_out + 16, out_stride);
+    }
+}
+
+/*
+ * amx_block8 for a call that needs 16 rows or fewer (rows_used): one A
+ * tile, the block's four B tiles (all 64 columns widened in one pass, 4 KB)
+ * and four C tiles: half the tile work of 32 rows, and B read once. Each
+ * element of C takes the same steps as in amx_block (a tile row's dot
+ * products do not depend on the tile's other rows): the same bits. Rows
+ * 16-31 of C are left as they are.
+ */
+AMX_WIDEN_TARGET static void amx_block8_half(const gemm_tile *t, float *c_out, int64_t ldc_out)
+{
+    const int64_t a_stride = BF16_A_LD * 4, in_stride = t->ldc_in * 4, out_stride = ldc_out * 4;
+    const widen_consts w = widen_consts_of(t->b_type);
+    uint32_t buf[2][16 * 64] __attribute__((aligned(64)));
+    const char *prefetch = t->prefetch;
+    const int64_t per_step = prefetch_per_step(t, 1);
+    if (t->c_in) {
+        _tile_loadd(0, t->c_in, in_stride);
+        _tile_loadd(1, t->c_in + 16, in_stride);
+        _tile_loadd(2, t->c_in + 32, in_stride);
+        _tile_loadd(3, t->c_in + 48, in_stride);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    int64_t n = 0;
+    const uint32_t *b = widen_block(t, 0, 0, 0, 2, &w, buf[0]);
+    for (int i = 0; i < t->chunks; i++) {
+        const uint32_t *a0 = t->a[i];
+        const int64_t nblk = t->k[i] / 32;
+        for (int64_t j = 0; j < nblk; j++, n++) {
+            for (int64_t l = 0; l < per_step && prefetch < t->prefetch_end; l++, prefetch += 64)
+                _mm_prefetch(prefetch, _MM_HINT_T1);
+            const uint32_t *next = WIDEN_NEXT(t, i, j, nblk, 0, 2, &w, buf[(n + 1) & 1]);
+            _tile_loadd(4, a0 + 16 * j, a_stride);
+            _tile_loadd(5, b, 256);
+            _tile_loadd(6, b + 16, 256);
+            _tile_loadd(7, b + 32, 256);
+            _tile_dpbf16ps(0, 4, 5);
+            _tile_dpbf16ps(1, 4, 6);
+            _tile_dpbf16ps(2, 4, 7);
+            _tile_loadd(5, b + 48, 256);
+            _tile_dpbf16ps(3, 4, 5);
+            b = next;
+        }
+    }
+    _tile_stored(0, c_out, out_stride);
+    _tile_stored(1, c_out + 16, out_stride);
+    _tile_stored(2, c_out + 32, out_stride);
+    _tile_stored(3, c_out + 48, out_stride);
+}
+
+/* Whole 32-row tiles only (the context says so): to C straight, or through a buffer rounded to out. */
+AMX_AVX512_TARGET static inline __attribute__((always_inline)) void
+amx_tile(const gemm_tile *t, void (*block)(const gemm_tile *, float *, int64_t))
+{
+    if (!t->out) {
+        block(t, t->c_out, t->ldc_out);
+        return;
+    }
+    float buf[GEMM_AMX_ROWS * BF16_NR] __attribute__((aligned(64)));
+    block(t, buf, BF16_NR);
+    for (int r = 0; r < GEMM_AMX_ROWS; r++)
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++)
+            _mm256_storeu_si256((__m256i *)(t->out + r * t->ldo + 16 * g),
+                                gemm_bf16_round16(_mm512_load_ps(buf + r * BF16_NR + 16 * g)));
+}
+
+AMX_AVX512_TARGET static void amx_kernel(const gemm_tile *t) { amx_tile(t, amx_block); }
+
+AMX_AVX512_TARGET static void amx_kernel8(const gemm_tile *t)
+{
+    amx_tile(t, t->rows_used <= GEMM_AMX_ROWS / 2 ? amx_block8_half : amx_block8);
+}
+
+static const cpu_feature NEEDS[] = {CPU_AVX512F,  CPU_AVX512BW, CPU_AVX512BF16,
+                                    CPU_AVX512VBMI, CPU_AMX_TILE, CPU_AMX_BF16};
+
+const gemm_level gemm_amx_level = {
+    .isa = GEMM_ISA_AMX,
+    .needs = NEEDS,
+    .nneeds = (int)(sizeof NEEDS / sizeof NEEDS[0]),
+    .usable = gemm_amx_usable,
+    .kernel = amx_kernel,
+    .format = GEMM_FOLD_BF16,
+    .nr = BF16_NR,
+    .kc = BF16_KC,
+    .mr = GEMM_AMX_ROWS,
+    .full_rows = 1,
+    .mc = 192,       /* x 2 chunks where all of K is packed: 811 KB of A beside a panel's 256 KB of B */
+    .mc_deep = 384,  /* chunk by chunk: A one chunk deep, 811 KB (see above) */
+    .all_k_chunks = 2,
+    .prefetch_k = 0, /* the next panel split evenly over the calls, spread over their steps */
+    .a_ld = BF16_A_LD * 4,
+    .a_block = 64,
+    .b_block = BF16_B_BLOCK,
+    .pack_b = gemm_bf16_pack_b,
+    .pack_a_row = gemm_bf16_pack_a_row,
+    .begin = gemm_amx_begin,
+    .end = gemm_amx_end,
+    .small_m = GEMM_AMX_ROWS, /* one tile: B widened once a call; more tiles would widen it again each */
+    .kernel8 = amx_kernel8,
+    .b8_block = BF16_B8_BLOCK,
+    .pack_b8 = gemm_bf16_pack_b8,
+    .b8_block_codes = gemm_bf16_b8_block_codes,
+};

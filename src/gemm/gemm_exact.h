@@ -17,21 +17,36 @@
 
 /* B kept in fp8 for the exact path. */
 typedef struct gemm_exact_b {
-    uint8_t *codes;  /* [N][K]: B transposed, as given */
-    uint8_t *scales; /* [N][nkb] */
+    uint8_t *codes;  /* [N][K]: B transposed, as given; or, with block_codes, a level's fp8 panels */
+    uint8_t *scales; /* [N][nkb]; with block_codes, only while B is prepared (the panels hold them) */
     int64_t N, K, nkb;
+    /* NULL, or where codes are in a level's own order: the 32 codes of B's row n, K-block kb, into
+     * out, and their scale (returned) */
+    uint8_t (*block_codes)(const struct gemm_exact_b *eb, int64_t n, int64_t kb, uint8_t out[32]);
     float lut[256]; /* value of each code of B's type */
 } gemm_exact_b;
 
 /* Copies B; A2AMM_OK or A2AMM_E_NOMEM. */
 int gemm_exact_b_init(gemm_exact_b *eb, const uint8_t *bq, const uint8_t *sb, int64_t N, int64_t K,
                       int64_t ldsb, a2amm_fp8_type type);
-/* gemm_exact_b_init in two steps: all but the codes, then the codes of B's rows [n0, n1) (threads may
- * copy disjoint rows). */
+/* gemm_exact_b_init in two steps: all but the codes (codes_bytes of room for them), then the
+ * codes of B's rows [n0, n1) as given (threads may copy disjoint rows). */
 int gemm_exact_b_alloc(gemm_exact_b *eb, const uint8_t *sb, int64_t N, int64_t K, int64_t ldsb,
-                       a2amm_fp8_type type);
+                       a2amm_fp8_type type, size_t codes_bytes);
 void gemm_exact_b_copy_codes(gemm_exact_b *eb, const uint8_t *bq, int64_t n0, int64_t n1);
 void gemm_exact_b_free(gemm_exact_b *eb);
+
+/* The 32 codes of B's row n, K-block kb (in place, or gathered into buf), and their scale. */
+static inline const uint8_t *gemm_exact_codes(const gemm_exact_b *eb, int64_t n, int64_t kb, uint8_t buf[32],
+                                              uint8_t *scale)
+{
+    if (eb->block_codes) {
+        *scale = eb->block_codes(eb, n, kb, buf);
+        return buf;
+    }
+    *scale = eb->scales[n * eb->nkb + kb];
+    return eb->codes + n * eb->K + kb * 32;
+}
 
 /*
  * What the fold rule needs of one 32-row K-block of one panel of B. A column
@@ -44,11 +59,12 @@ typedef struct gemm_panel_info {
 } gemm_panel_info;
 
 /*
- * info[kb * npanels + p] for panels of `width` columns (the last one may be
- * partial); npanels = ceil(N / width).
+ * info[kb * npanels + p] for the panels p0 <= p < p1 of `width` columns
+ * (the last one may be partial; npanels = ceil(N / width)), from B's codes
+ * as given (bq, [N][K]) and its scales in eb.
  */
-void gemm_panel_info_build(const gemm_exact_b *eb, int64_t width, gemm_fold_format format,
-                           a2amm_fp8_type type, gemm_panel_info *info);
+void gemm_panel_info_build(const gemm_exact_b *eb, const uint8_t *bq, int64_t width, gemm_fold_format format,
+                           a2amm_fp8_type type, gemm_panel_info *info, int64_t p0, int64_t p1);
 
 /*
  * The fold state of one 32-block of an A row, as the levels' packing records
@@ -85,6 +101,14 @@ typedef struct gemm_exact_job {
     float *c;
     int64_t ldc;
 } gemm_exact_job;
+
+/*
+ * C[i][n] += A[i] * B over [k0, k0 + klen) for i < rows, n0 <= n < n1, every
+ * block on the exact path, row by row, K-block ascending: the ref level.
+ * lut_a: the value of each code of A's type.
+ */
+void gemm_exact_all(const gemm_exact_b *eb, const gemm_a_slab *a, const float *lut_a, int64_t rows, int64_t k0,
+                    int64_t klen, int64_t n0, int64_t n1, float *c, int64_t ldc);
 
 /*
  * Runs the exact path for slab rows [i0, i1) and slab K-blocks [j0, j1)

@@ -1,0 +1,151 @@
+/*
+ * A kernel level as the driver (gemm_driver.c) sees it, BLIS's way: the
+ * driver holds every loop (blocks of rows, chunks of K, panels of B, the
+ * packing of A with its scales folded, the exact path for the blocks that
+ * do not fold, the bf16 store and the fused last-chunk epilogue); a level
+ * supplies a microkernel of the one signature below, its packing of B and
+ * of an A row, and a context of block sizes and layouts.
+ *
+ * Adding a level (AVX10, an ARM SVE or SME kernel): a file with the
+ * microkernel, the packing (or the bf16 packing of gemm_bf16_pack.h, which
+ * avx512 and amx share) and a gemm_level; its name in gemm.h's gemm_isa and
+ * its line in gemm.c's table. No loop of the driver changes.
+ *
+ * What a level's bits depend on, and so what a level may never tune per
+ * CPU: the fold format, NR (the fold rule decides by panel, gemm_exact.h)
+ * and KC (each chunk's sum starts from zero and is added to C once, except
+ * where the accumulators carry C over chunks, as AMX's tiles do). MR, MC and
+ * the prefetching change the speed only (gemm_level_blocking adjusts MC to
+ * the CPU's L2).
+ */
+#ifndef A2AMM_GEMM_LEVEL_H
+#define A2AMM_GEMM_LEVEL_H
+
+#include <stdint.h>
+
+#include "common/cpu.h"
+#include "gemm/gemm_fold.h"
+#include "gemm/gemm_internal.h"
+
+/* Bounds every level keeps, so that the driver's fixed arrays hold any of them. */
+enum {
+    GEMM_MAX_MR = 32,        /* rows of a microkernel call */
+    GEMM_MAX_NR = 64,        /* columns of a panel */
+    GEMM_MAX_KC = 1024,      /* K of a chunk: a row's fold states of one chunk are at most 32 */
+    GEMM_MAX_A_LD = 2112,    /* bytes of one packed A row (of one chunk) */
+    GEMM_MAX_CHUNKS = 2      /* chunks a microkernel call may take at once */
+};
+
+/*
+ * One microkernel call: rows x the panel's NR columns of
+ *   result = c_in (or +0.0f where c_in is NULL) + A[rows][k] * B[k][NR]
+ * over the chunks in order, each chunk's products in the level's order, K
+ * ascending. The chunks are whole chunks of the level's KC (the last of a
+ * call may be shorter, a multiple of 32); more than one only where the
+ * level's context allows (all_k_chunks). The result goes to c_out, or,
+ * where out is set, rounded to bf16 to out (as gemm_store_bf16 rounds),
+ * c_out then unused. c_in and c_out may be the same. Row strides are in
+ * elements; every pointer is at the tile's first row and the panel's first
+ * column.
+ */
+typedef struct gemm_tile {
+    const void *a[GEMM_MAX_CHUNKS]; /* packed A at the tile's first row, the level's row stride (a_ld) */
+    const void *b[GEMM_MAX_CHUNKS]; /* the panel's packed B at the chunk's first K */
+    int64_t k[GEMM_MAX_CHUNKS];     /* K of each chunk */
+    int chunks;
+    int rows;                       /* 1..MR, or MR where the level takes whole tiles only */
+    int rows_used;                  /* of those, the rows the call needs: a level that takes whole tiles
+                                     * may leave the rest of C (padding) undone */
+    const float *c_in;
+    int64_t ldc_in;
+    float *c_out;
+    int64_t ldc_out;
+    uint16_t *out;
+    int64_t ldo;
+    /* Lines to bring into the cache meanwhile (the next panel's B), spread over the call's steps. */
+    const char *prefetch, *prefetch_end;
+    /* The small-M microkernel (kernel8) only: b holds B in fp8; bit j of b_refused[i]: chunk i's
+     * block j of the panel is refused by the fold rule (taken as zeros, as the packed B holds it). */
+    uint32_t b_refused[GEMM_MAX_CHUNKS];
+    a2amm_fp8_type b_type;
+} gemm_tile;
+
+typedef struct gemm_level {
+    gemm_isa isa;
+    const cpu_feature *needs; /* the CPU features it runs on */
+    int nneeds;
+    int (*usable)(void);      /* NULL, or what else it needs (AMX: the OS's grant of the tile state) */
+    /* No microkernel: every block takes the exact path (the ref level); nothing below is used. */
+    void (*kernel)(const gemm_tile *t);
+
+    /* ---- Fixed by the level: its bits depend on them ---- */
+    gemm_fold_format format; /* where folded values live: the fold rule's ranges (gemm_fold.h) */
+    int nr;                  /* columns of a panel of packed B */
+    int kc;                  /* K of a chunk, a multiple of 32, at most GEMM_MAX_KC */
+
+    /* ---- Speed only ---- */
+    int mr;           /* rows of a microkernel call */
+    int full_rows;    /* the microkernel takes whole MR-row tiles only (the driver buffers the last one) */
+    int mc;           /* rows of A packed at once (a multiple of MR), the most: see gemm_level_blocking */
+    int mc_deep;      /* the same where K is a whole chunk or more and goes chunk by chunk */
+    int all_k_chunks; /* K of exactly this many chunks (> 1) is all packed and each tile takes it in one
+                       * call (the level's accumulators carry C over chunks); 0: chunk by chunk */
+    /* Prefetch of the next panel: 0, the panel's range split evenly over its calls; else each call
+     * takes the next k / prefetch_k lines, one per prefetch_k of its K, until the range is covered. */
+    int prefetch_k;
+
+    /* ---- Layouts ---- */
+    int64_t a_ld;    /* bytes from one packed A row to the next (rows hold one chunk) */
+    int64_t a_block; /* bytes of one packed 32-block of an A row */
+    int64_t b_block; /* bytes of one 32-block of K of one panel of packed B */
+
+    /* ---- Packing ---- */
+    /* Panels [p0, p1) of b->packed from B's codes as given (bq, [N][K]), its scales (b->exact) and
+     * b->info (filled already): each (K-block, panel) that b->info does not mark ok packed as zeros. */
+    void (*pack_b)(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1);
+    /*
+     * One row of A: its nblk (<= kc / 32) blocks of 32 codes with their scales folded into `row`
+     * (a_block bytes each); a block that does not fold packed as zeros. state[j]: block j's fold
+     * state (gemm_exact.h: its scale, GEMM_A_ZERO or GEMM_A_UNFOLDABLE).
+     */
+    void (*pack_a_row)(const uint8_t *codes, const uint8_t *scales, int64_t nblk, a2amm_fp8_type type,
+                       void *row, int16_t *state);
+    /* NULL, or the calling thread's set-up before its microkernel calls (AMX: the tile configuration)
+     * and its release after them. */
+    void (*begin)(void);
+    void (*end)(void);
+
+    /* ---- The small-M path: B read in fp8, widened in registers (small_m 0: none) ----
+     * B's codes are kept in the panels' order (b8_block bytes a 32-block of a panel, pack_b8 writing
+     * them into b->exact.codes, b8_block_codes reading them back for the exact path), so the path
+     * costs no memory beyond the copy of B every level keeps. A call of at most small_m rows runs
+     * kernel8 on them instead of kernel on the packed B: the same arithmetic, the same bits. */
+    int small_m;
+    void (*kernel8)(const gemm_tile *t);
+    int64_t b8_block;
+    void (*pack_b8)(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1);
+    uint8_t (*b8_block_codes)(const gemm_exact_b *eb, int64_t n, int64_t kb, uint8_t out[32]);
+} gemm_level;
+
+/* The levels' contexts as their files define them (gemm.c's table lists them by gemm_isa). */
+extern const gemm_level gemm_ref_level, gemm_avx2_level, gemm_avx512_level, gemm_amx_level;
+
+/* The level's context with its cache-dependent sizes (MC) set for this CPU, computed once. */
+const gemm_level *gemm_level_blocking(gemm_isa isa);
+
+/* ---- The driver (gemm_driver.c) ---- */
+
+/* Fills b->packed, b->info and b->exact for b->level, the work spread over `workers` if not NULL. */
+int gemm_driver_prepare(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64_t ldsb, pool *workers,
+                        a2amm_error *err);
+void gemm_driver_release(gemm_b *b);
+/* What gemm_b_bytes says. */
+int64_t gemm_driver_bytes(const gemm_b *b);
+/*
+ * C = 0 first where overwrite; then C += A_slab * B over [k0, k0 + klen) x [n0, n1); then, with out,
+ * out = bf16(C) over the region (C then unspecified). rows, klen and n1 - n0 positive.
+ */
+void gemm_driver_run(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_t k0, int64_t klen,
+                     int64_t n0, int64_t n1, float *c, int64_t ldc, int overwrite, uint16_t *out, int64_t ldo);
+
+#endif
