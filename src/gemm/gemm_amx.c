@@ -83,31 +83,51 @@ AMX_TARGET void gemm_amx_begin(void) { _tile_loadconfig(&CONFIG); }
 
 AMX_TARGET void gemm_amx_end(void) { _tile_release(); }
 
+/* Half h (columns 32h..) of a 32 x 64 block of C into tmm0-3 (2 x 2 tiles): from c_in, or zeros. */
+AMX_TARGET static inline __attribute__((always_inline)) void c_tiles_load(const gemm_tile *t, int h)
+{
+    if (t->c_in) {
+        const float *ci = t->c_in + 32 * h;
+        const int64_t stride = t->ldc_in * 4;
+        _tile_loadd(0, ci, stride);
+        _tile_loadd(1, ci + 16, stride);
+        _tile_loadd(2, ci + 16 * t->ldc_in, stride);
+        _tile_loadd(3, ci + 16 * t->ldc_in + 16, stride);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+}
+
+/* tmm0-3 to half h of a 32 x 64 block of C at c_out (row stride ldc_out floats). */
+AMX_TARGET static inline __attribute__((always_inline)) void c_tiles_store(float *c_out, int64_t ldc_out, int h)
+{
+    float *co = c_out + 32 * h;
+    _tile_stored(0, co, ldc_out * 4);
+    _tile_stored(1, co + 16, ldc_out * 4);
+    _tile_stored(2, co + 16 * ldc_out, ldc_out * 4);
+    _tile_stored(3, co + 16 * ldc_out + 16, ldc_out * 4);
+}
+
+/* Lines of the next call's B to bring into L2 at each of a call's steps (blocks): all of them over `passes`. */
+static inline int64_t prefetch_per_step(const gemm_tile *t, int passes)
+{
+    int64_t steps = 0;
+    for (int i = 0; i < t->chunks; i++) steps += t->k[i] / 32;
+    const int64_t lines = (t->prefetch_end - t->prefetch + 63) / 64;
+    return steps ? (lines + passes * steps - 1) / (passes * steps) : 0;
+}
+
 /* The 32 x 64 block, from c_in (or zero) over the chunks, to c_out (row strides in floats). */
 AMX_TARGET static void amx_block(const gemm_tile *t, float *c_out, int64_t ldc_out)
 {
-    const int64_t a_stride = BF16_A_LD * 4, b_stride = BF16_NR * 4, in_stride = t->ldc_in * 4;
-    const int64_t out_stride = ldc_out * 4;
-    const float *c_in = t->c_in;
+    const int64_t a_stride = BF16_A_LD * 4, b_stride = BF16_NR * 4;
     const char *prefetch = t->prefetch, *prefetch_end = t->prefetch_end;
-    /* lines to prefetch per step: the range spread over both halves' steps */
-    int64_t steps = 0;
-    for (int i = 0; i < t->chunks; i++) steps += t->k[i] / 32;
-    const int64_t lines = (prefetch_end - prefetch + 63) / 64;
-    const int64_t per_step = steps ? (lines + 2 * steps - 1) / (2 * steps) : 0;
+    const int64_t per_step = prefetch_per_step(t, 2); /* the range spread over both halves' steps */
     for (int h = 0; h < 2; h++) {
-        if (c_in) {
-            const float *ci = c_in + 32 * h;
-            _tile_loadd(0, ci, in_stride);
-            _tile_loadd(1, ci + 16, in_stride);
-            _tile_loadd(2, ci + 16 * t->ldc_in, in_stride);
-            _tile_loadd(3, ci + 16 * t->ldc_in + 16, in_stride);
-        } else {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-        }
+        c_tiles_load(t, h);
         for (int i = 0; i < t->chunks; i++) {
             const uint32_t *a0 = t->a[i], *a1 = (const uint32_t *)t->a[i] + 16 * BF16_A_LD;
             const uint32_t *bh = (const uint32_t *)t->b[i] + 32 * h;
@@ -125,11 +145,7 @@ AMX_TARGET static void amx_block(const gemm_tile *t, float *c_out, int64_t ldc_o
                 _tile_dpbf16ps(3, 5, 7);
             }
         }
-        float *co = c_out + 32 * h;
-        _tile_stored(0, co, out_stride);
-        _tile_stored(1, co + 16, out_stride);
-        _tile_stored(2, co + 16 * ldc_out, out_stride);
-        _tile_stored(3, co + 16 * ldc_out + 16, out_stride);
+        c_tiles_store(c_out, ldc_out, h);
     }
 }
 
@@ -169,15 +185,6 @@ widen_block(const gemm_tile *t, int i, int64_t j, int h0, int halves, const wide
     return wide;
 }
 
-/* Lines of the next call's B to bring into L2 at each of a call's steps (blocks): all of them over `passes`. */
-static inline int64_t prefetch_per_step(const gemm_tile *t, int passes)
-{
-    int64_t steps = 0;
-    for (int i = 0; i < t->chunks; i++) steps += t->k[i] / 32;
-    const int64_t lines = (t->prefetch_end - t->prefetch + 63) / 64;
-    return steps ? (lines + passes * steps - 1) / (passes * steps) : 0;
-}
-
 /* The block after block j of chunk i, widened as widen_block does; NULL after the last. */
 #define WIDEN_NEXT(t, i, j, nblk, h0, halves, w, wide)                                                       \
     ((j) + 1 < (nblk)        ? widen_block(t, i, (j) + 1, h0, halves, w, wide)                               \
@@ -193,25 +200,13 @@ static inline int64_t prefetch_per_step(const gemm_tile *t, int passes)
  */
 AMX_WIDEN_TARGET static void amx_block8(const gemm_tile *t, float *c_out, int64_t ldc_out)
 {
-    const int64_t a_stride = BF16_A_LD * 4, in_stride = t->ldc_in * 4, out_stride = ldc_out * 4;
+    const int64_t a_stride = BF16_A_LD * 4;
     const widen_consts w = widen_consts_of(t->b_type);
     uint32_t buf[2][16 * 32] __attribute__((aligned(64)));
-    const float *c_in = t->c_in;
     const char *prefetch = t->prefetch;
     const int64_t per_step = prefetch_per_step(t, 2);
     for (int h = 0; h < 2; h++) {
-        if (c_in) {
-            const float *ci = c_in + 32 * h;
-            _tile_loadd(0, ci, in_stride);
-            _tile_loadd(1, ci + 16, in_stride);
-            _tile_loadd(2, ci + 16 * t->ldc_in, in_stride);
-            _tile_loadd(3, ci + 16 * t->ldc_in + 16, in_stride);
-        } else {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-        }
+        c_tiles_load(t, h);
         int64_t n = 0;
         const uint32_t *b = widen_block(t, 0, 0, h, 1, &w, buf[0]);
         for (int i = 0; i < t->chunks; i++) {
@@ -232,11 +227,7 @@ AMX_WIDEN_TARGET static void amx_block8(const gemm_tile *t, float *c_out, int64_
                 b = next;
             }
         }
-        float *co = c_out + 32 * h;
-        _tile_stored(0, co, out_stride);
-        _tile_stored(1, co + 16, out_stride);
-        _tile_stored(2, co + 16 * ldc_out, out_stride);
-        _tile_stored(3, co + 16 * ldc_out + 16, out_stride);
+        c_tiles_store(c_out, ldc_out, h);
     }
 }
 

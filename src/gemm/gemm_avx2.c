@@ -165,17 +165,7 @@ DEFINE_TILE_KERNEL(4)
 DEFINE_TILE_KERNEL(5)
 DEFINE_TILE_KERNEL(6)
 
-static void avx2_kernel(const gemm_tile *t)
-{
-    switch (t->rows) {
-    case 1: tile_kernel_1(t); break;
-    case 2: tile_kernel_2(t); break;
-    case 3: tile_kernel_3(t); break;
-    case 4: tile_kernel_4(t); break;
-    case 5: tile_kernel_5(t); break;
-    default: tile_kernel_6(t); break;
-    }
-}
+GEMM_KERNEL_BY_ROWS(avx2_kernel, tile_kernel)
 
 static const cpu_feature NEEDS[] = {CPU_AVX2, CPU_FMA};
 

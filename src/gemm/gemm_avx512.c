@@ -193,29 +193,9 @@ DEFINE_TILE_KERNEL(4)
 DEFINE_TILE_KERNEL(5)
 DEFINE_TILE_KERNEL(6)
 
-static void avx512_kernel(const gemm_tile *t)
-{
-    switch (t->rows) {
-    case 1: tile_kernel_1(t); break;
-    case 2: tile_kernel_2(t); break;
-    case 3: tile_kernel_3(t); break;
-    case 4: tile_kernel_4(t); break;
-    case 5: tile_kernel_5(t); break;
-    default: tile_kernel_6(t); break;
-    }
-}
+GEMM_KERNEL_BY_ROWS(avx512_kernel, tile_kernel)
 
-static void avx512_kernel8(const gemm_tile *t)
-{
-    switch (t->rows) {
-    case 1: tile_kernel8_1(t); break;
-    case 2: tile_kernel8_2(t); break;
-    case 3: tile_kernel8_3(t); break;
-    case 4: tile_kernel8_4(t); break;
-    case 5: tile_kernel8_5(t); break;
-    default: tile_kernel8_6(t); break;
-    }
-}
+GEMM_KERNEL_BY_ROWS(avx512_kernel8, tile_kernel8)
 
 static const cpu_feature NEEDS[] = {CPU_AVX512F, CPU_AVX512BW, CPU_AVX512BF16, CPU_AVX512VBMI};
 

@@ -127,6 +127,16 @@ typedef struct gemm_level {
     uint8_t (*b8_block_codes)(const gemm_exact_b *eb, int64_t n, int64_t kb, uint8_t out[32]);
 } gemm_level;
 
+/* A microkernel `name` for a level whose kernels are instances for 1..6 rows (kernel_1 .. kernel_6,
+ * the row count a constant in each): the instance for t->rows (6 for more). */
+#define GEMM_KERNEL_BY_ROWS(name, kernel)                                                                    \
+    static void name(const gemm_tile *t)                                                                     \
+    {                                                                                                        \
+        static void (*const by_rows[6])(const gemm_tile *) = {kernel##_1, kernel##_2, kernel##_3,            \
+                                                               kernel##_4, kernel##_5, kernel##_6};          \
+        by_rows[(t->rows < 6 ? t->rows : 6) - 1](t);                                                         \
+    }
+
 /* The levels' contexts as their files define them (gemm.c's table lists them by gemm_isa). */
 extern const gemm_level gemm_ref_level, gemm_avx2_level, gemm_avx512_level, gemm_amx_level;
 
