@@ -30,7 +30,9 @@ enum {
     MR = 6,   /* rows of a microkernel call */
     NR = 16,  /* columns of a panel (2 ymm of 8 fp32) */
     KC = 512, /* K of a chunk: a panel's chunk of B (32 KB) stays in L1 */
-    PREFETCH_K = 16 /* the microkernel prefetches one line of the next panel every 16 k */
+    PREFETCH_K = 16, /* the microkernel prefetches one line of the next panel every 16 k */
+    B8_BLOCK = NR + 32 * NR, /* B in fp8: a 32-block of a panel, its 16 scales then 32 rows of 16 codes */
+    B8_AHEAD = 1024          /* bytes of B in fp8 brought into L1 ahead of their use (the small-M path) */
 };
 
 /* ---- fp8 -> fp32 with the scale folded in ------------------------------- */
@@ -102,6 +104,36 @@ AVX2_TARGET static void avx2_pack_b(const gemm_b *b, const uint8_t *bq, int64_t 
     }
 }
 
+/*
+ * B in fp8 (the small-M path, and the exact path's copy of B): per panel and
+ * 32-block, the 16 columns' scale bytes, then the block's 32 rows of the
+ * panel's 16 codes (row t: B[32kb + t][16p .. 16p + 15]), the order the
+ * microkernel widens them in; columns past N are zeros.
+ */
+static void avx2_pack_b8(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1)
+{
+    const int64_t N = b->N, K = b->K, nkb = K / 32;
+    for (int64_t p = p0; p < p1; p++)
+        for (int64_t kb = 0; kb < nkb; kb++) {
+            uint8_t *blk = b->exact.codes + (p * nkb + kb) * B8_BLOCK;
+            memset(blk, 0, B8_BLOCK);
+            for (int64_t c = 0; c < NR && p * NR + c < N; c++) {
+                const int64_t n = p * NR + c;
+                const uint8_t *src = bq + n * K + kb * 32;
+                blk[c] = b->exact.scales[n * nkb + kb];
+                for (int t = 0; t < 32; t++) blk[NR + t * NR + c] = src[t];
+            }
+        }
+}
+
+static uint8_t avx2_b8_block_codes(const gemm_exact_b *eb, int64_t n, int64_t kb, uint8_t out[32])
+{
+    const uint8_t *blk = eb->codes + (n / NR * eb->nkb + kb) * B8_BLOCK;
+    const int c = (int)(n % NR);
+    for (int t = 0; t < 32; t++) out[t] = blk[NR + t * NR + c];
+    return blk[c];
+}
+
 /* ---- A ------------------------------------------------------------------ */
 
 AVX2_TARGET static void avx2_pack_a_row(const uint8_t *codes, const uint8_t *scales, int64_t nblk,
@@ -156,8 +188,91 @@ AVX2_INLINE void tile_kernel(const int rows, const gemm_tile *t)
         }
 }
 
+/* The factors 2^(scale - 127) of 8 columns from their scale bytes, as fold32 makes them. */
+AVX2_INLINE __m256 widen_factors(const uint8_t *scales)
+{
+    __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)scales));
+    __m256i bits = _mm256_slli_epi32(s, 23);
+    return _mm256_castsi256_ps(
+        _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(s, _mm256_setzero_si256())));
+}
+
+/* 8 codes of a row widened to fp32 with their columns' factors: fold32's arithmetic, so its bits. */
+AVX2_INLINE __m256 widen8(const uint8_t *codes, __m256i shift, __m256 rebias, __m256 factor)
+{
+    __m256i code = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)codes));
+    __m256i magnitude = _mm256_and_si256(code, _mm256_set1_epi32(0x7F));
+    __m256 x = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_sllv_epi32(magnitude, shift)), rebias);
+    x = _mm256_mul_ps(x, factor);
+    return _mm256_or_ps(x, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(code, 7), 31)));
+}
+
+/*
+ * tile_kernel on B in fp8: each row of 16 codes widened to fp32 as it is
+ * used (2 x 8 values: the bits of the packed fp32 values, fed to the same
+ * FMAs in the same order), a refused block as zeros. B comes from memory
+ * once: the next call's fp8 into L2 (prefetch, a line every 4 k) and this
+ * call's lines 1 KB ahead into L1.
+ */
+AVX2_INLINE void tile_kernel8(const int rows, const gemm_tile *t)
+{
+    const float *c_in = t->c_in;
+    float *c_out = t->c_out;
+    const int64_t ldc_in = t->ldc_in, nblk = t->k[0] / 32;
+    const int e4m3 = t->b_type == A2AMM_E4M3;
+    const __m256i shift = _mm256_set1_epi32(e4m3 ? 20 : 21);
+    const __m256 rebias = _mm256_set1_ps(e4m3 ? 0x1p120f : 0x1p112f);
+    const float *c_first = c_in ? c_in : (t->out ? NULL : c_out);
+    const int64_t ld_first = c_in ? ldc_in : t->ldc_out;
+    if (c_first)
+#pragma GCC unroll 8
+        for (int r = 0; r < rows; r++) _mm_prefetch((const char *)(c_first + r * ld_first), _MM_HINT_T0);
+    __m256 acc[MR][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    const float *a = t->a[0];
+    const uint8_t *blk = t->b[0];
+    const char *prefetch = t->prefetch;
+    for (int64_t j = 0; j < nblk; j++, blk += B8_BLOCK) {
+        const int refused = (t->b_refused[0] >> j) & 1;
+        const __m256 f0 = widen_factors(blk), f1 = widen_factors(blk + 8);
+        for (int k = 0; k < 32; k += 4) {
+            const uint8_t *row = blk + NR + k * NR;
+            if (prefetch < t->prefetch_end) {
+                _mm_prefetch(prefetch, _MM_HINT_T1);
+                prefetch += 64;
+            }
+            _mm_prefetch((const char *)row + B8_AHEAD, _MM_HINT_T0);
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++, a++, row += NR) {
+                __m256 b0 = _mm256_setzero_ps(), b1 = b0;
+                if (!refused) {
+                    b0 = widen8(row, shift, rebias, f0);
+                    b1 = widen8(row + 8, shift, rebias, f1);
+                }
+#pragma GCC unroll 8
+                for (int r = 0; r < rows; r++) {
+                    __m256 av = _mm256_broadcast_ss(a + r * KC);
+                    acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+                    acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+                }
+            }
+        }
+    }
+    /* +0.0f + acc where there is no C: the bits of C = 0 followed by C += acc */
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++)
+#pragma GCC unroll 2
+        for (int g = 0; g < 2; g++) {
+            __m256 sum = _mm256_add_ps(c_in ? _mm256_loadu_ps(c_in + r * ldc_in + 8 * g) : _mm256_setzero_ps(), acc[r][g]);
+            if (t->out) _mm_storeu_si128((__m128i *)(t->out + r * t->ldo + 8 * g), gemm_bf16_round8(sum));
+            else _mm256_storeu_ps(c_out + r * t->ldc_out + 8 * g, sum);
+        }
+}
+
 #define DEFINE_TILE_KERNEL(R) \
-    AVX2_TARGET static void tile_kernel_##R(const gemm_tile *t) { tile_kernel(R, t); }
+    AVX2_TARGET static void tile_kernel_##R(const gemm_tile *t) { tile_kernel(R, t); }   \
+    AVX2_TARGET static void tile_kernel8_##R(const gemm_tile *t) { tile_kernel8(R, t); }
 DEFINE_TILE_KERNEL(1)
 DEFINE_TILE_KERNEL(2)
 DEFINE_TILE_KERNEL(3)
@@ -166,6 +281,7 @@ DEFINE_TILE_KERNEL(5)
 DEFINE_TILE_KERNEL(6)
 
 GEMM_KERNEL_BY_ROWS(avx2_kernel, tile_kernel)
+GEMM_KERNEL_BY_ROWS(avx2_kernel8, tile_kernel8)
 
 static const cpu_feature NEEDS[] = {CPU_AVX2, CPU_FMA};
 
@@ -186,4 +302,9 @@ const gemm_level gemm_avx2_level = {
     .b_block = 32 * NR * 4,
     .pack_b = avx2_pack_b,
     .pack_a_row = avx2_pack_a_row,
+    .small_m = MR, /* one tile: B widened once a call; more tiles would widen it again each */
+    .kernel8 = avx2_kernel8,
+    .b8_block = B8_BLOCK,
+    .pack_b8 = avx2_pack_b8,
+    .b8_block_codes = avx2_b8_block_codes,
 };
