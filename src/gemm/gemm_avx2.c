@@ -110,18 +110,50 @@ AVX2_TARGET static void avx2_pack_b(const gemm_b *b, const uint8_t *bq, int64_t 
  * panel's 16 codes (row t: B[32kb + t][16p .. 16p + 15]), the order the
  * microkernel widens them in; columns past N are zeros.
  */
-static void avx2_pack_b8(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1)
+/* x[c]: 16 bytes of column c; out[t]: byte c of each column's byte t (a 16 x 16 byte transpose). */
+AVX2_INLINE void transpose16x16(const __m128i x[16], __m128i out[16])
+{
+    __m128i s1[8][2], s2[4][2][2], s3[2][2][2][2];
+    for (int k = 0; k < 8; k++) {
+        s1[k][0] = _mm_unpacklo_epi8(x[2 * k], x[2 * k + 1]);
+        s1[k][1] = _mm_unpackhi_epi8(x[2 * k], x[2 * k + 1]);
+    }
+    for (int m = 0; m < 4; m++)
+        for (int h = 0; h < 2; h++) {
+            s2[m][h][0] = _mm_unpacklo_epi16(s1[2 * m][h], s1[2 * m + 1][h]);
+            s2[m][h][1] = _mm_unpackhi_epi16(s1[2 * m][h], s1[2 * m + 1][h]);
+        }
+    for (int q = 0; q < 2; q++)
+        for (int h = 0; h < 2; h++)
+            for (int g = 0; g < 2; g++) {
+                s3[q][h][g][0] = _mm_unpacklo_epi32(s2[2 * q][h][g], s2[2 * q + 1][h][g]);
+                s3[q][h][g][1] = _mm_unpackhi_epi32(s2[2 * q][h][g], s2[2 * q + 1][h][g]);
+            }
+    for (int h = 0; h < 2; h++)
+        for (int g = 0; g < 2; g++)
+            for (int e = 0; e < 2; e++) {
+                out[8 * h + 4 * g + 2 * e] = _mm_unpacklo_epi64(s3[0][h][g][e], s3[1][h][g][e]);
+                out[8 * h + 4 * g + 2 * e + 1] = _mm_unpackhi_epi64(s3[0][h][g][e], s3[1][h][g][e]);
+            }
+}
+
+AVX2_TARGET static void avx2_pack_b8(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1)
 {
     const int64_t N = b->N, K = b->K, nkb = K / 32;
     for (int64_t p = p0; p < p1; p++)
         for (int64_t kb = 0; kb < nkb; kb++) {
             uint8_t *blk = b->exact.codes + (p * nkb + kb) * B8_BLOCK;
-            memset(blk, 0, B8_BLOCK);
-            for (int64_t c = 0; c < NR && p * NR + c < N; c++) {
+            __m128i x[2][NR], rows[NR];
+            for (int64_t c = 0; c < NR; c++) {
                 const int64_t n = p * NR + c;
                 const uint8_t *src = bq + n * K + kb * 32;
-                blk[c] = b->exact.scales[n * nkb + kb];
-                for (int t = 0; t < 32; t++) blk[NR + t * NR + c] = src[t];
+                blk[c] = n < N ? b->exact.scales[n * nkb + kb] : 0;
+                for (int h = 0; h < 2; h++)
+                    x[h][c] = n < N ? _mm_loadu_si128((const __m128i *)(src + 16 * h)) : _mm_setzero_si128();
+            }
+            for (int h = 0; h < 2; h++) {
+                transpose16x16(x[h], rows);
+                for (int t = 0; t < 16; t++) _mm_storeu_si128((__m128i *)(blk + NR + (16 * h + t) * NR), rows[t]);
             }
         }
 }
