@@ -230,6 +230,14 @@ static void read_part(int thread, int threads, const char **from, size_t *bytes)
     *bytes = part;
 }
 
+/* The sum of a read probe's lanes, in unsigned arithmetic (it wraps: only a value the loads must feed). */
+static double lanes_sum(const uint64_t *v, int n)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i < n; i++) sum += v[i];
+    return (double)(sum >> 11);
+}
+
 __attribute__((target("avx512f"))) static double probe_read_zmm(int64_t iters, int thread, int threads)
 {
     const char *p;
@@ -243,7 +251,9 @@ __attribute__((target("avx512f"))) static double probe_read_zmm(int64_t iters, i
             s2 = _mm512_add_epi64(s2, _mm512_load_si512(p + off + 128));
             s3 = _mm512_add_epi64(s3, _mm512_load_si512(p + off + 192));
         }
-    return (double)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+    uint64_t v[8];
+    _mm512_storeu_si512(v, _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+    return lanes_sum(v, 8);
 }
 
 __attribute__((target("avx2"))) static double probe_read_ymm(int64_t iters, int thread, int threads)
@@ -259,9 +269,9 @@ __attribute__((target("avx2"))) static double probe_read_ymm(int64_t iters, int 
             s2 = _mm256_add_epi64(s2, _mm256_load_si256((const __m256i *)(p + off + 64)));
             s3 = _mm256_add_epi64(s3, _mm256_load_si256((const __m256i *)(p + off + 96)));
         }
-    int64_t v[4];
+    uint64_t v[4];
     _mm256_storeu_si256((__m256i *)v, _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)));
-    return (double)(v[0] + v[1] + v[2] + v[3]);
+    return lanes_sum(v, 4);
 }
 
 /* ---- Running a probe on T threads at once ------------------------------- */

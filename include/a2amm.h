@@ -428,7 +428,7 @@ A2AMM_API int a2amm_op_create(a2amm_comm *comm, const a2amm_op_config *config, a
  * Local. Sets this rank's weights: b [n, k] fp8 (B transposed), sb its
  * scales [n, ldsb] (ldsb >= k/32). Prepared once (packed for the kernel;
  * where every matmul of the op has few rows, min(max_m, tile_m) at most
- * 32 on the amx kernel level or 6 on avx512, kept in fp8 only and read so:
+ * 32 on the amx kernel level, 6 on avx512 and avx2, kept in fp8 only and read so:
  * no more memory than b and sb themselves); replace them by calling again (between calls of a2amm_op_run: while
  * another thread is in a call of the op it is refused). The arrays may be
  * freed afterwards.
