@@ -177,20 +177,38 @@ AVX2_TARGET static void avx2_pack_a_row(const uint8_t *codes, const uint8_t *sca
 
 /* ---- The microkernel ------------------------------------------------------ */
 
-/* acc[r][g] = sum over k of A row r times B columns 8g..8g+7; then c_in + acc to c_out or out. */
-AVX2_INLINE void tile_kernel(const int rows, const gemm_tile *t)
+/* A tile's start: the C lines it will read or write brought in, the accumulators zeroed. */
+AVX2_INLINE void tile_begin(const int rows, const gemm_tile *t, __m256 acc[MR][2])
 {
-    const float *c_in = t->c_in;
-    float *c_out = t->c_out;
-    const int64_t ldc_in = t->ldc_in, kc = t->k[0];
-    const float *c_first = c_in ? c_in : (t->out ? NULL : c_out);
-    const int64_t ld_first = c_in ? ldc_in : t->ldc_out;
+    const float *c_first = t->c_in ? t->c_in : (t->out ? NULL : t->c_out);
+    const int64_t ld_first = t->c_in ? t->ldc_in : t->ldc_out;
     if (c_first)
 #pragma GCC unroll 8
         for (int r = 0; r < rows; r++) _mm_prefetch((const char *)(c_first + r * ld_first), _MM_HINT_T0);
-    __m256 acc[MR][2];
 #pragma GCC unroll 8
     for (int r = 0; r < rows; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+}
+
+/* c_in (or +0.0f where there is no C: the bits of C = 0 followed by C += acc) + acc, to c_out or rounded to out. */
+AVX2_INLINE void tile_end(const int rows, __m256 acc[MR][2], const gemm_tile *t)
+{
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++)
+#pragma GCC unroll 2
+        for (int g = 0; g < 2; g++) {
+            __m256 c = t->c_in ? _mm256_loadu_ps(t->c_in + r * t->ldc_in + 8 * g) : _mm256_setzero_ps();
+            __m256 sum = _mm256_add_ps(c, acc[r][g]);
+            if (t->out) _mm_storeu_si128((__m128i *)(t->out + r * t->ldo + 8 * g), gemm_bf16_round8(sum));
+            else _mm256_storeu_ps(t->c_out + r * t->ldc_out + 8 * g, sum);
+        }
+}
+
+/* acc[r][g] = sum over k of A row r times B columns 8g..8g+7; then c_in + acc to c_out or out. */
+AVX2_INLINE void tile_kernel(const int rows, const gemm_tile *t)
+{
+    const int64_t kc = t->k[0];
+    __m256 acc[MR][2];
+    tile_begin(rows, t, acc);
     const float *a = t->a[0], *b = t->b[0];
     const char *prefetch = t->prefetch;
     for (int64_t k = 0; k < kc; k += PREFETCH_K) {
@@ -209,15 +227,7 @@ AVX2_INLINE void tile_kernel(const int rows, const gemm_tile *t)
             }
         }
     }
-    /* +0.0f + acc where there is no C: the bits of C = 0 followed by C += acc */
-#pragma GCC unroll 8
-    for (int r = 0; r < rows; r++)
-#pragma GCC unroll 2
-        for (int g = 0; g < 2; g++) {
-            __m256 sum = _mm256_add_ps(c_in ? _mm256_loadu_ps(c_in + r * ldc_in + 8 * g) : _mm256_setzero_ps(), acc[r][g]);
-            if (t->out) _mm_storeu_si128((__m128i *)(t->out + r * t->ldo + 8 * g), gemm_bf16_round8(sum));
-            else _mm256_storeu_ps(c_out + r * t->ldc_out + 8 * g, sum);
-        }
+    tile_end(rows, acc, t);
 }
 
 /* The factors 2^(scale - 127) of 8 columns from their scale bytes, as fold32 makes them. */
@@ -248,20 +258,12 @@ AVX2_INLINE __m256 widen8(const uint8_t *codes, __m256i shift, __m256 rebias, __
  */
 AVX2_INLINE void tile_kernel8(const int rows, const gemm_tile *t)
 {
-    const float *c_in = t->c_in;
-    float *c_out = t->c_out;
-    const int64_t ldc_in = t->ldc_in, nblk = t->k[0] / 32;
+    const int64_t nblk = t->k[0] / 32;
     const int e4m3 = t->b_type == A2AMM_E4M3;
     const __m256i shift = _mm256_set1_epi32(e4m3 ? 20 : 21);
     const __m256 rebias = _mm256_set1_ps(e4m3 ? 0x1p120f : 0x1p112f);
-    const float *c_first = c_in ? c_in : (t->out ? NULL : c_out);
-    const int64_t ld_first = c_in ? ldc_in : t->ldc_out;
-    if (c_first)
-#pragma GCC unroll 8
-        for (int r = 0; r < rows; r++) _mm_prefetch((const char *)(c_first + r * ld_first), _MM_HINT_T0);
     __m256 acc[MR][2];
-#pragma GCC unroll 8
-    for (int r = 0; r < rows; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    tile_begin(rows, t, acc);
     const float *a = t->a[0];
     const uint8_t *blk = t->b[0];
     const char *prefetch = t->prefetch;
@@ -291,15 +293,7 @@ AVX2_INLINE void tile_kernel8(const int rows, const gemm_tile *t)
             }
         }
     }
-    /* +0.0f + acc where there is no C: the bits of C = 0 followed by C += acc */
-#pragma GCC unroll 8
-    for (int r = 0; r < rows; r++)
-#pragma GCC unroll 2
-        for (int g = 0; g < 2; g++) {
-            __m256 sum = _mm256_add_ps(c_in ? _mm256_loadu_ps(c_in + r * ldc_in + 8 * g) : _mm256_setzero_ps(), acc[r][g]);
-            if (t->out) _mm_storeu_si128((__m128i *)(t->out + r * t->ldo + 8 * g), gemm_bf16_round8(sum));
-            else _mm256_storeu_ps(c_out + r * t->ldc_out + 8 * g, sum);
-        }
+    tile_end(rows, acc, t);
 }
 
 #define DEFINE_TILE_KERNEL(R) \
