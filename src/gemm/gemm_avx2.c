@@ -250,17 +250,65 @@ AVX2_INLINE __m256 widen8(const uint8_t *codes, __m256i shift, __m256 rebias, __
 }
 
 /*
+ * The same values by integer arithmetic, where a block allows it (see
+ * block_mode): the code sign-extended, shifted so that its magnitude is
+ * fp32's exponent and mantissa and its sign fp32's, masked, and the
+ * exponent bias plus the column's scale added (offset). Exact, so the
+ * same bits as widen8's multiplies, in half the operations.
+ */
+AVX2_INLINE __m256 widen8_normal(const uint8_t *codes, __m128i shift, __m256i keep, __m256i offset)
+{
+    __m256i code = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)codes));
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_and_si256(_mm256_sll_epi32(code, shift), keep), offset));
+}
+
+/* (bias + scale - 127) << 23 for 8 columns: what widen8_normal adds to their exponents. */
+AVX2_INLINE __m256i widen_offsets(const uint8_t *scales, int bias)
+{
+    __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)scales));
+    return _mm256_slli_epi32(_mm256_add_epi32(s, _mm256_set1_epi32(bias - 127)), 23);
+}
+
+enum { BLOCK_ZEROS, BLOCK_NORMAL, BLOCK_EXACT };
+
+/*
+ * How a block of B in fp8 widens: zeros where the fold rule refused it;
+ * by integers where every code is normal (no zero or subnormal code, which
+ * the shift cannot make a float) and every scale is at least 15 (the
+ * results stay normal floats: the fold rule bounds them above); else by
+ * widen8's multiplies (subnormal results through fp32 subnormals).
+ */
+AVX2_INLINE int block_mode(const uint8_t *blk, int refused, __m256i exponent)
+{
+    if (refused) return BLOCK_ZEROS;
+    __m128i low = _mm_cmpeq_epi8(_mm_min_epu8(_mm_loadu_si128((const __m128i *)blk), _mm_set1_epi8(15)),
+                                 _mm_set1_epi8(15));
+    if (_mm_movemask_epi8(low) != 0xFFFF) return BLOCK_EXACT;
+    __m256i zero_exponent = _mm256_setzero_si256();
+    for (int i = 0; i < 32 * NR; i += 32)
+        zero_exponent = _mm256_or_si256(
+            zero_exponent, _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)(blk + NR + i)),
+                                                              exponent),
+                                             _mm256_setzero_si256()));
+    return _mm256_testz_si256(zero_exponent, zero_exponent) ? BLOCK_NORMAL : BLOCK_EXACT;
+}
+
+/*
  * tile_kernel on B in fp8: each row of 16 codes widened to fp32 as it is
  * used (2 x 8 values: the bits of the packed fp32 values, fed to the same
- * FMAs in the same order), a refused block as zeros. B comes from memory
- * once: the next call's fp8 into L2 (prefetch, a line every 4 k) and this
- * call's lines 1 KB ahead into L1.
+ * FMAs in the same order; block_mode says how), a refused block as zeros.
+ * B comes from memory once: the next call's fp8 into L2 (prefetch, a line
+ * every 4 k) and this call's lines 1 KB ahead into L1.
  */
 AVX2_INLINE void tile_kernel8(const int rows, const gemm_tile *t)
 {
     const int64_t nblk = t->k[0] / 32;
     const int e4m3 = t->b_type == A2AMM_E4M3;
     const __m256i shift = _mm256_set1_epi32(e4m3 ? 20 : 21);
+    const __m128i shift_normal = _mm_cvtsi32_si128(e4m3 ? 20 : 21);
+    const __m256i keep = _mm256_set1_epi32((int)(0x80000000u | (e4m3 ? 0x7Fu << 20 : 0x7Fu << 21)));
+    const __m256i exponent = _mm256_set1_epi8((char)(e4m3 ? 0x78 : 0x7C));
+    const int bias = e4m3 ? 120 : 112;
     const __m256 rebias = _mm256_set1_ps(e4m3 ? 0x1p120f : 0x1p112f);
     __m256 acc[MR][2];
     tile_begin(rows, t, acc);
@@ -268,8 +316,9 @@ AVX2_INLINE void tile_kernel8(const int rows, const gemm_tile *t)
     const uint8_t *blk = t->b[0];
     const char *prefetch = t->prefetch;
     for (int64_t j = 0; j < nblk; j++, blk += B8_BLOCK) {
-        const int refused = (t->b_refused[0] >> j) & 1;
+        const int mode = block_mode(blk, (t->b_refused[0] >> j) & 1, exponent);
         const __m256 f0 = widen_factors(blk), f1 = widen_factors(blk + 8);
+        const __m256i o0 = widen_offsets(blk, bias), o1 = widen_offsets(blk + 8, bias);
         for (int k = 0; k < 32; k += 4) {
             const uint8_t *row = blk + NR + k * NR;
             if (prefetch < t->prefetch_end) {
@@ -280,7 +329,10 @@ AVX2_INLINE void tile_kernel8(const int rows, const gemm_tile *t)
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++, a++, row += NR) {
                 __m256 b0 = _mm256_setzero_ps(), b1 = b0;
-                if (!refused) {
+                if (mode == BLOCK_NORMAL) {
+                    b0 = widen8_normal(row, shift_normal, keep, o0);
+                    b1 = widen8_normal(row + 8, shift_normal, keep, o1);
+                } else if (mode == BLOCK_EXACT) {
                     b0 = widen8(row, shift, rebias, f0);
                     b1 = widen8(row + 8, shift, rebias, f1);
                 }
