@@ -203,6 +203,17 @@ AVX2_INLINE void tile_end(const int rows, __m256 acc[MR][2], const gemm_tile *t)
         }
 }
 
+/* One k: each row's A value (a, rows KC apart) times B's 16 columns (b0, b1) into its accumulators. */
+AVX2_INLINE void tile_step(const int rows, __m256 acc[MR][2], const float *a, __m256 b0, __m256 b1)
+{
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++) {
+        __m256 av = _mm256_broadcast_ss(a + r * KC);
+        acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+    }
+}
+
 /* acc[r][g] = sum over k of A row r times B columns 8g..8g+7; then c_in + acc to c_out or out. */
 AVX2_INLINE void tile_kernel(const int rows, const gemm_tile *t)
 {
@@ -219,12 +230,7 @@ AVX2_INLINE void tile_kernel(const int rows, const gemm_tile *t)
 #pragma GCC unroll 4
         for (int u = 0; u < PREFETCH_K; u++, a++, b += NR) {
             __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-#pragma GCC unroll 8
-            for (int r = 0; r < rows; r++) {
-                __m256 av = _mm256_broadcast_ss(a + r * KC);
-                acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
-                acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
-            }
+            tile_step(rows, acc, a, b0, b1);
         }
     }
     tile_end(rows, acc, t);
@@ -336,30 +342,15 @@ AVX2_INLINE void tile_kernel8(const int rows, const gemm_tile *t)
                     b0 = widen8(row, shift, rebias, f0);
                     b1 = widen8(row + 8, shift, rebias, f1);
                 }
-#pragma GCC unroll 8
-                for (int r = 0; r < rows; r++) {
-                    __m256 av = _mm256_broadcast_ss(a + r * KC);
-                    acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
-                    acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
-                }
+                tile_step(rows, acc, a, b0, b1);
             }
         }
     }
     tile_end(rows, acc, t);
 }
 
-#define DEFINE_TILE_KERNEL(R) \
-    AVX2_TARGET static void tile_kernel_##R(const gemm_tile *t) { tile_kernel(R, t); }   \
-    AVX2_TARGET static void tile_kernel8_##R(const gemm_tile *t) { tile_kernel8(R, t); }
-DEFINE_TILE_KERNEL(1)
-DEFINE_TILE_KERNEL(2)
-DEFINE_TILE_KERNEL(3)
-DEFINE_TILE_KERNEL(4)
-DEFINE_TILE_KERNEL(5)
-DEFINE_TILE_KERNEL(6)
-
-GEMM_KERNEL_BY_ROWS(avx2_kernel, tile_kernel)
-GEMM_KERNEL_BY_ROWS(avx2_kernel8, tile_kernel8)
+GEMM_KERNEL_BY_ROWS(AVX2_TARGET, avx2_kernel, tile_kernel)
+GEMM_KERNEL_BY_ROWS(AVX2_TARGET, avx2_kernel8, tile_kernel8)
 
 static const cpu_feature NEEDS[] = {CPU_AVX2, CPU_FMA};
 

@@ -183,19 +183,8 @@ AVX512_INLINE void tile_kernel8(const int rows, const gemm_tile *t)
     tile_store(rows, acc, t);
 }
 
-#define DEFINE_TILE_KERNEL(R)                                                                  \
-    AVX512_TARGET static void tile_kernel_##R(const gemm_tile *t) { tile_kernel(R, t); }     \
-    AVX512_TARGET static void tile_kernel8_##R(const gemm_tile *t) { tile_kernel8(R, t); }
-DEFINE_TILE_KERNEL(1)
-DEFINE_TILE_KERNEL(2)
-DEFINE_TILE_KERNEL(3)
-DEFINE_TILE_KERNEL(4)
-DEFINE_TILE_KERNEL(5)
-DEFINE_TILE_KERNEL(6)
-
-GEMM_KERNEL_BY_ROWS(avx512_kernel, tile_kernel)
-
-GEMM_KERNEL_BY_ROWS(avx512_kernel8, tile_kernel8)
+GEMM_KERNEL_BY_ROWS(AVX512_TARGET, avx512_kernel, tile_kernel)
+GEMM_KERNEL_BY_ROWS(AVX512_TARGET, avx512_kernel8, tile_kernel8)
 
 static const cpu_feature NEEDS[] = {CPU_AVX512F, CPU_AVX512BW, CPU_AVX512BF16, CPU_AVX512VBMI};
 

@@ -127,13 +127,19 @@ typedef struct gemm_level {
     uint8_t (*b8_block_codes)(const gemm_exact_b *eb, int64_t n, int64_t kb, uint8_t out[32]);
 } gemm_level;
 
-/* A microkernel `name` for a level whose kernels are instances for 1..6 rows (kernel_1 .. kernel_6,
- * the row count a constant in each): the instance for t->rows (6 for more). */
-#define GEMM_KERNEL_BY_ROWS(name, kernel)                                                                    \
+/* A microkernel `name` for a level whose kernel(rows, t) is inlined once per row count 1..6 (the
+ * count a constant in each instance, built for TARGET): the instance for t->rows (6 for more). */
+#define GEMM_KERNEL_BY_ROWS(TARGET, name, kernel)                                                            \
+    TARGET static void name##_1(const gemm_tile *t) { kernel(1, t); }                                        \
+    TARGET static void name##_2(const gemm_tile *t) { kernel(2, t); }                                        \
+    TARGET static void name##_3(const gemm_tile *t) { kernel(3, t); }                                        \
+    TARGET static void name##_4(const gemm_tile *t) { kernel(4, t); }                                        \
+    TARGET static void name##_5(const gemm_tile *t) { kernel(5, t); }                                        \
+    TARGET static void name##_6(const gemm_tile *t) { kernel(6, t); }                                        \
     static void name(const gemm_tile *t)                                                                     \
     {                                                                                                        \
-        static void (*const by_rows[6])(const gemm_tile *) = {kernel##_1, kernel##_2, kernel##_3,            \
-                                                               kernel##_4, kernel##_5, kernel##_6};          \
+        static void (*const by_rows[6])(const gemm_tile *) = {name##_1, name##_2, name##_3,                  \
+                                                               name##_4, name##_5, name##_6};                \
         by_rows[(t->rows < 6 ? t->rows : 6) - 1](t);                                                         \
     }
 
