@@ -217,6 +217,8 @@ static int op_observer(void *arg, const a2amm_event *ev)
 
 /* ---- making and closing -------------------------------------------------------- */
 
+static const char *const PATHS[] = {"direct", "put"}, *const SCHEDULES[] = {"fused", "unfused"};
+
 static int parse_choice(PyObject *v, const char *what, const char *const *names, int n, int *out)
 {
     const char *s = v && PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
@@ -268,7 +270,6 @@ static int op_init(OpObject *self, PyObject *args, PyObject *kw)
     /* a bad argument fails the communicator: the other ranks are (or will be) in this collective call */
     lib_op_options o = {0};
     int ki = 0, pi = 0, si = 0;
-    static const char *const PATHS[] = {"direct", "put"}, *const SCHEDULES[] = {"fused", "unfused"};
     if (kind && parse_kind(kind, &ki) < 0) goto bad;
     if (max_m < 1 || k < 1 || n < 1) {
         PyErr_Format(PyExc_ValueError, "max_m, k and n must be given, each at least 1 (got max_m=%lld, k=%lld, "
@@ -958,17 +959,20 @@ PyObject *ext_op_heap_bytes(PyObject *self, PyObject *args, PyObject *kw)
     (void)self;
     static char *kwlist[] = {"R", "max_m", "k", "n", "a_fmt", "b_fmt", "tile_m", "depth", "path", "schedule",
                              "kind", NULL};
-    int R, depth = 0;
+    int R, depth = 0, pi = 0, si = 0;
     long long max_m, k, n, tile_m = 0;
-    const char *afmt = "e4m3", *bfmt = "e4m3", *path = "direct", *sched = "fused";
-    PyObject *kind = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iLLL|ssLissO:op_heap_bytes", kwlist, &R, &max_m, &k, &n, &afmt,
+    const char *afmt = "e4m3", *bfmt = "e4m3";
+    PyObject *kind = NULL, *path = NULL, *sched = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iLLL|ssLiOOO:op_heap_bytes", kwlist, &R, &max_m, &k, &n, &afmt,
                                      &bfmt, &tile_m, &depth, &path, &sched, &kind))
         return NULL;
     int ki = 0;
     if (kind && kind != Py_None && parse_kind(kind, &ki) < 0) return NULL;
+    /* the Op's own choices, so that a misspelt one is an error here as there, not a size for another op */
+    if (path && path != Py_None && parse_choice(path, "path", PATHS, 2, &pi) < 0) return NULL;
+    if (sched && sched != Py_None && parse_choice(sched, "schedule", SCHEDULES, 2, &si) < 0) return NULL;
     lib_op_options o = {.kind = (lib_op_kind)ki, .max_m = max_m, .k = k, .n = n, .tile_m = tile_m, .depth = depth,
-                        .path_put = !strcmp(path, "put"), .unfused = !strcmp(sched, "unfused")};
+                        .path_put = pi, .unfused = si};
     if (lib_fmt_parse(afmt, &o.a_type) || lib_fmt_parse(bfmt, &o.b_type))
         return PyErr_Format(PyExc_ValueError, "a_fmt and b_fmt must be \"e4m3\" or \"e5m2\"");
     a2amm_error err = {0, ""};

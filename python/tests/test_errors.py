@@ -61,6 +61,9 @@ f32 = np.ones((4, 64), np.float32)
      "K must be a multiple of 32 (whole MX blocks); got K = 48"),
     (lambda: a2amm.Op.heap_bytes(2, 4, 64, 16, kind="reverse"), ValueError,
      'kind (the op kinds this library runs) must be "alltoall-matmul" or "matmul-alltoall"; got \'reverse\''),
+    (lambda: a2amm.Op.heap_bytes(2, 4, 64, 16, path="Put"), ValueError, 'path must be "direct" or "put"; got \'Put\''),
+    (lambda: a2amm.Op.heap_bytes(2, 4, 64, 16, schedule="unfuse"), ValueError,
+     'schedule must be "fused" or "unfused"; got \'unfuse\''),
 ])
 def test_bad_arguments_of_local_calls(call, exc, text):
     with pytest.raises(exc) as info:
