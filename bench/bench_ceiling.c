@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_amx_step.h"
 #include "cli/args.h"
 #include "common/cpu.h"
 #include "common/error.h"
@@ -152,27 +153,9 @@ static void l2_operands_alloc(void)
 AMX_TARGET static double probe_bf16_amx_l2(int64_t iters, int thread, int threads)
 {
     (void)thread, (void)threads;
-    const char *a_base = (const char *)l2_operands, *b_base = a_base + L2_A_BYTES;
-    const int64_t a_group = 32 * L2_A_ROW, b_step = 16 * L2_B_ROW;
-    int64_t ka = 0, ga = 0, kb = 0;
+    const char *a_base = (const char *)l2_operands;
     amx_probe_begin();
-    for (int64_t n = 0; n < iters; n++) {
-        const char *a = a_base + ga + ka, *b = b_base + kb;
-        _tile_loadd(4, a, L2_A_ROW);
-        _tile_loadd(6, b, L2_B_ROW);
-        _tile_loadd(7, b + 64, L2_B_ROW);
-        _tile_loadd(5, a + 16 * L2_A_ROW, L2_A_ROW);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-        ka += 64;
-        if (ka == L2_A_ROW - 64) {
-            ka = 0;
-            ga = ga + a_group < L2_A_BYTES ? ga + a_group : 0;
-        }
-        kb = kb + b_step < L2_B_BYTES ? kb + b_step : 0;
-    }
+    bench_amx_l2_steps(a_base, L2_A_ROW, L2_A_BYTES, a_base + L2_A_BYTES, L2_B_ROW, L2_B_BYTES, iters);
     return amx_probe_end();
 }
 

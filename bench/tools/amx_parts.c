@@ -29,13 +29,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_amx_step.h"
 #include "gemm/gemm.h"
 #include "gemm/gemm_amx.h"
 #include "gemm/gemm_bf16_pack.h"
 #include "gemm/gemm_internal.h"
 #include "gemm/gemm_level.h"
-
-#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16"), noinline))
 
 enum { LINES = 7, MAX_ROUNDS = 100 };
 
@@ -46,29 +45,11 @@ static double now(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* bench gemm's L2-fed step over `steps` steps: A's 32-row groups 64 bytes a step, B's rows 16 a step. */
-AMX_TARGET static void l2_step(const char *a_base, int64_t a_bytes, int64_t a_ld, const char *b_base,
-                               int64_t b_bytes, int64_t steps)
+/* Line 1: bench gemm's probe step over this call's packed A and panel 0 of its packed B. */
+__attribute__((target("amx-tile,amx-bf16"), noinline)) static void l2_steps(const char *a, int64_t a_ld, int64_t a_bytes,
+                                                                          const char *b, int64_t b_bytes, int64_t steps)
 {
-    const int64_t a_group = 32 * a_ld, b_step = 16 * BF16_NR * 4;
-    int64_t ka = 0, ga = 0, kb = 0;
-    for (int64_t n = 0; n < steps; n++) {
-        const char *a = a_base + ga + ka, *b = b_base + kb;
-        _tile_loadd(4, a, a_ld);
-        _tile_loadd(6, b, BF16_NR * 4);
-        _tile_loadd(7, b + 64, BF16_NR * 4);
-        _tile_loadd(5, a + 16 * a_ld, a_ld);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-        ka += 64;
-        if (ka == a_ld - 64) {
-            ka = 0;
-            ga = ga + 2 * a_group <= a_bytes ? ga + a_group : 0;
-        }
-        kb = kb + b_step < b_bytes ? kb + b_step : 0;
-    }
+    bench_amx_l2_steps(a, a_ld, a_bytes, b, BF16_NR * 4, b_bytes, steps);
 }
 
 static uint8_t code(void) { return (uint8_t)(8 + rand() % 112) | (uint8_t)(rand() & 0x80); } /* normal E4M3 */
@@ -130,7 +111,8 @@ int main(int argc, char **argv)
                 gemm_multiply_store(b, &slab, M, 0, K, 0, N, c, N, out, N);
             } else {
                 L->begin();
-                if (line == 0) l2_step(a, chunks * M * L->a_ld, L->a_ld, packed, panel_bytes, panels * tiles * K / 16);
+                if (line == 0)
+                    l2_steps(a, L->a_ld, chunks * M * L->a_ld, packed, panel_bytes, panels * tiles * K / 16);
                 for (int64_t p = 0; line > 0 && p < panels; p++)
                     for (int64_t i = 0; i < tiles; i++) {
                         const char *next = packed + (p + 1 < panels ? p + 1 : p) * panel_bytes;
