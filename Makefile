@@ -166,7 +166,7 @@ $(BUILD)/tests/mpi_%: tests/mpi_%.c $(BUILD)/liba2amm_mpi.a
 
 $(BUILD)/tools/%: bench/tools/%.c $(CORE_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(CORE_A) -o $@ $(LIB_LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP $< $(CORE_A) -o $@ $(LIB_LDLIBS)
 
 # The Python package (python/, `import a2amm`): pip installs it, offline, into the venv
 # $(BUILD)/python-venv of Debian's python3 (its numpy, torch and mpi4py seen), against this build's
@@ -233,4 +233,4 @@ run: deps
 clean:
 	rm -rf build build-san build-fuzz
 
--include $(shell find $(BUILD)/obj $(BUILD)/pic $(FUZZ_BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/pic $(BUILD)/tools $(FUZZ_BUILD)/obj -name '*.d' 2>/dev/null)
