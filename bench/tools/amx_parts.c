@@ -16,8 +16,11 @@
  *   5 the same rounding the sums to bf16, as the last chunk does, into a
  *     32 x 64 buffer in L1
  *   6 the same into out (M x N bf16, its lines not in the cache)
- *   7 the whole call: gemm_multiply_store (A packed from fp8 every call)
- * The ratio of each line to the one above is what that part costs. Rounds
+ *   7 the same work by the level's panel kernel (kernel_block: every row
+ *     tile per piece of B, the piece in L1), as the driver runs it
+ *   8 the whole call: gemm_multiply_store (A packed from fp8 every call)
+ * The ratio of each line to the one above is what that part costs (line 7:
+ * what the panel kernel gains over the microkernel tile by tile). Rounds
  * interleave the lines (a shared host's phases hit them alike); best round.
  *
  *   build/tools/amx_parts [N K [rounds]]   (default 2048 2048 15; rows: the level's block, 192)
@@ -36,7 +39,7 @@
 #include "gemm/gemm_internal.h"
 #include "gemm/gemm_level.h"
 
-enum { LINES = 7, MAX_ROUNDS = 100 };
+enum { LINES = 8, MAX_ROUNDS = 100 };
 
 static double now(void)
 {
@@ -77,8 +80,9 @@ int main(int argc, char **argv)
     char *a = aligned_alloc(64, (size_t)(chunks * M * L->a_ld));
     float *c = aligned_alloc(64, (size_t)(M * N) * sizeof *c), cbuf[32 * 64] __attribute__((aligned(64)));
     uint16_t obuf[32 * 64] __attribute__((aligned(64)));
+    float *cblock = aligned_alloc(64, (size_t)(M / 32 * 32 * 32) * sizeof(float));
     uint16_t *out = aligned_alloc(64, (size_t)(M * N) * sizeof *out);
-    if (!bq || !sb || !aq || !sa || !a || !c || !out) return fprintf(stderr, "amx_parts: out of memory\n"), 1;
+    if (!bq || !sb || !aq || !sa || !a || !c || !out || !cblock) return fprintf(stderr, "amx_parts: out of memory\n"), 1;
     for (int64_t i = 0; i < N * K; i++) bq[i] = code();
     for (int64_t i = 0; i < N * K / 32; i++) sb[i] = (uint8_t)(124 + rand() % 6);
     for (int64_t i = 0; i < M * K; i++) aq[i] = code();
@@ -102,24 +106,46 @@ int main(int argc, char **argv)
         "4 + the driver's prefetch of the next panel",
         "5 + the sums rounded to bf16, into a buffer in L1",
         "6 the same into out (M x N)",
-        "7 the whole call (gemm_multiply_store, A packed)"};
+        "7 the same by the panel kernel (kernel_block)",
+        "8 the whole call (gemm_multiply_store, A packed)"};
     double best[LINES] = {0};
     for (int r = 0; r < rounds; r++)
         for (int line = 0; line < LINES; line++) {
             double t0 = now();
-            if (line == 6) {
+            if (line == 7) {
                 gemm_multiply_store(b, &slab, M, 0, K, 0, N, c, N, out, N);
             } else {
                 L->begin();
                 if (line == 0)
                     l2_steps(a, L->a_ld, chunks * M * L->a_ld, packed, panel_bytes, panels * tiles * K / 16);
-                for (int64_t p = 0; line > 0 && p < panels; p++)
+                for (int64_t p = 0; line == 6 && p < panels; p++) {
+                    const char *next = packed + (p + 1 < panels ? p + 1 : p) * panel_bytes;
+                    gemm_tile t = {.chunks = (int)chunks, .rows = 32, .rows_used = 32, .b_type = A2AMM_E4M3,
+                                   .b_panel = packed + p * panel_bytes, .b_nkb = K / 32, .c_buf = cblock};
+                    for (int64_t ch = 0; ch < chunks; ch++) {
+                        t.a[ch] = a + ch * M * L->a_ld;
+                        t.b[ch] = packed + p * panel_bytes + ch * (L->kc / 32) * L->b_block;
+                        t.b_kb[ch] = ch * (L->kc / 32);
+                        t.k[ch] = L->kc;
+                    }
+                    if (p + 1 < panels) {
+                        t.prefetch = next;
+                        t.prefetch_end = next + panel_bytes;
+                    }
+                    t.out = out + p * 64;
+                    t.ldo = N;
+                    L->kernel_block(&t, (int)tiles);
+                }
+                for (int64_t p = 0; line > 0 && line < 6 && p < panels; p++)
                     for (int64_t i = 0; i < tiles; i++) {
                         const char *next = packed + (p + 1 < panels ? p + 1 : p) * panel_bytes;
-                        gemm_tile t = {.chunks = (int)chunks, .rows = 32, .rows_used = 32, .b_type = A2AMM_E4M3};
+                        const int64_t q = line == 1 ? 0 : p;
+                        gemm_tile t = {.chunks = (int)chunks, .rows = 32, .rows_used = 32, .b_type = A2AMM_E4M3,
+                                       .b_panel = packed + q * panel_bytes, .b_nkb = K / 32};
                         for (int64_t ch = 0; ch < chunks; ch++) {
                             t.a[ch] = a + (ch * M + i * 32) * L->a_ld;
-                            t.b[ch] = packed + (line == 1 ? 0 : p) * panel_bytes + ch * (L->kc / 32) * L->b_block;
+                            t.b[ch] = packed + q * panel_bytes + ch * (L->kc / 32) * L->b_block;
+                            t.b_kb[ch] = ch * (L->kc / 32);
                             t.k[ch] = L->kc;
                         }
                         t.c_out = cbuf;
@@ -146,6 +172,6 @@ int main(int argc, char **argv)
         printf("%-62s %9.0f %12.2f\n", names[line], best[line], line ? best[line] / best[line - 1] : 1.0);
     printf("%-62s %9s %12.2f\n", "the whole call over the L2-fed step", "", best[LINES - 1] / best[0]);
     gemm_b_free(b);
-    free(bq), free(sb), free(aq), free(sa), free(a), free(c), free(out);
+    free(bq), free(sb), free(aq), free(sa), free(a), free(c), free(out), free(cblock);
     return 0;
 }

@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-enum { SCRATCH_SLOTS = 3 };
+enum { SCRATCH_SLOTS = 4 };
 
 /*
  * A 64-byte-aligned buffer of at least `bytes` owned by the calling thread,

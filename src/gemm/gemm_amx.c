@@ -1,25 +1,37 @@
 /*
  * The amx level (Intel AMX-BF16: TDPBF16PS on 16 x 16 fp32 tiles), on the
- * bf16 packing of gemm_bf16_pack.h, which the avx512 level shares.
+ * bf16 values of gemm_bf16_pack.h (which the avx512 level shares), B packed
+ * in pieces: each panel's K in pieces of 512 whose 32 left and 32 right
+ * columns are each contiguous (32 KB).
  *
- * The microkernel: a 32 x 64 block of C as two 32 x 32 halves, each 2 x 2
- * tiles of 16 x 16 fp32 (tmm0-3) fed by two A tiles (tmm4-5: 16 rows x 16
- * K-pairs) and two B tiles (tmm6-7: 16 K-pairs x 16 columns): four loads
- * per four TDPBF16PS, the most reuse eight tile registers allow. The packed
- * operands are what tile loads read: a B tile is 16 consecutive K-pairs of
- * 16 columns of a panel (row stride 256 bytes), an A tile 16 packed rows'
- * dwords of 16 K-pairs (row stride BF16_A_LD * 4).
+ * The step: a 32 x 32 half of a 32 x 64 block of C in 2 x 2 tiles of
+ * 16 x 16 fp32 (tmm0-3) fed by two A tiles (tmm4-5: 16 rows x 16 K-pairs)
+ * and two B tiles (tmm6-7: 16 K-pairs x 16 columns): four loads per four
+ * TDPBF16PS, the most reuse eight tile registers allow. A tile is 16 packed
+ * A rows' dwords of 16 K-pairs (row stride BF16_A_LD * 4), a B tile 16
+ * K-pair rows of a piece's half (row stride 128 bytes).
+ *
+ * Two loops over the step, the same steps for every element of C in the
+ * same order, so the same bits:
+ * - amx_block, one row tile (the microkernel): each half over all of the
+ *   call's K, C carried in the tiles. Its operands come from L2, whose line
+ *   rate a tile load per TDPBF16PS needs whole.
+ * - amx_panel, every row tile of a block over one panel (the driver's
+ *   kernel_block): per half and piece of B, each row tile in turn, so the
+ *   piece (32 KB) stays in L1 and only A streams from L2 (by TILELOADDT1,
+ *   which does not push the piece out); each tile's C goes through a buffer
+ *   between pieces. 1.3-1.4x amx_block over a block (docs/performance.md).
+ * The driver uses amx_panel for whole tiles of whole panels whose rows it
+ * does not mask, amx_block for the rest.
  *
  * The tiles start from C (or zero) and carry on over the chunks, so a
  * block's value depends only on the sequence of K-pairs, not on how they
- * are cut into chunks or calls: the context lets the driver pass all of K
- * in one call where it is two chunks (a panel's B over both, 256 KB, and
- * the block's A, 2 x 192 rows, then share L2), and go chunk by chunk
- * through C otherwise, in blocks of 384 rows (A one chunk deep, 811 KB,
- * fills L2 as the all-K path's two chunks of 192 rows do, and each panel's
- * B chunk serves twice the rows: 1.05-1.08x at K 3072-8192, 1.03-1.04x at
- * 1024, neutral below a whole chunk). Tile loads that miss L2 wait line by
- * line, so each call brings its share of the next panel's B into L2.
+ * are cut into chunks, pieces or calls: the context lets the driver pass
+ * all of K in one call where it is two chunks (a panel's B over both, 256
+ * KB, and the block's A, 2 x 192 rows, then share L2), and go chunk by
+ * chunk through C otherwise, in blocks of 384 rows (A one chunk deep, 811
+ * KB; each panel's B chunk serves twice the rows). Tile loads that miss L2
+ * wait line by line, so each call brings the next panel's B into L2.
  * TDPBF16PS flushes subnormals like vdpbf16ps; the fold rule already keeps
  * every product and sum normal.
  */
@@ -38,6 +50,9 @@
 
 #define AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
 /* the epilogue's bf16 rounding is AVX-512's, which every AMX CPU has (the level needs it) */
+/* Row tiles amx_panel takes through a piece of B before the next piece (see there). */
+enum { AMX_PANEL_TILES = 4 };
+
 #define AMX_AVX512_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
 /* the small-M path widens B with the avx512 level's instructions */
 #define AMX_WIDEN_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16,avx512vbmi")))
@@ -83,22 +98,26 @@ AMX_TARGET void gemm_amx_begin(void) { _tile_loadconfig(&CONFIG); }
 
 AMX_TARGET void gemm_amx_end(void) { _tile_release(); }
 
-/* Half h (columns 32h..) of a 32 x 64 block of C into tmm0-3 (2 x 2 tiles): from c_in, or zeros. */
-AMX_TARGET static inline __attribute__((always_inline)) void c_tiles_load(const gemm_tile *t, int h)
+/* A 32 x 32 part of C at c (row stride ld floats) into tmm0-3 (2 x 2 tiles); zeros where c is NULL. */
+AMX_TARGET static inline __attribute__((always_inline)) void c_tiles_load_at(const float *c, int64_t ld)
 {
-    if (t->c_in) {
-        const float *ci = t->c_in + 32 * h;
-        const int64_t stride = t->ldc_in * 4;
-        _tile_loadd(0, ci, stride);
-        _tile_loadd(1, ci + 16, stride);
-        _tile_loadd(2, ci + 16 * t->ldc_in, stride);
-        _tile_loadd(3, ci + 16 * t->ldc_in + 16, stride);
+    if (c) {
+        _tile_loadd(0, c, ld * 4);
+        _tile_loadd(1, c + 16, ld * 4);
+        _tile_loadd(2, c + 16 * ld, ld * 4);
+        _tile_loadd(3, c + 16 * ld + 16, ld * 4);
     } else {
         _tile_zero(0);
         _tile_zero(1);
         _tile_zero(2);
         _tile_zero(3);
     }
+}
+
+/* Half h (columns 32h..) of a 32 x 64 block of C into tmm0-3: from c_in, or zeros. */
+AMX_TARGET static inline __attribute__((always_inline)) void c_tiles_load(const gemm_tile *t, int h)
+{
+    c_tiles_load_at(t->c_in ? t->c_in + 32 * h : NULL, t->ldc_in);
 }
 
 /* tmm0-3 to half h of a 32 x 64 block of C at c_out (row stride ldc_out floats). */
@@ -120,33 +139,107 @@ static inline int64_t prefetch_per_step(const gemm_tile *t, int passes)
     return steps ? (lines + passes * steps - 1) / (passes * steps) : 0;
 }
 
-/* The 32 x 64 block, from c_in (or zero) over the chunks, to c_out (row strides in floats). */
+/* The step of 2 x 2 tiles: A's two tiles at a0, a1 (by the hint: TILELOADDT1, not kept), B's at b (half-rows). */
+#define AMX_STEP(a0, a1, b, stream)                                                                          \
+    do {                                                                                                     \
+        if (stream) _tile_stream_loadd(4, a0, BF16_A_LD * 4);                                                 \
+        else _tile_loadd(4, a0, BF16_A_LD * 4);                                                               \
+        _tile_loadd(6, b, BF16_NR * 2);                                                                       \
+        _tile_loadd(7, (b) + 16, BF16_NR * 2);                                                                \
+        if (stream) _tile_stream_loadd(5, a1, BF16_A_LD * 4);                                                 \
+        else _tile_loadd(5, a1, BF16_A_LD * 4);                                                               \
+        _tile_dpbf16ps(0, 4, 6);                                                                              \
+        _tile_dpbf16ps(1, 4, 7);                                                                              \
+        _tile_dpbf16ps(2, 5, 6);                                                                              \
+        _tile_dpbf16ps(3, 5, 7);                                                                              \
+    } while (0)
+
+/* The 32 x 64 block, from c_in (or zero) over the chunks, to c_out (row strides in floats); B in pieces. */
 AMX_TARGET static void amx_block(const gemm_tile *t, float *c_out, int64_t ldc_out)
 {
-    const int64_t a_stride = BF16_A_LD * 4, b_stride = BF16_NR * 4;
     const char *prefetch = t->prefetch, *prefetch_end = t->prefetch_end;
     const int64_t per_step = prefetch_per_step(t, 2); /* the range spread over both halves' steps */
     for (int h = 0; h < 2; h++) {
         c_tiles_load(t, h);
         for (int i = 0; i < t->chunks; i++) {
             const uint32_t *a0 = t->a[i], *a1 = (const uint32_t *)t->a[i] + 16 * BF16_A_LD;
-            const uint32_t *bh = (const uint32_t *)t->b[i] + 32 * h;
-            const int64_t kpairs = t->k[i] / 2;
-            for (int64_t kp = 0; kp < kpairs; kp += 16) {
+            const int64_t nblk = t->k[i] / 32;
+            for (int64_t j = 0; j < nblk; j++) {
                 for (int64_t l = 0; l < per_step && prefetch < prefetch_end; l++, prefetch += 64)
                     _mm_prefetch(prefetch, _MM_HINT_T1);
-                _tile_loadd(4, a0 + kp, a_stride);
-                _tile_loadd(6, bh + kp * BF16_NR, b_stride);
-                _tile_loadd(7, bh + kp * BF16_NR + 16, b_stride);
-                _tile_loadd(5, a1 + kp, a_stride);
-                _tile_dpbf16ps(0, 4, 6);
-                _tile_dpbf16ps(1, 4, 7);
-                _tile_dpbf16ps(2, 5, 6);
-                _tile_dpbf16ps(3, 5, 7);
+                const uint32_t *b = bf16_piece_at(t->b_panel, t->b_nkb, t->b_kb[i] + j, h);
+                AMX_STEP(a0 + 16 * j, a1 + 16 * j, b, 0);
             }
         }
         c_tiles_store(c_out, ldc_out, h);
     }
+}
+
+/*
+ * amx_block over `tiles` row tiles of one panel (gemm_level.kernel_block),
+ * the loop the operands' caches want: AMX_PANEL_TILES row tiles at a time,
+ * and for each half of the panel and each piece of B's K in it (16
+ * K-blocks of 32 columns, 32 KB, contiguous in B packed in pieces), each of
+ * those tiles in turn multiplies that piece, so the piece stays in L1 while
+ * A streams past from L2 by TILELOADDT1 (which does not keep A's lines in
+ * L1, where they would push the piece out). Each tile's C goes through
+ * c_buf between pieces (stored and loaded as fp32: exact), so every element
+ * takes the same TDPBF16PS steps in the same order as amx_block's: the same
+ * bits. Four tiles: their C (16 KB) and the piece fill L1; six or more ran
+ * slower where C also comes and goes through memory between chunks (K of
+ * three chunks or more), three no faster (docs/performance.md, session 13).
+ */
+/* amx_panel's row tiles [g0, g1) through every piece, both halves; the prefetch goes on from *prefetch. */
+AMX_AVX512_TARGET static inline __attribute__((always_inline)) void
+amx_panel_tiles(const gemm_tile *t, int g0, int g1, const char **prefetch, int64_t per_step)
+{
+    for (int h = 0; h < 2; h++) {
+        int first = 1;
+        for (int i = 0; i < t->chunks; i++) {
+            const int64_t nblk = t->k[i] / 32;
+            for (int64_t j0 = 0, j1; j0 < nblk; j0 = j1, first = 0) {
+                /* the chunk's blocks [j0, j1): one piece of B */
+                const int64_t kb0 = t->b_kb[i] + j0;
+                j1 = j0 + (BF16_PIECE_BLOCKS - kb0 % BF16_PIECE_BLOCKS);
+                if (j1 > nblk) j1 = nblk;
+                const int last = i == t->chunks - 1 && j1 == nblk;
+                const uint32_t *b = bf16_piece_at(t->b_panel, t->b_nkb, kb0, h);
+                for (int g = g0; g < g1; g++) {
+                    float *cb = t->c_buf + (g - g0) * 32 * 32;
+                    if (!first) c_tiles_load_at(cb, 32);
+                    else c_tiles_load_at(t->c_in ? t->c_in + g * 32 * t->ldc_in + 32 * h : NULL, t->ldc_in);
+                    const uint32_t *a0 = (const uint32_t *)t->a[i] + g * 32 * BF16_A_LD, *a1 = a0 + 16 * BF16_A_LD;
+                    for (int64_t j = j0; j < j1; j++) {
+                        for (int64_t l = 0; l < per_step && *prefetch < t->prefetch_end; l++, *prefetch += 64)
+                            _mm_prefetch(*prefetch, _MM_HINT_T1);
+                        AMX_STEP(a0 + 16 * j, a1 + 16 * j, b + (j - j0) * 16 * (BF16_NR / 2), 1);
+                    }
+                    if (last && !t->out) {
+                        c_tiles_store(t->c_out + g * 32 * t->ldc_out, t->ldc_out, h);
+                        continue;
+                    }
+                    c_tiles_store(cb, 32, 0);
+                    if (last) /* rounded to bf16 */
+                        for (int r = 0; r < 32; r++)
+#pragma GCC unroll 2
+                            for (int q = 0; q < 2; q++)
+                                _mm256_storeu_si256((__m256i *)(t->out + (g * 32 + r) * t->ldo + 32 * h + 16 * q),
+                                                    gemm_bf16_round16(_mm512_load_ps(cb + r * 32 + 16 * q)));
+                }
+            }
+        }
+    }
+}
+
+AMX_AVX512_TARGET static void amx_panel(const gemm_tile *t, int tiles)
+{
+    int64_t steps = 0;
+    for (int i = 0; i < t->chunks; i++) steps += t->k[i] / 32;
+    const int64_t lines = (t->prefetch_end - t->prefetch + 63) / 64;
+    const int64_t per_step = steps ? (lines + 2 * tiles * steps - 1) / (2 * tiles * steps) : 0;
+    const char *prefetch = t->prefetch;
+    for (int g0 = 0; g0 < tiles; g0 += AMX_PANEL_TILES)
+        amx_panel_tiles(t, g0, g0 + AMX_PANEL_TILES < tiles ? g0 + AMX_PANEL_TILES : tiles, &prefetch, per_step);
 }
 
 /*
@@ -317,6 +410,7 @@ const gemm_level gemm_amx_level = {
     .nneeds = (int)(sizeof NEEDS / sizeof NEEDS[0]),
     .usable = gemm_amx_usable,
     .kernel = amx_kernel,
+    .kernel_block = amx_panel,
     .format = GEMM_FOLD_BF16,
     .nr = BF16_NR,
     .kc = BF16_KC,
@@ -329,7 +423,7 @@ const gemm_level gemm_amx_level = {
     .a_ld = BF16_A_LD * 4,
     .a_block = 64,
     .b_block = BF16_B_BLOCK,
-    .pack_b = gemm_bf16_pack_b,
+    .pack_b = gemm_bf16_pack_b_pieces,
     .pack_a_row = gemm_bf16_pack_a_row,
     .begin = gemm_amx_begin,
     .end = gemm_amx_end,

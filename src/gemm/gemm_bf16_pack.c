@@ -123,7 +123,8 @@ AVX512_INLINE void transpose16(__m512i r[16])
  * each) and transposed into the K-pair rows. A block b->info does not mark
  * ok is left zero (the exact path has it).
  */
-AVX512_TARGET void gemm_bf16_pack_b(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1)
+/* Panels [p0, p1) of packed B, in the plain layout or (pieces) in pieces (gemm_bf16_pack.h). */
+AVX512_TARGET static void pack_b_panels(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1, int pieces)
 {
     const int64_t N = b->N, K = b->K, nkb = K / 32;
     const gemm_exact_b *eb = &b->exact;
@@ -133,8 +134,14 @@ AVX512_TARGET void gemm_bf16_pack_b(const gemm_b *b, const uint8_t *bq, int64_t 
         uint32_t *panel = (uint32_t *)((char *)b->packed + p * nkb * BF16_B_BLOCK);
         for (int64_t kb = 0; kb < nkb; kb++) {
             int ok = b->info[kb * b->npanels + p].ok;
-            uint32_t *out = panel + kb * 16 * BF16_NR;
             for (int64_t c0 = 0; c0 < BF16_NR; c0 += 16) {
+                /* where K-pair row kp of this block's columns c0.. goes, and the rows' distance */
+                uint32_t *out = panel + kb * 16 * BF16_NR + c0;
+                int64_t ld = BF16_NR;
+                if (pieces) {
+                    out = (uint32_t *)bf16_piece_at(panel, nkb, kb, (int)(c0 / 32)) + c0 % 32;
+                    ld = BF16_NR / 2;
+                }
                 __m512i r[16];
                 for (int64_t i = 0; i < 16; i++) {
                     int64_t n = p * BF16_NR + c0 + i;
@@ -142,10 +149,17 @@ AVX512_TARGET void gemm_bf16_pack_b(const gemm_b *b, const uint8_t *bq, int64_t 
                                        : _mm512_setzero_si512();
                 }
                 transpose16(r);
-                for (int kp = 0; kp < 16; kp++) _mm512_store_si512(out + kp * BF16_NR + c0, r[kp]);
+                for (int kp = 0; kp < 16; kp++) _mm512_store_si512(out + kp * ld, r[kp]);
             }
         }
     }
+}
+
+void gemm_bf16_pack_b(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1) { pack_b_panels(b, bq, p0, p1, 0); }
+
+void gemm_bf16_pack_b_pieces(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1)
+{
+    pack_b_panels(b, bq, p0, p1, 1);
 }
 
 /* ---- A ------------------------------------------------------------------ */

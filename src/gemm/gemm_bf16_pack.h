@@ -7,6 +7,13 @@
  * dword c = (bf16 B[2kp][64p + c], bf16 B[2kp + 1][64p + c]). A 32-block of
  * a panel is 16 K-pairs: 4 KB. An AMX B tile is 16 K-pairs x 16 columns of
  * a panel (row stride 256 bytes).
+ * The amx level packs the same dwords in pieces (gemm_bf16_pack_b_pieces):
+ * a panel's K in pieces of 16 K-blocks (512 of K; the last may be shorter),
+ * each piece its 32 left columns' K-pair rows (128 bytes each, 32 KB for a
+ * whole piece) then its 32 right columns', so that a piece of one half is
+ * contiguous: it stays in L1 while every row tile of a block multiplies it
+ * (bf16_piece_at finds a block). A panel and its pieces start where the
+ * panel and that K-block start in the layout above.
  * Packed A (per call, per block of rows and chunk of KC = 1024 of K): rows
  * of A_LD dwords, row r's K-pair kp at dword kp (A[r][2kp], A[r][2kp + 1]).
  * Rows are padded to A_LD = 528 dwords (2112 bytes), not 512: an AMX A tile
@@ -44,8 +51,22 @@ enum {
     BF16_B8_BLOCK = 64 + 16 * BF16_NR * 2 /* the same in fp8, its scales first */
 };
 
-/* gemm_level.pack_b and .pack_a_row of the bf16 layout above. */
+/* gemm_level.pack_b and .pack_a_row of the bf16 layout above; pack_b in pieces for amx. */
 void gemm_bf16_pack_b(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1);
+void gemm_bf16_pack_b_pieces(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1);
+
+enum { BF16_PIECE_BLOCKS = 16 }; /* K-blocks of a piece of B packed in pieces */
+
+/*
+ * In B packed in pieces, panel at `panel` with nkb K-blocks in all: K-block
+ * kb's 16 K-pair rows of half h (columns 32h..32h+31), 128 bytes apart.
+ */
+static inline const uint32_t *bf16_piece_at(const void *panel, int64_t nkb, int64_t kb, int h)
+{
+    const int64_t piece = kb / BF16_PIECE_BLOCKS, first = piece * BF16_PIECE_BLOCKS;
+    const int64_t blocks = nkb - first < BF16_PIECE_BLOCKS ? nkb - first : BF16_PIECE_BLOCKS;
+    return (const uint32_t *)panel + first * 16 * BF16_NR + (h * blocks + kb - first) * 16 * (BF16_NR / 2);
+}
 void gemm_bf16_pack_a_row(const uint8_t *codes, const uint8_t *scales, int64_t nblk, a2amm_fp8_type type, void *row,
                           int16_t *state);
 /* gemm_level.pack_b8: B in fp8 in the panels' order, into b->exact.codes; and its block_codes. */

@@ -236,6 +236,7 @@ typedef struct call {
     int64_t ldo;
     int pair_lo, pair_hi;
     char *masked; /* room for MR packed rows */
+    float *c_buf; /* room for the level's kernel_block, or NULL (then tile by tile: the same bits) */
     int small;    /* the small-M path: kernel8 on B in fp8 */
 } call;
 
@@ -294,10 +295,11 @@ static void run_panel(const pass *s, int64_t p, int clean, int next_panel)
     const int64_t ce = ((p + 1) * nr < x->n1 ? (p + 1) * nr : x->n1) - p * nr;
     const int whole_cols = cb == 0 && ce == nr;
     float buf[GEMM_MAX_MR * GEMM_MAX_NR] __attribute__((aligned(64)));
-    gemm_tile t = {.chunks = s->chunks, .b_type = b->type};
+    gemm_tile t = {.chunks = s->chunks, .b_type = b->type, .b_panel = panel_at(b, x->small, p, 0), .b_nkb = b->K / 32};
     int64_t k = 0;
     for (int ch = 0; ch < s->chunks; ch++) {
         t.b[ch] = panel_at(b, x->small, p, s->kb + ch * (L->kc / 32));
+        t.b_kb[ch] = s->kb + ch * (L->kc / 32);
         t.k[ch] = s->k[ch];
         if (x->small) t.b_refused[ch] = refused_blocks(b, p, s->kb + ch * (L->kc / 32), s->k[ch] / 32);
         k += s->k[ch];
@@ -310,10 +312,28 @@ static void run_panel(const pass *s, int64_t p, int clean, int next_panel)
     /* the small path reads B from memory at a byte a value: the whole next call's part goes to L2 */
     const int64_t cap = L->prefetch_k && !x->small ? k / L->prefetch_k * 64 : 0;
     const gemm_panel_info *info = b->info + s->kb * b->npanels + p;
-    for (int64_t i = 0; i < tiles; i++) {
+    int64_t first = 0; /* the first tile left to take one at a time */
+    if (L->kernel_block && x->c_buf && !x->small && clean && whole_cols && s->rows >= mr) {
+        /* the whole tiles at once, the next panel brought in over all of them */
+        for (int ch = 0; ch < s->chunks; ch++) t.a[ch] = s->blk[ch]->rows;
+        t.rows = t.rows_used = (int)mr;
+        t.c_in = s->overwrite ? NULL : s->c + p * nr;
+        t.ldc_in = t.ldc_out = ldc;
+        t.c_out = s->c + p * nr;
+        t.out = s->out ? s->out + p * nr : NULL;
+        t.ldo = ldo;
+        t.prefetch = next;
+        t.prefetch_end = next + next_bytes;
+        t.c_buf = x->c_buf;
+        first = s->rows / mr;
+        L->kernel_block(&t, (int)first);
+    }
+    for (int64_t i = first; i < tiles; i++) {
         const int64_t r0 = i * mr, rows = s->rows - r0 < mr ? s->rows - r0 : mr;
         int64_t from, to;
-        if (cap) {
+        if (first) {
+            from = to = 0;
+        } else if (cap) {
             from = i * cap < next_bytes ? i * cap : next_bytes;
             to = from + cap < next_bytes ? from + cap : next_bytes;
         } else {
@@ -493,6 +513,7 @@ void gemm_driver_run(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_
     char *packed = scratch_get(0, (size_t)(packs * capacity * L->a_ld));
     int16_t *state = scratch_get(1, (size_t)(packs * capacity * (kc / 32)) * sizeof *state);
     x.masked = scratch_get(2, (size_t)(unit * L->a_ld));
+    if (L->kernel_block) x.c_buf = scratch_get(3, (size_t)(capacity * L->nr / 2) * sizeof(float));
     if (!packed || !state || !x.masked) {
         run_on_stack(&x);
         return;

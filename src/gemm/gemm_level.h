@@ -62,6 +62,12 @@ typedef struct gemm_tile {
     int64_t ldc_out;
     uint16_t *out;
     int64_t ldo;
+    /* Where B's panel starts, its K-blocks in all, and the K-block each chunk starts at: for a level
+     * whose packing is not one block after another (amx's pieces: bf16_piece_at). */
+    const void *b_panel;
+    int64_t b_nkb, b_kb[GEMM_MAX_CHUNKS];
+    /* kernel_block only: room for its C, tiles x MR x NR / 2 floats, 64-byte aligned */
+    float *c_buf;
     /* Lines to bring into the cache meanwhile (the next panel's B), spread over the call's steps. */
     const char *prefetch, *prefetch_end;
     /* The small-M microkernel (kernel8) only: b holds B in fp8; bit j of b_refused[i]: chunk i's
@@ -77,6 +83,13 @@ typedef struct gemm_level {
     int (*usable)(void);      /* NULL, or what else it needs (AMX: the OS's grant of the tile state) */
     /* No microkernel: every block takes the exact path (the ref level); nothing below is used. */
     void (*kernel)(const gemm_tile *t);
+    /*
+     * NULL, or `kernel` over `tiles` whole MR-row tiles of one whole panel at once (t at the first:
+     * tile i's A rows, C and out are i * MR rows on), the same bits: a level whose loop keeps a
+     * piece of B in L1 for every row tile before the next (amx). The driver calls it where no row
+     * is masked and the tiles take the panel's every column; t->c_buf holds tiles x MR x NR / 2 floats.
+     */
+    void (*kernel_block)(const gemm_tile *t, int tiles);
 
     /* ---- Fixed by the level: its bits depend on them ---- */
     gemm_fold_format format; /* where folded values live: the fold rule's ranges (gemm_fold.h) */
