@@ -20,7 +20,8 @@
  *   kernel_block): per half and piece of B, each row tile in turn, so the
  *   piece (32 KB) stays in L1 and only A streams from L2 (by TILELOADDT1,
  *   which does not push the piece out); each tile's C goes through a buffer
- *   between pieces. 1.3-1.4x amx_block over a block (docs/performance.md).
+ *   between pieces. 1.1-1.2x amx_block tile by tile over a block, 1.0-1.18x
+ *   on whole calls (docs/performance.md, session 13).
  * The driver uses amx_panel for whole tiles of whole panels whose rows it
  * does not mask, amx_block for the rest.
  *
@@ -50,12 +51,12 @@
 
 #define AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
 /* the epilogue's bf16 rounding is AVX-512's, which every AMX CPU has (the level needs it) */
-/* Row tiles amx_panel takes through a piece of B before the next piece (see there). */
-enum { AMX_PANEL_TILES = 4 };
-
 #define AMX_AVX512_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
 /* the small-M path widens B with the avx512 level's instructions */
 #define AMX_WIDEN_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16,avx512vbmi")))
+
+/* Row tiles amx_panel takes through a piece of B before the next piece (see there). */
+enum { AMX_PANEL_TILES = 4 };
 
 /* Linux's arch_prctl request for the tile data state (asm/prctl.h, not in every libc's headers). */
 enum { ARCH_REQ_XCOMP_PERM_ = 0x1023, XFEATURE_XTILEDATA_ = 18 };
@@ -175,20 +176,6 @@ AMX_TARGET static void amx_block(const gemm_tile *t, float *c_out, int64_t ldc_o
     }
 }
 
-/*
- * amx_block over `tiles` row tiles of one panel (gemm_level.kernel_block),
- * the loop the operands' caches want: AMX_PANEL_TILES row tiles at a time,
- * and for each half of the panel and each piece of B's K in it (16
- * K-blocks of 32 columns, 32 KB, contiguous in B packed in pieces), each of
- * those tiles in turn multiplies that piece, so the piece stays in L1 while
- * A streams past from L2 by TILELOADDT1 (which does not keep A's lines in
- * L1, where they would push the piece out). Each tile's C goes through
- * c_buf between pieces (stored and loaded as fp32: exact), so every element
- * takes the same TDPBF16PS steps in the same order as amx_block's: the same
- * bits. Four tiles: their C (16 KB) and the piece fill L1; six or more ran
- * slower where C also comes and goes through memory between chunks (K of
- * three chunks or more), three no faster (docs/performance.md, session 13).
- */
 /* amx_panel's row tiles [g0, g1) through every piece, both halves; the prefetch goes on from *prefetch. */
 AMX_AVX512_TARGET static inline __attribute__((always_inline)) void
 amx_panel_tiles(const gemm_tile *t, int g0, int g1, const char **prefetch, int64_t per_step)
@@ -231,12 +218,23 @@ amx_panel_tiles(const gemm_tile *t, int g0, int g1, const char **prefetch, int64
     }
 }
 
+/*
+ * amx_block over `tiles` row tiles of one panel (gemm_level.kernel_block),
+ * the loop the operands' caches want: AMX_PANEL_TILES row tiles at a time,
+ * and for each half of the panel and each piece of B's K in it (16
+ * K-blocks of 32 columns, 32 KB, contiguous in B packed in pieces), each of
+ * those tiles in turn multiplies that piece, so the piece stays in L1 while
+ * A streams past from L2 by TILELOADDT1 (which does not keep A's lines in
+ * L1, where they would push the piece out). Each tile's C goes through
+ * c_buf between pieces (stored and loaded as fp32: exact), so every element
+ * takes the same TDPBF16PS steps in the same order as amx_block's: the same
+ * bits. Four tiles: their C (16 KB) and the piece fill L1; six or more ran
+ * slower where C also comes and goes through memory between chunks (K of
+ * three chunks or more), three no faster (docs/performance.md, session 13).
+ */
 AMX_AVX512_TARGET static void amx_panel(const gemm_tile *t, int tiles)
 {
-    int64_t steps = 0;
-    for (int i = 0; i < t->chunks; i++) steps += t->k[i] / 32;
-    const int64_t lines = (t->prefetch_end - t->prefetch + 63) / 64;
-    const int64_t per_step = steps ? (lines + 2 * tiles * steps - 1) / (2 * tiles * steps) : 0;
+    const int64_t per_step = prefetch_per_step(t, 2 * tiles); /* over both halves of every tile */
     const char *prefetch = t->prefetch;
     for (int g0 = 0; g0 < tiles; g0 += AMX_PANEL_TILES)
         amx_panel_tiles(t, g0, g0 + AMX_PANEL_TILES < tiles ? g0 + AMX_PANEL_TILES : tiles, &prefetch, per_step);
