@@ -45,6 +45,17 @@ for at in e4m3 e5m2; do for bt in e4m3 e5m2; do
 done; done
 check "no temporary files left" test -z "$(find "$SCRATCH" -name '*.tmp.*')"
 
+# --- a staged output left in a rank folder (a run writing now, or one killed with its guard) and no
+#     commit marker: verify refuses the folder, naming the file; the next run removes it
+d="$SCRATCH/run-e5m2-e4m3"
+echo partial >"$d/output/1/npu_out.bin.tmp.4242"
+expect_fail "verify refuses a folder with a staged output left" "output/1/npu_out.bin.tmp.4242: a staged output remains" \
+    "$A2AMM" verify 700 96 2 --dir "$d"
+check "the refusal removed nothing" test -e "$d/output/1/npu_out.bin.tmp.4242"
+expect_ok "the next run on the folder" "$A2AMM" run 700 256 96 2 --dir "$d" --quiet
+check "the next run removed the staged output" test ! -e "$d/output/1/npu_out.bin.tmp.4242"
+expect_ok "then verify passes" "$A2AMM" verify 700 96 2 --dir "$d"
+
 # --- one flipped byte fails, saying where
 d="$SCRATCH/run-e4m3-e4m3"
 off=$(( (123 * 96 + 45) * 2 + 1 ))   # high byte of element (123, 45)

@@ -231,6 +231,24 @@ check "timeline --call: well-formed" svg_ok "$SCRATCH/call2.svg" 3
 expect_ok "timeline's default output name" "$A2AMM" timeline "$SCRATCH/put.json"
 check "TRACE.json -> TRACE.svg" test -s "$SCRATCH/put.svg"
 
+# a trace's strings are anyone's bytes: raw bytes that are not UTF-8, and lone surrogate escapes
+# (Python's json writes one for each byte it could not decode), in otherData still give well-formed XML
+python3 - "$SCRATCH/perf.json" "$SCRATCH/hostile.json" <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+t["otherData"]["summary"] = "lone \udcff surrogate, \ud800 high, \udc00 low, <&> \u0001 kept apart"
+t["otherData"]["transport"] = "RAWBYTES"
+data = json.dumps(t).encode()  # ensure_ascii: the surrogates stay \u escapes
+raw = b"\xff\xfe \xc0\x80 \xed\xa0\x80 \xef\xbf\xbf \xf4\x90\x80\x80 \xe2\x82"  # none of them UTF-8 that XML takes
+open(sys.argv[2], "wb").write(data.replace(b"RAWBYTES", raw))
+EOF
+expect_ok "timeline of a trace with invalid UTF-8 in its strings" "$A2AMM" timeline "$SCRATCH/hostile.json" -o "$SCRATCH/hostile.svg"
+check "invalid UTF-8 in the trace: the SVG is well-formed XML" svg_ok "$SCRATCH/hostile.svg" 3
+check "invalid UTF-8 in the trace: the SVG is UTF-8, each bad escape one U+FFFD, markup escaped" python3 -c "
+import sys; t = open(sys.argv[1], 'rb').read().decode('utf-8')
+assert 'lone \ufffd surrogate, \ufffd high, \ufffd low, &lt;&amp;&gt;  kept apart' in t, t[-3000:]
+assert 'transport \ufffd\ufffd \ufffd\ufffd' in t or '\ufffd\ufffd \ufffd\ufffd \ufffd\ufffd\ufffd' in t, t[-3000:]" "$SCRATCH/hostile.svg"
+
 # thousands of tiles: spans narrower than a pixel merge
 "$A2AMM" gen 3000 64 8 2 --dir "$SCRATCH/big" --quiet --no-golden >/dev/null
 expect_ok "a run of 3000 tiles, traced" "$A2AMM" run 3000 64 8 2 --dir "$SCRATCH/big" --path put --tile-m 1 --trace "$SCRATCH/big.json"

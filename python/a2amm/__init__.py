@@ -260,18 +260,25 @@ class Op(_a2amm.Op):
         timeout seconds without the others.
         """
         if type(a_codes) is _ndarray and type(a_scales) is _ndarray and (out is None or type(out) is _ndarray):
-            return self._run(a_codes, a_scales, out, m or 0)  # numpy: straight to the extension
+            return self._run(a_codes, a_scales, out, m)  # numpy: straight to the extension
         if out is None and not _torch_tensor(a_codes):
             return self._run(_array(a_codes, "a_codes") if a_codes is not None else None,
-                             _array(a_scales, "a_scales") if a_scales is not None else None, None, m or 0)
+                             _array(a_scales, "a_scales") if a_scales is not None else None, None, m)
         a = _array(a_codes, "a_codes") if a_codes is not None else None
         sa = _array(a_scales, "a_scales") if a_scales is not None else None
         if out is None:
-            out = _bf16_out(*self._out_shape(m or (self._rows_per_rank(a) if a is not None else self.max_m)))
+            out = _bf16_out(*self._out_shape(self._m_of_call(m, a)))
         if _torch_tensor(out):
-            self._run(a, sa, _array(out, "out"), m or 0)
+            self._run(a, sa, _array(out, "out"), m)
             return out
-        return self._run(a, sa, out, m or 0)
+        return self._run(a, sa, out, m)
+
+    def _m_of_call(self, m, a):
+        """The m a call's result is made for: m, or the input array's; a bad m (the extension refuses it,
+        failing the communicator, before it looks at out) or none at all gets a 1-row result."""
+        if m is None:
+            return self._rows_per_rank(a) if a is not None else 1
+        return m if isinstance(m, int) and 1 <= m <= self.max_m else 1
 
     def input(self, m=None):
         """(a_codes, a_scales): numpy views of the op's own input memory, uint8: alltoall-matmul's

@@ -42,11 +42,25 @@ def launch(nranks, fn, *args, heap_bytes=0, timeout=0.0, stall=0.0):
             fds.append(os.memfd_create("a2amm-launch-rank%d" % r, os.MFD_CLOEXEC))
         status, message, reports = _a2amm._launch(nranks, run_rank, fn, tuple(args), tuple(fds), int(heap_bytes),
                                                   float(timeout), float(stall))
-        records = [_read(fd) for fd in fds]
+        records, unreadable = [], []
+        for r, fd in enumerate(fds):
+            try:
+                records.append(_read(fd))
+            except Exception as e:  # noqa: BLE001  (whatever unpickling raises: said, naming the rank)
+                records.append(None)
+                unreadable.append((r, e))
     finally:
         for fd in fds:
             os.close(fd)
     if status == 0:
+        if unreadable:
+            r, e = unreadable[0]
+            err = _error(_a2amm.E_INVAL, "a2amm.launch: rank %d's result cannot be unpickled in this process (%s): "
+                         "return plain data, or objects of classes this process can import (not ones a rank "
+                         "defined in its own __main__); the other ranks' results are in .results" %
+                         (r, _last_line(e)), r, None, reports)
+            err.results = [rec[1] if rec and rec[0] == "ok" else None for rec in records]
+            raise err from e
         missing = [r for r, rec in enumerate(records) if not rec or rec[0] != "ok"]
         if missing:
             raise _error(_a2amm.E_SYS, "a2amm.launch: rank %d returned no result" % missing[0], None, None, reports)
@@ -90,18 +104,43 @@ def _last_line(e):
     return " ".join(line.strip() for line in text.splitlines())
 
 
+def _end_forked_child(how):
+    """A process that fn forked (os.fork() in a rank) came back out of fn: it is not the rank, so it neither
+    writes the rank's result nor fails the launch; it ends here as Python would have ended it (how: 0 for a
+    return, the SystemExit's code, or an exception, printed, exit 1), skipping the rank's own teardown."""
+    code = 0
+    if isinstance(how, SystemExit):
+        code = how.code if isinstance(how.code, int) else (0 if how.code is None else 1)
+        if how.code is not None and not isinstance(how.code, int):
+            print(how.code, file=sys.stderr)
+    elif isinstance(how, BaseException):
+        traceback.print_exception(type(how), how, how.__traceback__)
+        code = 1
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:  # noqa: BLE001  (a closed stream: nothing to flush)
+            pass
+    os._exit(code & 0xFF)
+
+
 def run_rank(comm, fn, args, fds):
     """In each rank's process (called by the extension right after the fork): -> (status, message)."""
     from . import Error, PeerError
+    pid = os.getpid()
     # a2amm_launch leaves SIGINT to its default in a rank (the process dies, the launcher says so): in
     # Python it raises KeyboardInterrupt again, so that a rank interrupted in Python code says so too
     signal.signal(signal.SIGINT, signal.getsignal(signal.SIGINT))
     fd = fds[comm.rank]
     try:
         value = fn(comm, *args)
+        if os.getpid() != pid:
+            _end_forked_child(0)
         data = pickle.dumps(("ok", value), protocol=pickle.HIGHEST_PROTOCOL)
         status, message = 0, None
     except BaseException as e:  # noqa: B902  (a rank's every failure ends the launch, said)
+        if os.getpid() != pid:
+            _end_forked_child(e)
         if isinstance(e, PeerError):
             status = _a2amm.E_PEER
         elif isinstance(e, KeyboardInterrupt):

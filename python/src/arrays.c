@@ -52,7 +52,7 @@ static int format_ok(const Py_buffer *v, elem_kind kind)
     switch (kind) {
     case EL_U8: return v->itemsize == 1 && (f[0] == 'B' || f[0] == 'c');
     case EL_F32: return v->itemsize == 4 && f[0] == 'f';
-    case EL_BF16: return v->itemsize == 2 && (f[0] == 'H' || f[0] == 'h');
+    case EL_BF16: return v->itemsize == 2 && f[0] == 'H'; /* int16 is a number, not bf16 bits */
     }
     return 0;
 }

@@ -1,7 +1,9 @@
 /* a2amm.Comm: a communicator from a launch rank or an MPI job (see a2amm/__init__.py). */
 #include "ext.h"
 
+#include <stdio.h>
 #include <structmember.h>
+#include <time.h>
 
 /* Weak references to the communicators from_mpi made (closed at exit: _close_all). */
 static PyObject *owned_comms;
@@ -17,6 +19,8 @@ CommObject *comm_wrap(a2amm_comm *comm, int owned, int mpi_transport, PyObject *
     c->rank = lib_comm_rank(comm);
     c->size = lib_comm_size(comm);
     c->busy = 0;
+    c->inflight = 0;
+    c->inflight_call = NULL;
     c->exports = 0;
     c->ops = PyList_New(0);
     c->keep = Py_XNewRef(keep);
@@ -35,7 +39,8 @@ CommObject *comm_wrap(a2amm_comm *comm, int owned, int mpi_transport, PyObject *
 }
 
 /* _close_all(why): at exit, every communicator still open is closed; with why (the program ends
- * with an unhandled exception), failed first, so that the other ranks stop at once. */
+ * with an unhandled exception), failed first, so that the other ranks stop at once. A call still in
+ * flight on another (daemon) thread is waited for first, stopped when it is collective. */
 PyObject *ext_close_all(PyObject *self, PyObject *why)
 {
     (void)self;
@@ -51,11 +56,62 @@ PyObject *ext_close_all(PyObject *self, PyObject *why)
             snprintf(msg, sizeof msg, "ended with an unhandled %s", text);
             lib_comm_fail(co->comm, A2AMM_E_INVAL, msg);
         }
-        co->exports = 0; /* the process ends: its views go with it */
-        comm_close(co);
+        char stopped[300];
+        Py_INCREF(c); /* the wait releases the GIL: the list may change meanwhile */
+        int calls = comm_stop_calls(co, "the program ended", 60, stopped, sizeof stopped);
+        if (calls >= 0) {
+            co->exports = 0; /* the process ends: its views go with it */
+            comm_close(co, 1);
+        }
+        Py_DECREF(c);
     }
     Py_CLEAR(owned_comms);
     Py_RETURN_NONE;
+}
+
+void comm_call_begin(CommObject *c, const char *name, int collective)
+{
+    c->inflight++;
+    c->inflight_call = name;
+    if (collective) c->busy = 1;
+}
+
+void comm_call_end(CommObject *c, int collective)
+{
+    c->inflight--;
+    if (collective) c->busy = 0;
+}
+
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int comm_stop_calls(CommObject *c, const char *who, double seconds, char *why, size_t size)
+{
+    if (size) why[0] = '\0';
+    if (c->inflight == 0) return 0;
+    c->closed = 1; /* no new call while the wait lets other threads run */
+    int outcome = 2;
+    if (c->busy && c->comm) { /* a collective call: the other ranks are (or will be) in it; it cannot end well */
+        snprintf(why, size, "%s while another thread was in a call (%s) on its communicator: that call was stopped",
+                 who, c->inflight_call ? c->inflight_call : "a collective call");
+        lib_comm_fail(c->comm, A2AMM_E_INVAL, why);
+        outcome = 1;
+    }
+    const double deadline = monotonic_s() + seconds;
+    const struct timespec pause = {0, 1000000};
+    while (c->inflight > 0 && monotonic_s() < deadline) {
+        Py_BEGIN_ALLOW_THREADS
+        nanosleep(&pause, NULL);
+        Py_END_ALLOW_THREADS
+    }
+    if (c->inflight == 0) return outcome;
+    fprintf(stderr, "a2amm: %s while another thread was in a call (%s) that has not returned after %.0f s: its "
+            "communicator is left open\n", who, c->inflight_call ? c->inflight_call : "?", seconds);
+    return -1;
 }
 
 /* Ends the library's communicator, unless a view of its memory is still alive. */
@@ -67,7 +123,7 @@ static void comm_end(CommObject *c)
     Py_CLEAR(c->keep);
 }
 
-void comm_close(CommObject *c)
+void comm_close(CommObject *c, int force)
 {
     c->closed = 1;
     /* its ops first: an op must not outlive its communicator */
@@ -75,7 +131,7 @@ void comm_close(CommObject *c)
     c->ops = PyList_New(0);
     for (Py_ssize_t i = 0; ops && i < PyList_GET_SIZE(ops); i++) {
         PyObject *op = PyWeakref_GetObject(PyList_GET_ITEM(ops, i));
-        if (op && op != Py_None) op_close_object(op);
+        if (op && op != Py_None) op_close_object(op, force);
     }
     Py_XDECREF(ops);
     if (c->owned) comm_end(c);
@@ -86,11 +142,11 @@ void comm_export_taken(CommObject *c) { c->exports++; }
 
 void comm_export_released(CommObject *c)
 {
-    if (--c->exports == 0 && c->closed) comm_end(c);
+    if (--c->exports == 0 && c->closed && c->inflight == 0) comm_end(c);
 }
 
 int comm_check_usable(CommObject *c, const char *call)
-{
+{ /* -1: closed; -2: busy (the call running goes on: no reason to fail the communicator) */
     if (c->closed || !c->comm) {
         PyErr_Format(PyExc_ValueError, "%s: the communicator is closed", call);
         return -1;
@@ -98,7 +154,7 @@ int comm_check_usable(CommObject *c, const char *call)
     if (c->busy) {
         PyErr_Format(PyExc_ValueError, "%s: the communicator is in a call from another thread: a rank makes its "
                      "collective calls one at a time, in the same order on every rank", call);
-        return -1;
+        return -2;
     }
     return 0;
 }
@@ -134,11 +190,12 @@ static void comm_dealloc(CommObject *self)
 static PyObject *comm_close_method(CommObject *self, PyObject *unused)
 {
     (void)unused;
-    if (self->busy) {
-        PyErr_SetString(PyExc_ValueError, "close: the communicator is in a call from another thread");
+    if (self->inflight) {
+        PyErr_Format(PyExc_ValueError, "close: the communicator is in a call from another thread (%s): close it "
+                     "once that call has returned", self->inflight_call ? self->inflight_call : "?");
         return NULL;
     }
-    comm_close(self);
+    comm_close(self, 0);
     Py_RETURN_NONE;
 }
 
@@ -156,12 +213,12 @@ static PyObject *comm_barrier(CommObject *self, PyObject *args, PyObject *kw)
     a2amm_error err = {0, ""};
     int rc;
     call_guard g;
-    self->busy = 1;
+    comm_call_begin(self, "barrier", 1);
     guard_enter(&g, self->comm);
     Py_BEGIN_ALLOW_THREADS
     rc = lib_comm_barrier(self->comm, timeout, &err);
     Py_END_ALLOW_THREADS
-    self->busy = 0;
+    comm_call_end(self, 1);
     if (guard_leave(&g) < 0) return NULL;
     if (rc) return ext_raise(rc, &err);
     Py_RETURN_NONE;
@@ -204,12 +261,12 @@ static PyObject *comm_alltoall(CommObject *self, PyObject *args, PyObject *kw)
         a2amm_error err = {0, ""};
         int rc;
         call_guard g;
-        self->busy = 1;
+        comm_call_begin(self, "alltoall", 1);
         guard_enter(&g, self->comm);
         Py_BEGIN_ALLOW_THREADS
         rc = lib_comm_alltoall(self->comm, s.buf, r.buf, (size_t)(s.len / self->size), timeout, &err);
         Py_END_ALLOW_THREADS
-        self->busy = 0;
+        comm_call_end(self, 1);
         if (guard_leave(&g) == 0) res = rc ? ext_raise(rc, &err) : Py_NewRef(ro);
     }
     PyBuffer_Release(&s);

@@ -35,7 +35,7 @@ int ext_fmt(PyObject *name, const char *what, a2amm_fp8_type *out);
 typedef enum elem_kind {
     EL_U8,   /* fp8 codes, E8M0 scales: uint8 */
     EL_F32,  /* float32 */
-    EL_BF16, /* bf16 bits: uint16 or int16 (a torch.bfloat16 tensor viewed as int16), 2 bytes */
+    EL_BF16, /* bf16 bits: uint16 (a torch.bfloat16 tensor arrives as a uint16 view: a2amm._array) */
 } elem_kind;
 
 /* A 2-D array of the caller's, held (its buffer) for the call. */
@@ -95,7 +95,9 @@ typedef struct CommObject {
     int owned;          /* 1: made by from_mpi, destroyed at close; 0: a launch rank's */
     int mpi_transport;  /* 1: the Open MPI transport (only put path) */
     int rank, size;
-    int busy;           /* a blocking call in progress */
+    int busy;           /* a collective call in progress (one at a time) */
+    int inflight;       /* calls on it or its ops with the GIL released, on any thread (comm_call_begin) */
+    const char *inflight_call; /* the name of the last of them to begin ("op call", "set_weights", ...) */
     Py_ssize_t exports; /* op input views alive: the comm's memory stays until they go */
     PyObject *ops;      /* list of weakrefs to the ops made on it */
     PyObject *keep;     /* what must outlive it (the mpi4py communicator), or NULL */
@@ -108,9 +110,25 @@ extern PyTypeObject CommType, OpType, WeightsType, InputBufferType;
 void comm_type_prepare(void);
 /* A Comm over comm (owned: destroyed at close). */
 CommObject *comm_wrap(a2amm_comm *comm, int owned, int mpi_transport, PyObject *keep);
-/* Closes its ops and, when owned and no view of its memory is alive, ends it. */
-void comm_close(CommObject *c);
-/* 0, or -1 with a ValueError when c is closed or in use. */
+/* Closes its ops and, when owned and no view of its memory is alive, ends it; with force (the
+ * process ends), the ops and the communicator end whatever views are alive. No call may be in flight:
+ * close() refuses then (comm.c), and the implicit closes first call comm_stop_calls. */
+void comm_close(CommObject *c, int force);
+/*
+ * Before an implicit close (a launch rank's function returned; the program ends): waits, the GIL
+ * released, until no call on c or its ops is in flight on another thread. A collective call among them
+ * is stopped first: the communicator is failed with "<who> while another thread was in a call (<name>)
+ * ...", that text copied to why (size bytes). 0: none was in flight; 1: a collective call was stopped;
+ * 2: a local one was waited for; -1: calls were still in flight after `seconds` (said on stderr; c must
+ * not be closed then, as they still use it).
+ */
+int comm_stop_calls(CommObject *c, const char *who, double seconds, char *why, size_t size);
+/* A call on c or on one of its ops releases the GIL (name: for messages; collective: it holds c, and a
+ * second collective call on c is refused while it runs) / has taken it back. */
+void comm_call_begin(CommObject *c, const char *name, int collective);
+void comm_call_end(CommObject *c, int collective);
+/* 0, or a ValueError and -1 when c is closed, -2 when a collective call on it is in flight on another
+ * thread (that call goes on: a refusal for being busy must not fail the communicator). */
 int comm_check_usable(CommObject *c, const char *call);
 /* Fails the communicator with a Python-side argument error (the error set
  * stays set), so the other ranks' collective calls end with PeerError. */
@@ -136,8 +154,9 @@ int ext_weights_of(PyObject *wo, WeightsObject **out);
 
 /* op.c: the Event type and the names of the events, into the module. */
 int op_module_init(PyObject *m);
-/* op.c: an op closes (comm.c calls it for the ops of a closing comm). */
-void op_close_object(PyObject *op);
+/* op.c: an op closes (comm.c calls it for the ops of a closing comm): no more calls; the library's op
+ * (its input memory) ends once no view of it from input() is alive, or at once with force. */
+void op_close_object(PyObject *op, int force);
 
 /* launch.c, comm_mpi.c, op.c, mx.c, weights.c: the module's functions. */
 PyObject *ext_launch(PyObject *self, PyObject *args, PyObject *kw);

@@ -37,7 +37,12 @@ static int rank_main(a2amm_comm *comm, void *arg)
     if (PyErr_Occurred()) PyErr_Print();
     /* the message names the exception: the launch's error, and the others' PeerError, say it */
     if (status != A2AMM_OK && status != A2AMM_E_PEER && why) lib_comm_fail(comm, status, why);
-    if (c) comm_close(c); /* its ops end with the rank's function */
+    /* a call another thread still runs: a local one is waited for, a collective one stopped (the
+     * communicator failed, saying so) and waited for; then its ops end with the rank's function */
+    char stopped[300];
+    int calls = c ? comm_stop_calls(c, "its function returned", 60, stopped, sizeof stopped) : 0;
+    if (calls == 1 && status == A2AMM_OK) status = A2AMM_E_INVAL;
+    if (c && calls >= 0) comm_close(c, 0);
     Py_XDECREF(c);
     Py_XDECREF(res);
     return status;

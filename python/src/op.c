@@ -33,7 +33,8 @@ typedef struct recorder {
 
 typedef struct OpObject {
     PyObject_HEAD
-    a2amm_op *op;          /* NULL once closed */
+    a2amm_op *op;          /* the library's op: NULL once ended (closed, and no input view alive) */
+    int closed;            /* close() (or its comm's): no more calls */
     CommObject *comm;
     lib_op_options o;
     int R, rank;
@@ -299,13 +300,13 @@ static int op_init(OpObject *self, PyObject *args, PyObject *kw)
     a2amm_error err = {0, ""};
     a2amm_op *op = NULL;
     int rc;
-    c->busy = 1;
+    comm_call_begin(c, "Op", 1);
     call_guard g;
     guard_enter(&g, c->comm);
     Py_BEGIN_ALLOW_THREADS
     rc = lib_op_create(c->comm, &o, &op, &err);
     Py_END_ALLOW_THREADS
-    c->busy = 0;
+    comm_call_end(c, 1);
     if (guard_leave(&g) < 0) {
         lib_op_destroy(op);
         return -1;
@@ -341,23 +342,32 @@ static void release_weights(OpObject *self)
     Py_CLEAR(self->weights);
 }
 
-void op_close_object(PyObject *o)
+/* The library's op ends: its memory may serve the next op made. */
+static void op_end(OpObject *self)
 {
-    OpObject *self = (OpObject *)o;
-    if (!self->op) return;
     lib_op_destroy(self->op);
     self->op = NULL;
+}
+
+void op_close_object(PyObject *o, int force)
+{
+    OpObject *self = (OpObject *)o;
+    self->closed = 1;
     release_weights(self);
+    /* a view of its input from input() keeps the memory (and the op) until it goes: written through after
+     * the close, it must not reach the next op's input there (input_releasebuffer ends it) */
+    if (self->op && (force || self->exports == 0)) op_end(self);
 }
 
 static PyObject *op_close(OpObject *self, PyObject *unused)
 {
     (void)unused;
     if (self->busy) {
-        PyErr_SetString(PyExc_ValueError, "close: the op is in a call from another thread");
+        PyErr_SetString(PyExc_ValueError, "close: the op is in a call from another thread: close it once that call "
+                        "has returned");
         return NULL;
     }
-    op_close_object((PyObject *)self);
+    op_close_object((PyObject *)self, 0);
     Py_RETURN_NONE;
 }
 
@@ -379,7 +389,7 @@ static void op_dealloc(OpObject *self)
 {
     PyObject_GC_UnTrack(self);
     if (self->weakrefs) PyObject_ClearWeakRefs((PyObject *)self);
-    op_close_object((PyObject *)self);
+    op_close_object((PyObject *)self, 1); /* no view is alive: each holds the op */
     free(self->rec.recs);
     Py_CLEAR(self->observer);
     Py_CLEAR(self->observer_exc);
@@ -389,16 +399,17 @@ static void op_dealloc(OpObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* 0 when the op can be called now, else -1 with a ValueError. */
+/* 0 when the op can be called now, else a ValueError and -1 (closed) or -2 (in a call from another
+ * thread: that call goes on, and the refusal must not fail the communicator). */
 static int op_usable(OpObject *self, const char *call)
 {
-    if (!self->op) {
+    if (self->closed || !self->op) {
         PyErr_Format(PyExc_ValueError, "%s: the op is closed", call);
         return -1;
     }
     if (self->busy) {
         PyErr_Format(PyExc_ValueError, "%s: the op is in a call from another thread", call);
-        return -1;
+        return -2;
     }
     return comm_check_usable(self->comm, call);
 }
@@ -427,9 +438,11 @@ static PyObject *op_set_weights(OpObject *self, PyObject *args, PyObject *kw)
     a2amm_error err = {0, ""};
     int rc;
     self->busy = 1;
+    comm_call_begin(self->comm, "set_weights", 0);
     Py_BEGIN_ALLOW_THREADS
     rc = lib_op_set_weights(self->op, (const uint8_t *)b.ptr, (const uint8_t *)sb.ptr, sb.ld, &err);
     Py_END_ALLOW_THREADS
+    comm_call_end(self->comm, 0);
     self->busy = 0;
     matrix_release(&b);
     matrix_release(&sb);
@@ -468,8 +481,8 @@ typedef struct InputBufferObject {
 
 static int input_getbuffer(InputBufferObject *self, Py_buffer *view, int flags)
 {
-    if (!self->op->op) {
-        PyErr_SetString(PyExc_ValueError, "the op is closed: its input memory is gone");
+    if (self->op->closed || !self->op->op) {
+        PyErr_SetString(PyExc_ValueError, "the op is closed: no new view of its input memory");
         return -1;
     }
     if (PyBuffer_FillInfo(view, (PyObject *)self, self->ptr, self->len, 0, flags) < 0) return -1;
@@ -481,8 +494,9 @@ static int input_getbuffer(InputBufferObject *self, Py_buffer *view, int flags)
 static void input_releasebuffer(InputBufferObject *self, Py_buffer *view)
 {
     (void)view;
-    self->op->exports--;
-    comm_export_released(self->op->comm);
+    OpObject *op = self->op;
+    if (--op->exports == 0 && op->closed && op->op) op_end(op); /* the last view of a closed op's memory */
+    comm_export_released(op->comm);
 }
 
 static PyBufferProcs INPUT_BUFFER_PROCS = {(getbufferproc)input_getbuffer, (releasebufferproc)input_releasebuffer};
@@ -577,6 +591,25 @@ static void input_shape_text(const OpObject *self, char *buf, size_t size)
                  (long long)self->R, (long long)self->ka);
 }
 
+/* The call's m: -1 when not given (None), else 1 .. max_m; -2 with a ValueError for anything else. */
+static long long call_m(const OpObject *self, PyObject *mo)
+{
+    if (mo == Py_None) return -1;
+    if (!PyLong_Check(mo) || PyBool_Check(mo)) {
+        PyErr_Format(PyExc_ValueError, "m must be an int from 1 to max_m = %lld, or None; got a %.100s",
+                     (long long)self->o.max_m, Py_TYPE(mo)->tp_name);
+        return -2;
+    }
+    int overflow = 0;
+    long long m = PyLong_AsLongLongAndOverflow(mo, &overflow);
+    if (overflow || m < 1 || m > self->o.max_m) {
+        PyErr_Format(PyExc_ValueError, "m must be 1 to max_m = %lld; got %R", (long long)self->o.max_m, mo);
+        return -2;
+    }
+    return m;
+}
+
+/* m_arg: the call's m (call_m: -1 when not given). */
 static int take_input(OpObject *self, PyObject *ao, PyObject *sao, long long m_arg, call_input *in)
 {
     memset(in, 0, sizeof *in);
@@ -589,9 +622,10 @@ static int take_input(OpObject *self, PyObject *ao, PyObject *sao, long long m_a
     }
     if (ao == Py_None) {
         in->placed = 1;
-        in->m = m_arg > 0 ? m_arg : max_m;
-        if (m_arg == 0 || m_arg > max_m) {
-            PyErr_Format(PyExc_ValueError, "m must be 1 to max_m = %lld; got %lld", (long long)max_m, m_arg);
+        in->m = m_arg;
+        if (m_arg < 1) {
+            PyErr_Format(PyExc_ValueError, "m must be given when a_codes and a_scales are not (the input written "
+                         "into op.input()): 1 to max_m = %lld", (long long)max_m);
             return -1;
         }
         return 0;
@@ -638,7 +672,7 @@ static int take_input(OpObject *self, PyObject *ao, PyObject *sao, long long m_a
         int sa_lib = in->sa.cols == self->ldsa && (in->sa.ld == self->ldsa || in->sa.rows == 1);
         in->copied = !(a_lib && sa_lib);
     }
-    if (m_arg > 0 && m_arg != in->m) {
+    if (m_arg >= 1 && m_arg != in->m) {
         PyErr_Format(PyExc_ValueError, "m = %lld, but a_codes has m = %lld rows%s", m_arg, (long long)in->m,
                      self->reverse ? "" : " per rank");
         return -1;
@@ -680,13 +714,16 @@ static int out_shape_error(const OpObject *self, const matrix *out, int64_t m)
     return matrix_shape_error("out", out, "[m, n] = [%lld, %lld] (bf16)", (long long)m, (long long)out_cols(self));
 }
 
-/* _run(a_codes, a_scales, out, m) -> out: the collective call (see Op.__call__). */
+/* _run(a_codes, a_scales, out, m) -> out: the collective call (see Op.__call__); m None or an int. */
 static PyObject *op_run(OpObject *self, PyObject *args)
 {
-    PyObject *ao, *sao, *outo;
-    long long m_arg;
-    if (!PyArg_ParseTuple(args, "OOOL", &ao, &sao, &outo, &m_arg)) return NULL;
-    if (op_usable(self, "op call") < 0) goto fail_comm;
+    PyObject *ao, *sao, *outo, *mo;
+    if (!PyArg_ParseTuple(args, "OOOO", &ao, &sao, &outo, &mo)) return NULL;
+    int usable = op_usable(self, "op call");
+    if (usable == -2) return NULL; /* busy: the call running on another thread goes on, and so do the others */
+    if (usable < 0) goto fail_comm;
+    long long m_arg = call_m(self, mo);
+    if (m_arg == -2) goto fail_comm;
     if (!self->has_weights) {
         PyErr_SetString(PyExc_ValueError, "the op has no weights: call op.set_weights(b_codes, b_scales) or "
                         "op.use_weights(weights) first");
@@ -715,7 +752,8 @@ static PyObject *op_run(OpObject *self, PyObject *args)
     a2amm_error err = {0, ""};
     int rc;
     call_guard g;
-    self->busy = self->comm->busy = 1;
+    self->busy = 1;
+    comm_call_begin(self->comm, "op call", 1);
     guard_enter(&g, self->comm->comm);
     Py_BEGIN_ALLOW_THREADS
     const uint8_t *a = NULL, *sa = NULL;
@@ -727,7 +765,8 @@ static PyObject *op_run(OpObject *self, PyObject *args)
     }
     rc = lib_op_run(self->op, m, a, sa, (uint16_t *)out.ptr, &err);
     Py_END_ALLOW_THREADS
-    self->busy = self->comm->busy = 0;
+    comm_call_end(self->comm, 1);
+    self->busy = 0;
     self->calls++;
     matrix_release(&out);
     release_input(&in);
@@ -785,7 +824,8 @@ static PyObject *op_c_loop(OpObject *self, PyObject *args)
     a2amm_op *op = self->op;
     a2amm_comm *comm = self->comm->comm;
     double timeout = self->o.timeout_s > 0 ? self->o.timeout_s : 60;
-    self->busy = self->comm->busy = 1;
+    self->busy = 1;
+    comm_call_begin(self->comm, "op call", 1);
     Py_BEGIN_ALLOW_THREADS
     rc = lib_op_set_observer(op, NULL, NULL, &err);
     for (int i = 0; !rc && i < iters; i++) {
@@ -796,7 +836,8 @@ static PyObject *op_c_loop(OpObject *self, PyObject *args)
     }
     if (!rc) rc = lib_op_set_observer(op, op_observer, self, &err);
     Py_END_ALLOW_THREADS
-    self->busy = self->comm->busy = 0;
+    comm_call_end(self->comm, 1);
+    self->busy = 0;
     if (rc) {
         ext_raise(rc, &err);
         goto done;
@@ -869,7 +910,7 @@ GET(a_fmt, PyUnicode_FromString(lib_fmt_name(self->o.a_type)))
 GET(b_fmt, PyUnicode_FromString(lib_fmt_name(self->o.b_type)))
 GET(path, PyUnicode_FromString(self->o.path_put ? "put" : "direct"))
 GET(schedule, PyUnicode_FromString(self->o.unfused ? "unfused" : "fused"))
-GET(closed, PyBool_FromLong(self->op == NULL))
+GET(closed, PyBool_FromLong(self->closed || self->op == NULL))
 GET(comm, Py_NewRef(self->comm ? (PyObject *)self->comm : Py_None))
 GET(observer, Py_NewRef(self->observer ? self->observer : Py_None))
 GET(timeout, PyFloat_FromDouble(self->o.timeout_s > 0 ? self->o.timeout_s : 60))

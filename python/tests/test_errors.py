@@ -134,6 +134,10 @@ def bad_op_cases():
         ("out", lambda c: op(c)(a, sa, out=np.zeros((4, N), np.uint16)[:, ::2]), ValueError, "out must be"),
         ("one of two", lambda c: op(c)(a, None), ValueError, "a_codes and a_scales must both be given"),
         ("m", lambda c: op(c)(m=9), ValueError, "m must be 1 to max_m = 4; got 9"),
+        ("m < 0", lambda c: op(c)(m=-1), ValueError, "m must be 1 to max_m = 4; got -1"),
+        ("m < 0, arrays", lambda c: op(c)(a, sa, m=-7), ValueError, "m must be 1 to max_m = 4; got -7"),
+        ("int16 out", lambda c: op(c)(a, sa, out=np.zeros((4, N), np.int16)), TypeError,
+         "out must be bfloat16 (torch.bfloat16, or numpy.uint16 holding bf16 bits); got int16"),
         ("no weights", lambda c: a2amm.Op(c, max_m=4, k=K, n=N)(a, sa), ValueError, "the op has no weights"),
         ("closed", closed, ValueError, "op call: the op is closed"),
         ("direct over mpi", None, None, None),  # (tested under mpirun: test_mpi.py)
@@ -169,6 +173,7 @@ def bad_reverse_op_cases():
          "out must have shape [R*m, n/R] = [8, 8] (bf16; rows i*m .. from rank i); got (4, 16)"),
         ("m", lambda c: op(c)(x, sx, m=2), ValueError, "m = 2, but a_codes has m = 4 rows"),
         ("m, no arrays", lambda c: op(c)(m=5), ValueError, "m must be 1 to max_m = 4; got 5"),
+        ("m < 0", lambda c: op(c)(x, sx, m=-3), ValueError, "m must be 1 to max_m = 4; got -3"),
         ("no weights", lambda c: a2amm.Op(c, rev, max_m=4, k=K, n=N)(x, sx), ValueError, "the op has no weights"),
     ]
 

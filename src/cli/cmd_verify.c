@@ -141,6 +141,12 @@ int cmd_verify(int argc, char **argv)
                 "on %s completes it\n", marker, dir);
         return 1;
     }
+    if (io_staged_left(dir, marker, sizeof marker)) {
+        fprintf(stderr, "a2amm verify: %s: a staged output remains (a run is writing its outputs now, or one was "
+                "killed with its guard), so the outputs may not all be one run's: wait for the run, or let the next "
+                "a2amm run or gen on %s remove it\n", marker, dir);
+        return 1;
+    }
     if (M > (INT64_C(1) << 40) / N) {
         fprintf(stderr, "a2amm verify: M*N = %lld*%lld is too large\n", (long long)M, (long long)N);
         return 2;

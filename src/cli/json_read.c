@@ -103,6 +103,7 @@ static int parse_string(reader *r, char **out)
                 if (hex4(r, &lo)) { free(s); return -1; }
                 cp = lo >= 0xdc00 && lo < 0xe000 ? 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00) : 0xfffd;
             }
+            if (cp >= 0xd800 && cp < 0xe000) cp = 0xfffd; /* a lone surrogate (Python writes one for a raw byte) */
             o += put_utf8(o, cp); /* at most 6 escape characters become at most 4 bytes */
             break;
         }

@@ -153,14 +153,37 @@ static int cmp_span(const void *a, const void *b)
     return (x->t0 > y->t0) - (x->t0 < y->t0);
 }
 
-static void xml_text(FILE *f, const char *s)
+/* The length of the well-formed UTF-8 sequence at s (RFC 3629: no overlong form, no surrogate, nothing
+ * past U+10FFFF) of a character XML allows, or 0. */
+static int xml_utf8_length(const unsigned char *s)
 {
-    for (; s && *s; s++) {
+    unsigned c = s[0];
+    if (c < 0x80) return c >= 0x20 || c == '\t' || c == '\n' || c == '\r' ? 1 : 0;
+    int n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (!n) return 0;
+    /* the second byte's range narrows for E0 (no overlong), ED (no surrogate), F0 (no overlong), F4 (<= 10FFFF) */
+    unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80, hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+    if (s[1] < lo || s[1] > hi) return 0;
+    for (int i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf) return 0;
+    if (c == 0xef && s[1] == 0xbf && (s[2] == 0xbe || s[2] == 0xbf)) return 0; /* U+FFFE, U+FFFF */
+    return n;
+}
+
+/* Text into the SVG: markup escaped, and only characters XML allows: a trace's strings are anyone's
+ * bytes, so a byte that starts no well-formed UTF-8 sequence becomes U+FFFD and a control character goes. */
+static void xml_text(FILE *f, const char *text)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    while (s && *s) {
+        int n = xml_utf8_length(s);
         if (*s == '<') fputs("&lt;", f);
         else if (*s == '>') fputs("&gt;", f);
         else if (*s == '&') fputs("&amp;", f);
         else if (*s == '"') fputs("&quot;", f);
-        else if ((unsigned char)*s >= 0x20) fputc(*s, f);
+        else if (n) fwrite(s, 1, (size_t)n, f);
+        else if (*s >= 0x80) fputs("\xef\xbf\xbd", f); /* U+FFFD */
+        s += n ? n : 1;
     }
 }
 

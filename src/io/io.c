@@ -503,6 +503,36 @@ int io_remove_stale(const char *dir, const char *tag, int *completed)
     return job.removed;
 }
 
+/* The first staged output ("<layout file>.tmp.<tag>") in one rank folder of DIR/output. */
+typedef struct staged_search {
+    char *path;
+    size_t size;
+    int found;
+} staged_search;
+
+static void find_staged(const char *folder, void *arg)
+{
+    staged_search *q = arg;
+    DIR *d = q->found ? NULL : opendir(folder);
+    if (!d) return;
+    for (struct dirent *e; !q->found && (e = readdir(d));)
+        if (is_ours(e->d_name, "tmp", NULL, NULL)) {
+            q->found = 1;
+            if (q->size) snprintf(q->path, q->size, "%s/%s", folder, e->d_name);
+        }
+    closedir(d);
+}
+
+int io_staged_left(const char *dir, char *path, size_t size)
+{
+    char out[IO_PATH_MAX];
+    int n = snprintf(out, sizeof out, "%s/output", dir);
+    if (n < 0 || (size_t)n >= sizeof out) return 0;
+    staged_search q = {path, size, 0};
+    each_rank_folder(out, find_staged, &q);
+    return q.found;
+}
+
 int io_set_pending(const char *dir, char *marker, size_t size)
 {
     char out[IO_PATH_MAX];

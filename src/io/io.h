@@ -137,6 +137,9 @@ int io_remove_stale(const char *dir, const char *tag, int *completed);
 
 /* Whether DIR/output holds the marker of an interrupted commit (its path into marker). */
 int io_set_pending(const char *dir, char *marker, size_t size);
+/* Whether a rank folder of DIR/output holds a staged output ("npu_out.bin.tmp.<tag>": a run writing
+ * now, or one killed with its guard); the first one's path into path. */
+int io_staged_left(const char *dir, char *path, size_t size);
 
 /* mkdir -p. */
 int io_mkdirs(const char *path, a2amm_error *err);
