@@ -285,8 +285,8 @@ class Op(_a2amm.Op):
         [R, m, K/R] and [R, m, K/R/32] (block j for rank j), matmul-alltoall's [m, K] and [m, K/32]
         (m defaults to max_m). Write the input into them and call op(a_codes, a_scales) with them (or
         op(m=m)): the op reads them where they are, no copy. Write only between calls (a call reads them
-        until it returns on every rank); valid until op.close(). torch.from_numpy(view) gives tensors
-        over the same memory."""
+        until it returns on every rank); after op.close() they still hold their memory, which no other
+        op gets until they go. torch.from_numpy(view) gives tensors over the same memory."""
         m = self.max_m if m is None else m
         if not 1 <= m <= self.max_m:
             raise ValueError("m must be 1 to max_m = %d; got %r" % (self.max_m, m))
@@ -310,7 +310,9 @@ class Op(_a2amm.Op):
         return self._tracer
 
     def close(self):
-        """Local: frees the op (its input() views are no longer valid). A trace still open is dropped."""
+        """Local: frees the op; refused (ValueError) while another thread is in one of its calls. Its
+        input() views keep their memory until the last of them goes (the next op never gets it while a
+        view could write it), and no new view is given. A trace still open is dropped."""
         if self._tracer is not None and self._tracer.active:
             self._tracer.active = False
         super().close()

@@ -17,7 +17,9 @@ def launch(nranks, fn, *args, heap_bytes=0, timeout=0.0, stall=0.0):
     A rank that raises fails the launch: a2amm.Error saying "rank r: <its traceback's last line>"
     (.rank, and .traceback its whole traceback, .reports how each rank ended), and the other ranks'
     collective calls raise a2amm.PeerError within a fraction of a second. A rank that dies does the
-    same. Ctrl-C stops every rank (KeyboardInterrupt).
+    same. Ctrl-C stops every rank (KeyboardInterrupt). A result this process cannot unpickle fails the
+    launch naming its rank (.rank), the others' results in .results. A process fn forks (os.fork()) that
+    comes back out of fn exits there, with its status: it is not the rank.
 
     heap_bytes: symmetric memory per rank for the ops made on it (0: 1 GiB, reserved, not touched until
     used; a2amm.Op.heap_bytes says what an op needs). timeout: the longest the whole launch may take
