@@ -326,6 +326,24 @@ A2AMM_API int a2amm_comm_barrier(a2amm_comm *comm, double timeout_s, a2amm_error
  */
 A2AMM_API int a2amm_comm_alltoall(a2amm_comm *comm, const void *send, void *recv, size_t block_bytes, double timeout_s,
                                   a2amm_error *err);
+/*
+ * Collective: the AllToAll of uneven blocks. This rank sends send_bytes[j]
+ * bytes at send + send_offsets[j] to rank j (its own block too), and takes
+ * rank i's block for it at recv + recv_offsets[i], where it has room for
+ * recv_room[i] bytes; recv_bytes[i] says how many came (0 included). A rank
+ * need not know beforehand what it receives: the sizes go first, every
+ * rank's to every rank (2 * size numbers a rank), so that a block over its
+ * room fails the call on every rank with A2AMM_E_SIZE, naming both ranks
+ * and both sizes, before a byte is moved. Blocks may lie anywhere in send
+ * and recv (recv's must not overlap). Staged through symmetric memory on
+ * shm, as a2amm_comm_alltoall (size slots as large as the largest block of
+ * the call, kept for the calls after); over MPI, one message per pair.
+ * Every wait ends at timeout_s (each rank's own).
+ */
+A2AMM_API int a2amm_comm_alltoallv(a2amm_comm *comm, const void *send, const size_t *send_bytes,
+                                   const size_t *send_offsets, void *recv, const size_t *recv_room,
+                                   const size_t *recv_offsets, size_t *recv_bytes, double timeout_s,
+                                   a2amm_error *err);
 /* Local. Fails the communicator on purpose with a message: every other rank's
  * collective call returns A2AMM_E_PEER. Returns code (a negative status). */
 A2AMM_API int a2amm_comm_fail(a2amm_comm *comm, int code, const char *message);

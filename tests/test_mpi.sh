@@ -196,6 +196,15 @@ for r in 0 1; do
 done
 check "swapped: both ranks went on to the end" finished_both
 
+# the uneven AllToAll (a2amm_comm_alltoallv) across hosts, over MPI messages: the cases of
+# tests/alltoallv_cases.h (sizes by pair and round, zeros, scattered blocks, the even AllToAll between,
+# last a block over its room refused on every rank before a byte moves), as test_alltoallv does over shm
+for np in 2 3; do
+    expect_ok "alltoallv over MPI, $np ranks on 2 hosts" mpirun_hosts $np "$P-h1,$P-h2" "$(dirname "$A2AMM")/tests/mpi_alltoallv"
+    check "alltoallv over MPI, $np ranks: every rank ran every case" \
+        test "$(grep -Ec '^rank [0-9]: alltoallv: [1-9][0-9]* checks, 0 failed$' "$SCRATCH/out")" -eq $np
+done
+
 bash "$hosts" down "$P"
 check "the namespaces are gone" test -z "$(ip netns list | grep "^$P-")"
 check "their hosts files are gone" test ! -e "/etc/netns/$P-h1"

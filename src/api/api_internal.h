@@ -31,7 +31,7 @@ struct a2amm_weights {
 /* ---- collective.c: what every collective call does first ------------------ */
 
 /* The collective calls, as their words name them. */
-typedef enum api_call { API_BARRIER = 1, API_ALLTOALL, API_OP_CREATE, API_OP_RUN } api_call;
+typedef enum api_call { API_BARRIER = 1, API_ALLTOALL, API_OP_CREATE, API_OP_RUN, API_ALLTOALLV } api_call;
 
 /* A call's words: which call, on which op (its number; 0: none), its
  * arguments that every rank must pass alike, and this rank's heap top

@@ -39,6 +39,7 @@ static void describe_call(const int64_t *w, char *buf, size_t size)
     case API_ALLTOALL: snprintf(buf, size, "a2amm_comm_alltoall"); break;
     case API_OP_CREATE: snprintf(buf, size, "a2amm_op_create of op %lld", (long long)w[API_WORD_OP]); break;
     case API_OP_RUN: snprintf(buf, size, "a2amm_op_run on op %lld", (long long)w[API_WORD_OP]); break;
+    case API_ALLTOALLV: snprintf(buf, size, "a2amm_comm_alltoallv"); break;
     default: snprintf(buf, size, "no call of a2amm (words %lld)", (long long)w[API_WORD_CALL]); break;
     }
 }

@@ -213,6 +213,10 @@ int comm_allgather(comm_ctx *ctx, const void *mine, void *all, size_t bytes, int
  * that is the caller's choice. NULL entries take the default said.
  */
 struct comm_channel_ops;
+/* Blocks of a buffer, one per rank: bytes[p] bytes at offsets[p]. */
+typedef struct comm_blocks {
+    const size_t *bytes, *offsets;
+} comm_blocks;
 typedef struct comm_transport {
     const char *name;  /* "shm", "mpi" */
     int peer_memory;   /* ranks load and store each other's symmetric heaps */
@@ -226,6 +230,11 @@ typedef struct comm_transport {
      * caller stages through symmetric memory) */
     int (*exchange)(comm_ctx *ctx, const void *send, void *recv, size_t stride, size_t bytes, int64_t deadline_ns,
                     a2amm_error *err);
+    /* the uneven exchange: block p of send (out) goes to peer p, whose block `me` of recv (in) it
+     * becomes, in.bytes[me] long there (every rank knows what it receives); this rank's own block is not
+     * moved (NULL: the caller stages through symmetric memory) */
+    int (*exchangev)(comm_ctx *ctx, const void *send, const comm_blocks *out, void *recv, const comm_blocks *in,
+                     int64_t deadline_ns, a2amm_error *err);
     /* tells every other rank this communicator failed (NULL: the failure record is shared) */
     void (*tell_failure)(comm_ctx *ctx, int rank, int code, const char *reason);
     /* takes in another rank's failure notice into the record (comm_peer_failed); never waits (NULL: none) */

@@ -339,19 +339,25 @@ static int chan_flush(comm_channel *ch, int64_t deadline_ns, a2amm_error *err)
     return wait_until(state_of(ch->ctx), nothing_sending, NULL, deadline_ns, "completing the sends", err);
 }
 
-static int tp_exchange(comm_ctx *ctx, const void *send, void *recv, size_t stride, size_t bytes, int64_t deadline_ns,
-                       a2amm_error *err)
+/* One message each way per pair: block p of send (out) to peer p, block p of recv (in) from it, of the
+ * sizes both sides know. This rank's own block is not moved. */
+static int exchange_blocks(comm_ctx *ctx, const void *send, const comm_blocks *out, void *recv, const comm_blocks *in,
+                           int64_t deadline_ns, a2amm_error *err)
 {
     mpi_state *s = state_of(ctx);
-    int rc = too_big(bytes, err);
-    MPI_Request *r = rc ? NULL : malloc((size_t)s->size * 2 * sizeof *r);
-    if (!rc && !r) rc = a2amm_fail(err, A2AMM_E_NOMEM, "mpi: out of memory for the exchange");
+    int rc = A2AMM_OK;
+    for (int p = 0; !rc && p < s->size; p++) {
+        rc = too_big(out->bytes[p], err);
+        if (!rc) rc = too_big(in->bytes[p], err);
+    }
     if (rc) return rc;
+    MPI_Request *r = malloc((size_t)s->size * 2 * sizeof *r);
+    if (!r) return a2amm_fail(err, A2AMM_E_NOMEM, "mpi: out of memory for the exchange");
     int n = 0;
     for (int k = 1; k < s->size; k++) {
         int from = (s->rank + s->size - k) % s->size, to = (s->rank + k) % s->size;
-        MPI_Irecv((char *)recv + (size_t)from * stride, (int)bytes, MPI_BYTE, from, 0, s->exchange, &r[n++]);
-        MPI_Isend((const char *)send + (size_t)to * stride, (int)bytes, MPI_BYTE, to, 0, s->exchange, &r[n++]);
+        MPI_Irecv((char *)recv + in->offsets[from], (int)in->bytes[from], MPI_BYTE, from, 0, s->exchange, &r[n++]);
+        MPI_Isend((const char *)send + out->offsets[to], (int)out->bytes[to], MPI_BYTE, to, 0, s->exchange, &r[n++]);
     }
     rc = wait_all(s, r, n, deadline_ns, "in the all-to-all exchange", err);
     for (int i = 0; rc && i < n; i++) { /* a receive left behind must not land in recv after the call */
@@ -360,6 +366,20 @@ static int tp_exchange(comm_ctx *ctx, const void *send, void *recv, size_t strid
         MPI_Request_free(&r[i]);
     }
     free(r);
+    return rc;
+}
+
+/* The even exchange: every block `bytes` long, block p at p * stride. */
+static int tp_exchange(comm_ctx *ctx, const void *send, void *recv, size_t stride, size_t bytes, int64_t deadline_ns,
+                       a2amm_error *err)
+{
+    int R = state_of(ctx)->size;
+    size_t *sizes = malloc((size_t)R * 2 * sizeof *sizes);
+    if (!sizes) return a2amm_fail(err, A2AMM_E_NOMEM, "mpi: out of memory for the exchange");
+    for (int p = 0; p < R; p++) sizes[p] = bytes, sizes[R + p] = (size_t)p * stride;
+    const comm_blocks blocks = {sizes, sizes + R};
+    int rc = exchange_blocks(ctx, send, &blocks, recv, &blocks, deadline_ns, err);
+    free(sizes);
     return rc;
 }
 
@@ -420,6 +440,7 @@ static const comm_channel_ops MPI_CHANNEL = {
 
 static const comm_transport MPI_TRANSPORT = {
     .name = "mpi", .peer_memory = 0, .barrier = tp_barrier, .allgather = tp_allgather, .exchange = tp_exchange,
+    .exchangev = exchange_blocks,
     .tell_failure = tp_tell_failure, .poll_failure = tp_poll_failure, .channel = &MPI_CHANNEL,
 };
 

@@ -1,0 +1,233 @@
+/*
+ * The public AllToAlls: the even one (a2amm_comm_alltoall, every block the
+ * same size) and the uneven one (a2amm_comm_alltoallv, a size per pair).
+ * A transport with an exchange of its own (MPI) moves the blocks straight
+ * from send into recv; on shm they are staged through symmetric memory (the
+ * communicator's stage, kept for the calls after) and each rank reads its
+ * blocks from every peer's stage, between two barriers.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api_internal.h"
+#include "common/error.h"
+
+/* The stage too small for `total` bytes (the same on every rank that passes the same sizes): given back,
+ * so that the next allocation finds where a new one fits on every rank. Whether it was. */
+static int stage_give_back_if_small(a2amm_comm *comm, size_t total)
+{
+    if (comm->stage_bytes >= total) return 0;
+    comm_heap_release_range(comm->ctx, comm->stage_start, comm->stage_end);
+    comm->stage = NULL, comm->stage_bytes = 0;
+    return 1;
+}
+
+/* A new stage of `total` bytes above `top` (the highest heap top of every rank: the same offset everywhere). */
+static int stage_make(a2amm_comm *comm, size_t total, size_t top, a2amm_error *err)
+{
+    comm_ctx *ctx = comm->ctx;
+    comm_heap_raise(ctx, top);
+    comm->stage_start = comm_heap_mark(ctx);
+    int rc = comm_alloc(ctx, total, 64, &comm->stage, err);
+    comm->stage_end = comm_heap_mark(ctx);
+    if (!rc) comm->stage_bytes = total;
+    return rc;
+}
+
+/* Each rank's block from every peer's stage: rank src's block for this rank lies at offset
+ * me * slot_bytes of src's stage, bytes_from(src) long, and lands at recv_at(src). Then a barrier:
+ * nobody reads a stage any more. */
+typedef struct stage_reads {
+    size_t slot_bytes;
+    uint8_t *recv;
+    const size_t *recv_offsets; /* NULL: src * slot_bytes */
+    const size_t *bytes;        /* NULL: slot_bytes from every rank */
+} stage_reads;
+
+static int stage_read_all(a2amm_comm *comm, const stage_reads *q, const char *call, double timeout_s,
+                          a2amm_error *err)
+{
+    comm_ctx *ctx = comm->ctx;
+    int me = comm_rank(ctx), R = comm_nranks(ctx), rc = A2AMM_OK;
+    const uint8_t *mine = (const uint8_t *)comm->stage + (size_t)me * q->slot_bytes;
+    for (int k = 0; !rc && k < R; k++) {
+        int src = (me + k) % R;
+        size_t n = q->bytes ? q->bytes[src] : q->slot_bytes;
+        uint8_t *dst = q->recv + (q->recv_offsets ? q->recv_offsets[src] : (size_t)src * q->slot_bytes);
+        if (n == 0) continue;
+        if (src == me) memcpy(dst, mine, n);
+        else rc = comm_get(ctx, dst, mine, n, src, err);
+    }
+    comm_set_doing(ctx, "%s: waiting for every rank to finish reading", call);
+    if (!rc) rc = comm_barrier(ctx, comm_deadline_after(timeout_s), err);
+    return rc;
+}
+
+/* The shm AllToAll once every rank passed the same block_bytes: send staged in
+ * symmetric memory (placed where it is free on every rank, kept for the
+ * calls after), each rank then gets its block from every peer. `grow`: the
+ * stage was too small and was given back before the agreement (top: the
+ * highest heap top it found); else send is in the stage already. */
+static int alltoall_shm(a2amm_comm *comm, const void *send, void *recv, size_t block_bytes, int grow, size_t top,
+                        double timeout_s, a2amm_error *err)
+{
+    comm_ctx *ctx = comm->ctx;
+    size_t total = block_bytes * (size_t)comm_nranks(ctx);
+    int rc = A2AMM_OK;
+    if (grow) {
+        rc = stage_make(comm, total, top, err);
+        if (rc) return rc;
+        memcpy(comm->stage, send, total);
+        comm_set_doing(ctx, "a2amm_comm_alltoall: waiting for every rank's blocks");
+        rc = comm_barrier(ctx, comm_deadline_after(timeout_s), err);
+    }
+    stage_reads q = {block_bytes, recv, NULL, NULL};
+    return rc ? rc : stage_read_all(comm, &q, "a2amm_comm_alltoall", timeout_s, err);
+}
+
+int a2amm_comm_alltoall(a2amm_comm *comm, const void *send, void *recv, size_t block_bytes, double timeout_s,
+                        a2amm_error *err)
+{
+    if (!comm || (block_bytes && (!send || !recv)))
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoall: comm, send and recv must not be NULL");
+    if (!(timeout_s > 0))
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoall: timeout_s must be positive (got %g)", timeout_s);
+    comm_ctx *ctx = comm->ctx;
+    int me = comm_rank(ctx), R = comm_nranks(ctx);
+    size_t total = block_bytes * (size_t)R;
+    if (total / (size_t)R != block_bytes)
+        return a2amm_fail(err, A2AMM_E_OVERFLOW, "a2amm_comm_alltoall: %d blocks of %zu bytes overflow", R, block_bytes);
+    int rc = api_enter(comm, "a2amm_comm_alltoall", err);
+    if (rc) return rc;
+    const comm_transport *tp = comm_transport_of(ctx);
+    int staged = !tp->exchange;
+    int grow = staged && stage_give_back_if_small(comm, total);
+    if (staged && !grow && total) memcpy(comm->stage, send, total);
+    /* every rank's block size agreed before a byte moves: a difference is an error on every rank */
+    int64_t words[COMM_AGREE_WORDS] = {API_ALLTOALL, 0, (int64_t)block_bytes};
+    size_t top = 0;
+    comm_set_doing(ctx, "a2amm_comm_alltoall: waiting for every rank");
+    rc = api_agree(comm, words, timeout_s, "a2amm_comm_alltoall", &top, err);
+    if (!rc && !staged && block_bytes) {
+        memcpy((uint8_t *)recv + (size_t)me * block_bytes, (const uint8_t *)send + (size_t)me * block_bytes, block_bytes);
+        comm_set_doing(ctx, "a2amm_comm_alltoall: exchanging");
+        rc = tp->exchange(ctx, send, recv, block_bytes, block_bytes, comm_deadline_after(timeout_s), err);
+    } else if (!rc && staged) {
+        rc = alltoall_shm(comm, send, recv, block_bytes, grow, top, timeout_s, err);
+    }
+    if (rc) api_fail_all(ctx, rc, err);
+    else comm_set_doing(ctx, "a2amm_comm_alltoall: done");
+    api_leave(comm);
+    return rc;
+}
+
+/* ---- the uneven AllToAll ------------------------------------------------------- */
+
+/* The sizes every rank told: sizes[i * 2R + j] is what rank i sends to rank j, sizes[i * 2R + R + j]
+ * the room rank i has for rank j's block. The first block over its room, as an error (the same on every
+ * rank: every rank checks every pair); 0 if none. */
+static int check_rooms(const int64_t *sizes, int R, a2amm_error *err)
+{
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < R; j++) {
+            int64_t sent = sizes[(size_t)i * 2 * R + j], room = sizes[(size_t)j * 2 * R + R + i];
+            if (sent > room)
+                return a2amm_fail(err, A2AMM_E_SIZE, "a2amm_comm_alltoallv: rank %d sends %lld bytes to rank %d, "
+                                  "which has room for %lld from it (recv_room[%d]): nothing was moved", i,
+                                  (long long)sent, j, (long long)room, i);
+        }
+    return A2AMM_OK;
+}
+
+/* The arguments of one rank, checked before anything is collective. */
+static int check_v_args(const a2amm_comm *comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,
+                        const void *recv, const size_t *recv_room, const size_t *recv_offsets,
+                        const size_t *recv_bytes, double timeout_s, a2amm_error *err)
+{
+    if (!comm || !send_bytes || !send_offsets || !recv_room || !recv_offsets || !recv_bytes)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoallv: comm and the six size arrays must not be NULL");
+    if (!(timeout_s > 0))
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoallv: timeout_s must be positive (got %g)", timeout_s);
+    int R = comm_nranks(comm->ctx);
+    for (int p = 0; p < R; p++) {
+        const char *which = send_bytes[p] && !send ? "send" : recv_room[p] && !recv ? "recv" : NULL;
+        if (which)
+            return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoallv: %s is NULL with bytes for rank %d", which, p);
+        if (send_offsets[p] > SIZE_MAX - send_bytes[p] || recv_offsets[p] > SIZE_MAX - recv_room[p] ||
+            send_bytes[p] > INT64_MAX || recv_room[p] > INT64_MAX)
+            return a2amm_fail(err, A2AMM_E_OVERFLOW, "a2amm_comm_alltoallv: the block of rank %d overflows (send "
+                              "%zu bytes at %zu, room %zu at %zu)", p, send_bytes[p], send_offsets[p], recv_room[p],
+                              recv_offsets[p]);
+    }
+    return A2AMM_OK;
+}
+
+/* shm: every block into a slot of the stage (a slot as large as the largest block any rank sends any
+ * other), then each rank reads its blocks from every peer's stage. */
+static int alltoallv_shm(a2amm_comm *comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,
+                         const int64_t *sizes, void *recv, const size_t *recv_offsets, const size_t *recv_bytes,
+                         size_t top, double timeout_s, a2amm_error *err)
+{
+    comm_ctx *ctx = comm->ctx;
+    int R = comm_nranks(ctx);
+    size_t slot = 0;
+    for (size_t i = 0; i < (size_t)R; i++)
+        for (size_t j = 0; j < (size_t)R; j++)
+            if ((size_t)sizes[i * 2 * R + j] > slot) slot = (size_t)sizes[i * 2 * R + j];
+    size_t total = slot * (size_t)R;
+    if (slot && total / (size_t)R != slot)
+        return a2amm_fail(err, A2AMM_E_OVERFLOW, "a2amm_comm_alltoallv: %d slots of %zu bytes overflow", R, slot);
+    int rc = stage_give_back_if_small(comm, total) ? stage_make(comm, total, top, err) : A2AMM_OK;
+    for (int p = 0; !rc && p < R; p++)
+        if (send_bytes[p]) memcpy((uint8_t *)comm->stage + (size_t)p * slot, (const uint8_t *)send + send_offsets[p],
+                                  send_bytes[p]);
+    comm_set_doing(ctx, "a2amm_comm_alltoallv: waiting for every rank's blocks");
+    if (!rc) rc = comm_barrier(ctx, comm_deadline_after(timeout_s), err);
+    stage_reads q = {slot, recv, recv_offsets, recv_bytes};
+    return rc ? rc : stage_read_all(comm, &q, "a2amm_comm_alltoallv", timeout_s, err);
+}
+
+int a2amm_comm_alltoallv(a2amm_comm *comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,
+                         void *recv, const size_t *recv_room, const size_t *recv_offsets, size_t *recv_bytes,
+                         double timeout_s, a2amm_error *err)
+{
+    int rc = check_v_args(comm, send, send_bytes, send_offsets, recv, recv_room, recv_offsets, recv_bytes, timeout_s,
+                          err);
+    if (rc) return rc;
+    comm_ctx *ctx = comm->ctx;
+    int me = comm_rank(ctx), R = comm_nranks(ctx);
+    int64_t *sizes = malloc((size_t)R * 4 * R * sizeof *sizes), *mine = sizes ? sizes + (size_t)2 * R * R : NULL;
+    if (!sizes) return a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_comm_alltoallv: out of memory for %d x %d sizes", R, R);
+    rc = api_enter(comm, "a2amm_comm_alltoallv", err);
+    if (rc) {
+        free(sizes);
+        return rc;
+    }
+    /* the call agreed first (every rank in it), then every rank's sizes to every rank: each rank checks
+     * every pair, so that a block over its room fails the call on every rank before a byte moves */
+    int64_t words[COMM_AGREE_WORDS] = {API_ALLTOALLV};
+    size_t top = 0;
+    comm_set_doing(ctx, "a2amm_comm_alltoallv: waiting for every rank");
+    rc = api_agree(comm, words, timeout_s, "a2amm_comm_alltoallv", &top, err);
+    for (int p = 0; p < R; p++) mine[p] = (int64_t)send_bytes[p], mine[R + p] = (int64_t)recv_room[p];
+    if (!rc) rc = comm_allgather(ctx, mine, sizes, (size_t)2 * R * sizeof *mine, comm_deadline_after(timeout_s), err);
+    if (!rc) rc = check_rooms(sizes, R, err);
+    for (int p = 0; !rc && p < R; p++) recv_bytes[p] = (size_t)sizes[(size_t)p * 2 * R + me];
+    const comm_transport *tp = comm_transport_of(ctx);
+    if (!rc && tp->exchangev) {
+        if (send_bytes[me])
+            memcpy((uint8_t *)recv + recv_offsets[me], (const uint8_t *)send + send_offsets[me], send_bytes[me]);
+        comm_set_doing(ctx, "a2amm_comm_alltoallv: exchanging");
+        const comm_blocks out = {send_bytes, send_offsets}, in = {recv_bytes, recv_offsets};
+        rc = tp->exchangev(ctx, send, &out, recv, &in, comm_deadline_after(timeout_s), err);
+    } else if (!rc) {
+        rc = alltoallv_shm(comm, send, send_bytes, send_offsets, sizes, recv, recv_offsets, recv_bytes, top,
+                           timeout_s, err);
+    }
+    free(sizes);
+    if (rc) api_fail_all(ctx, rc, err);
+    else comm_set_doing(ctx, "a2amm_comm_alltoallv: done");
+    api_leave(comm);
+    return rc;
+}
