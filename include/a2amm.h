@@ -139,6 +139,15 @@ A2AMM_API int a2amm_mx_quantize_bf16(const uint16_t *x, int64_t rows, int64_t co
  * or +-Inf past float's range; NaN where the scale is 0xFF). */
 A2AMM_API int a2amm_mx_dequantize_f32(const uint8_t *codes, int64_t ldc, const uint8_t *scales, int64_t lds, int64_t rows,
                             int64_t cols, a2amm_fp8_type type, float *y, int64_t ldy, a2amm_error *err);
+/*
+ * The exp and SiLU of the MoE op's activation (docs/op-contract.md): e^x
+ * within 2 ulp of the C library's expf, and silu(g) = g / (1 + e^-g) in
+ * fp32 as written; plain fp32 arithmetic in a fixed order, so the same bits
+ * on every CPU and kernel level (what a caller's own experts need to match
+ * the op's). Local, thread-safe.
+ */
+A2AMM_API float a2amm_expf(float x);
+A2AMM_API float a2amm_silu(float g);
 
 /* ---- This CPU and the kernels ---------------------------------------------- */
 /*

@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "a2amm.h"
+#include "mx/expf.h"
 #include "mx/mx.h"
 
 /* ---- Small helpers ------------------------------------------------------ */
@@ -1009,6 +1011,66 @@ static void test_scale_mode(void)
     CHECK(mx_scale_mode_parse("rceil", &out) == 0 && out == MX_SCALE_RCEIL, "parse rceil");
 }
 
+/* ---- the MoE activation's exp and SiLU (mx/expf.h) ---------------------------------------------- */
+
+/* Distance in ulps between two non-negative finite floats (their bit patterns are in order). */
+static int64_t ulps_apart(float a, float b) { return llabs((int64_t)f2u(a) - (int64_t)f2u(b)); }
+
+static void test_expf(void)
+{
+    /* over the floats, every 61st bit pattern and its neighbours' sign: within 2 ulp of expf */
+    int64_t worst = 0;
+    float worst_x = 0;
+    long bad = 0;
+    for (uint64_t u = 0; u < (1ull << 32); u += 61) {
+        float x = u2f((uint32_t)u), want = expf(x), got = mx_expf(x);
+        if (x != x) {
+            bad += got == got;
+            continue;
+        }
+        if (isinf(want) || want == 0) {
+            bad += got != want && ulps_apart(got, want) > 2; /* the thresholds: overflow to Inf, underflow to 0 */
+            continue;
+        }
+        int64_t d = isinf(got) ? INT64_MAX : ulps_apart(got, want);
+        if (d > worst) worst = d, worst_x = x;
+    }
+    CHECK(worst <= 2, "mx_expf is %lld ulp from expf at x = %a (%.9g vs %.9g)", (long long)worst, worst_x,
+          mx_expf(worst_x), expf(worst_x));
+    CHECK(bad == 0, "mx_expf: %ld NaN, Inf or zero results differ from expf's", bad);
+    printf("mx_expf: at most %lld ulp from expf over 1/61 of the floats\n", (long long)worst);
+    /* the edges, exactly */
+    CHECK(mx_expf(0.0f) == 1.0f && mx_expf(-0.0f) == 1.0f, "e^0 = 1");
+    CHECK(mx_expf(INFINITY) == INFINITY && mx_expf(-INFINITY) == 0.0f, "e^Inf = Inf, e^-Inf = 0");
+    CHECK(isnan(mx_expf(NAN)), "e^NaN = NaN");
+    CHECK(mx_expf(88.72283f) < INFINITY && mx_expf(88.7228394f) == INFINITY, "the overflow threshold is expf's: %a %a",
+          mx_expf(88.72283f), mx_expf(88.7228394f));
+    const float near_zero[] = {-103.28f, -103.2789f, -103.5f, -103.97f, -103.9720840f, -103.97209f, -104.0f};
+    for (size_t i = 0; i < sizeof near_zero / sizeof *near_zero; i++)
+        CHECK(ulps_apart(mx_expf(near_zero[i]), expf(near_zero[i])) <= 2, "near the underflow threshold, e^%.9g: %a "
+              "vs expf's %a", near_zero[i], mx_expf(near_zero[i]), expf(near_zero[i]));
+    CHECK(ulps_apart(mx_expf(-100.0f), expf(-100.0f)) <= 2, "a subnormal result: %a vs %a", mx_expf(-100.0f),
+          expf(-100.0f));
+    /* SiLU: g / (1 + e^-g) as written, against fp64 within 4 ulp of its value where it is normal */
+    int64_t worst_silu = 0;
+    for (uint64_t u = 0; u < (1ull << 32); u += 4093) {
+        float g = u2f((uint32_t)u);
+        double ref = (double)g / (1.0 + exp(-(double)g));
+        float got = mx_silu(g);
+        /* below -88.72, e^-g is Inf in fp32 and g / Inf is -0 (as written): checked below */
+        if (g != g || isinf(g) || g < -88.7f || fabs(ref) < 1e-37 || fabs(ref) > 3e38) continue;
+        int64_t d = ulps_apart(fabsf(got), fabsf((float)ref));
+        if ((got < 0) != (ref < 0)) d = INT64_MAX;
+        if (d > worst_silu) worst_silu = d;
+    }
+    CHECK(worst_silu <= 4, "mx_silu is %lld ulp from fp64", (long long)worst_silu);
+    printf("mx_silu: at most %lld ulp from fp64 over 1/4093 of the floats above -88.7\n", (long long)worst_silu);
+    CHECK(f2u(mx_silu(-89.0f)) == 0x80000000u, "silu(-89) as written: -89 / (1 + Inf) = -0, got %a", mx_silu(-89.0f));
+    CHECK(mx_silu(0.0f) == 0.0f && mx_silu(INFINITY) == INFINITY && isnan(mx_silu(-INFINITY)) && isnan(mx_silu(NAN)),
+          "silu at 0, +-Inf, NaN");
+    CHECK(a2amm_expf(1.5f) == mx_expf(1.5f) && a2amm_silu(-2.0f) == mx_silu(-2.0f), "the public calls are these");
+}
+
 int main(void)
 {
     test_fp8_decode();
@@ -1026,5 +1088,6 @@ int main(void)
     test_quantize_row();
     test_dequant();
     test_scale_mode();
+    test_expf();
     return check_summary("test_mx");
 }

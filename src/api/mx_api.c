@@ -1,8 +1,9 @@
-/* The public MX quantization and dequantization, over mx/mx.h. */
+/* The public MX quantization and dequantization, over mx/mx.h; the MoE activation's exp and SiLU (mx/expf.h). */
 #include <stdlib.h>
 
 #include "a2amm.h"
 #include "common/error.h"
+#include "mx/expf.h"
 #include "mx/mx.h"
 
 /* The checks every call makes; 0 or the error. */
@@ -83,3 +84,6 @@ int a2amm_mx_dequantize_f32(const uint8_t *codes, int64_t ldc, const uint8_t *sc
         }
     return A2AMM_OK;
 }
+
+float a2amm_expf(float x) { return mx_expf(x); }
+float a2amm_silu(float g) { return mx_silu(g); }
