@@ -124,6 +124,14 @@ int lib_comm_alltoall(a2amm_comm *comm, const void *send, void *recv, size_t blo
     return a2amm_comm_alltoall(comm, send, recv, block_bytes, timeout_s, err);
 }
 
+int lib_comm_alltoallv(a2amm_comm *comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,
+                       void *recv, const size_t *recv_room, const size_t *recv_offsets, size_t *recv_bytes,
+                       double timeout_s, a2amm_error *err)
+{
+    return a2amm_comm_alltoallv(comm, send, send_bytes, send_offsets, recv, recv_room, recv_offsets, recv_bytes,
+                                timeout_s, err);
+}
+
 int lib_comm_fail(a2amm_comm *comm, int code, const char *message) { return a2amm_comm_fail(comm, code, message); }
 void lib_comm_say(a2amm_comm *comm, const char *text) { a2amm_comm_say(comm, "%s", text); }
 const char *lib_comm_doing(const a2amm_comm *comm) { return a2amm_comm_doing(comm); }

@@ -67,6 +67,9 @@ int lib_comm_size(const a2amm_comm *comm);
 int lib_comm_barrier(a2amm_comm *comm, double timeout_s, a2amm_error *err);
 int lib_comm_alltoall(a2amm_comm *comm, const void *send, void *recv, size_t block_bytes, double timeout_s,
                       a2amm_error *err);
+int lib_comm_alltoallv(a2amm_comm *comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,
+                       void *recv, const size_t *recv_room, const size_t *recv_offsets, size_t *recv_bytes,
+                       double timeout_s, a2amm_error *err);
 int lib_comm_fail(a2amm_comm *comm, int code, const char *message);
 void lib_comm_say(a2amm_comm *comm, const char *text);
 const char *lib_comm_doing(const a2amm_comm *comm);

@@ -383,6 +383,11 @@ static PyMethodDef COMM_METHODS[] = {
      "alltoall(send, recv=None, timeout=60.0) -> recv: collective; the plain AllToAll. send: an array\n"
      "whose first dimension is the ranks (C-contiguous); block j goes to rank j, and block r of rank j's\n"
      "recv (made like send when None) comes from rank r. Staged through the communicator's memory."},
+    {"alltoallv", (PyCFunction)(void (*)(void))comm_alltoallv, METH_VARARGS | METH_KEYWORDS,
+     "alltoallv(blocks, timeout=60.0) -> [recv_0, ..., recv_{R-1}]: collective; the uneven AllToAll. blocks:\n"
+     "one buffer per rank (C-contiguous, any sizes, 0 included), block j for rank j; returns what each rank\n"
+     "sent this one, as uint8 arrays (views of one array: .view(dtype).reshape(...) gives them their type).\n"
+     "Nobody needs to know beforehand what it receives: the sizes go first, then the blocks."},
     {"say", (PyCFunction)comm_say, METH_O,
      "say(text): what this rank is doing now; it appears in failure messages and counts as a sign of life."},
     {"fail", (PyCFunction)(void (*)(void))comm_fail_method, METH_VARARGS | METH_KEYWORDS,

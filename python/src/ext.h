@@ -106,6 +106,8 @@ typedef struct CommObject {
 
 extern PyTypeObject CommType, OpType, WeightsType, InputBufferType;
 
+/* comm_alltoallv.c: Comm.alltoallv(blocks, timeout=60.0) -> [R uint8 arrays]. */
+PyObject *comm_alltoallv(CommObject *self, PyObject *args, PyObject *kw);
 /* Puts from_mpi among Comm's methods (before PyType_Ready). */
 void comm_type_prepare(void);
 /* A Comm over comm (owned: destroyed at close). */

@@ -316,7 +316,7 @@ def test_a_refused_call_leaves_the_running_one_alone(second):
             while np.isnan(go[0]):
                 time.sleep(0.005)
             return op(a, sa), ""
-        entered, release = threading.Event(), threading.Event()
+        entered = threading.Event()
         op.set_observer(lambda ev: entered.set() if ev.kind == "call_begin" else None)
         result = {}
         t = threading.Thread(target=lambda: result.setdefault("out", op(a, sa)))
@@ -428,4 +428,5 @@ def test_a_process_forked_inside_a_rank_is_not_the_rank():
         return codes
 
     assert a2amm.launch(2, rank) == [[3, 0, 1, 0]] * 2
+
 
