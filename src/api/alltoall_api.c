@@ -163,29 +163,37 @@ static int check_v_args(const a2amm_comm *comm, const void *send, const size_t *
     return A2AMM_OK;
 }
 
-/* shm: every block into a slot of the stage (a slot as large as the largest block any rank sends any
- * other), then each rank reads its blocks from every peer's stage. */
-static int alltoallv_shm(a2amm_comm *comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,
-                         const int64_t *sizes, void *recv, const size_t *recv_offsets, const size_t *recv_bytes,
-                         size_t top, double timeout_s, a2amm_error *err)
+/* shm: every block into a slot of the stage (a slot as large as the largest block of the call), then each
+ * rank reads its blocks from every peer's stage. */
+static int exchangev_shm(a2amm_comm *comm, const void *send, const comm_blocks *out, void *recv, const comm_blocks *in,
+                         size_t slot, size_t top, const char *call, double timeout_s, a2amm_error *err)
 {
     comm_ctx *ctx = comm->ctx;
     int R = comm_nranks(ctx);
-    size_t slot = 0;
-    for (size_t i = 0; i < (size_t)R; i++)
-        for (size_t j = 0; j < (size_t)R; j++)
-            if ((size_t)sizes[i * 2 * R + j] > slot) slot = (size_t)sizes[i * 2 * R + j];
     size_t total = slot * (size_t)R;
     if (slot && total / (size_t)R != slot)
-        return a2amm_fail(err, A2AMM_E_OVERFLOW, "a2amm_comm_alltoallv: %d slots of %zu bytes overflow", R, slot);
+        return a2amm_fail(err, A2AMM_E_OVERFLOW, "%s: %d slots of %zu bytes overflow", call, R, slot);
     int rc = stage_give_back_if_small(comm, total) ? stage_make(comm, total, top, err) : A2AMM_OK;
     for (int p = 0; !rc && p < R; p++)
-        if (send_bytes[p]) memcpy((uint8_t *)comm->stage + (size_t)p * slot, (const uint8_t *)send + send_offsets[p],
-                                  send_bytes[p]);
-    comm_set_doing(ctx, "a2amm_comm_alltoallv: waiting for every rank's blocks");
+        if (out->bytes[p])
+            memcpy((uint8_t *)comm->stage + (size_t)p * slot, (const uint8_t *)send + out->offsets[p], out->bytes[p]);
+    comm_set_doing(ctx, "%s: waiting for every rank's blocks", call);
     if (!rc) rc = comm_barrier(ctx, comm_deadline_after(timeout_s), err);
-    stage_reads q = {slot, recv, recv_offsets, recv_bytes};
-    return rc ? rc : stage_read_all(comm, &q, "a2amm_comm_alltoallv", timeout_s, err);
+    stage_reads q = {slot, recv, in->offsets, in->bytes};
+    return rc ? rc : stage_read_all(comm, &q, call, timeout_s, err);
+}
+
+int api_exchangev(a2amm_comm *comm, const void *send, const comm_blocks *out, void *recv, const comm_blocks *in,
+                  size_t slot, size_t top, const char *call, double timeout_s, a2amm_error *err)
+{
+    comm_ctx *ctx = comm->ctx;
+    const comm_transport *tp = comm_transport_of(ctx);
+    if (!tp->exchangev) return exchangev_shm(comm, send, out, recv, in, slot, top, call, timeout_s, err);
+    int me = comm_rank(ctx);
+    if (out->bytes[me])
+        memcpy((uint8_t *)recv + in->offsets[me], (const uint8_t *)send + out->offsets[me], out->bytes[me]);
+    comm_set_doing(ctx, "%s: exchanging", call);
+    return tp->exchangev(ctx, send, out, recv, in, comm_deadline_after(timeout_s), err);
 }
 
 int a2amm_comm_alltoallv(a2amm_comm *comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,
@@ -214,17 +222,12 @@ int a2amm_comm_alltoallv(a2amm_comm *comm, const void *send, const size_t *send_
     if (!rc) rc = comm_allgather(ctx, mine, sizes, (size_t)2 * R * sizeof *mine, comm_deadline_after(timeout_s), err);
     if (!rc) rc = check_rooms(sizes, R, err);
     for (int p = 0; !rc && p < R; p++) recv_bytes[p] = (size_t)sizes[(size_t)p * 2 * R + me];
-    const comm_transport *tp = comm_transport_of(ctx);
-    if (!rc && tp->exchangev) {
-        if (send_bytes[me])
-            memcpy((uint8_t *)recv + recv_offsets[me], (const uint8_t *)send + send_offsets[me], send_bytes[me]);
-        comm_set_doing(ctx, "a2amm_comm_alltoallv: exchanging");
-        const comm_blocks out = {send_bytes, send_offsets}, in = {recv_bytes, recv_offsets};
-        rc = tp->exchangev(ctx, send, &out, recv, &in, comm_deadline_after(timeout_s), err);
-    } else if (!rc) {
-        rc = alltoallv_shm(comm, send, send_bytes, send_offsets, sizes, recv, recv_offsets, recv_bytes, top,
-                           timeout_s, err);
-    }
+    size_t slot = 0; /* the largest block of the call */
+    for (int i = 0; !rc && i < R; i++)
+        for (int j = 0; j < R; j++)
+            if ((size_t)sizes[(size_t)i * 2 * R + j] > slot) slot = (size_t)sizes[(size_t)i * 2 * R + j];
+    const comm_blocks out = {send_bytes, send_offsets}, in = {recv_bytes, recv_offsets};
+    if (!rc) rc = api_exchangev(comm, send, &out, recv, &in, slot, top, "a2amm_comm_alltoallv", timeout_s, err);
     free(sizes);
     if (rc) api_fail_all(ctx, rc, err);
     else comm_set_doing(ctx, "a2amm_comm_alltoallv: done");

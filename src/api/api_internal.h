@@ -28,6 +28,17 @@ struct a2amm_weights {
     a2amm_fp8_type b_type;
 };
 
+/* ---- alltoall_api.c: moving blocks of sizes every rank knows -------------- */
+/*
+ * Inside a collective call (after its agreement, whose top it takes): block p of send (out) goes to rank
+ * p, block me of rank p's send lands as block p of recv (in; in.bytes[p] is what p sends, known here).
+ * On shm through the communicator's stage in R slots of `slot` bytes (the largest block of the call:
+ * every rank passes the same), grown above top when too small; over a transport with its own exchange,
+ * straight. `call` names it in messages. Returns the error of this rank (the caller fails the others).
+ */
+int api_exchangev(a2amm_comm *comm, const void *send, const comm_blocks *out, void *recv, const comm_blocks *in,
+                  size_t slot, size_t top, const char *call, double timeout_s, a2amm_error *err);
+
 /* ---- collective.c: what every collective call does first ------------------ */
 
 /* The collective calls, as their words name them. */
