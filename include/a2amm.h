@@ -343,7 +343,8 @@ A2AMM_API int a2amm_comm_alltoall(a2amm_comm *comm, const void *send, void *recv
  * need not know beforehand what it receives: the sizes go first, every
  * rank's to every rank (2 * size numbers a rank), so that a block over its
  * room fails the call on every rank with A2AMM_E_SIZE, naming both ranks
- * and both sizes, before a byte is moved. Blocks may lie anywhere in send
+ * and both sizes, before a byte is moved (each rank finds it alone: the
+ * communicator stays usable). Blocks may lie anywhere in send
  * and recv (recv's must not overlap). Staged through symmetric memory on
  * shm, as a2amm_comm_alltoall (size slots as large as the largest block of
  * the call, kept for the calls after); over MPI, one message per pair.
@@ -573,6 +574,82 @@ A2AMM_API int a2amm_op_set_observer(a2amm_op *op, a2amm_observer_fn fn, void *ar
  * leave room for that in heap_bytes). Not while another thread is in a
  * call of this op. */
 A2AMM_API void a2amm_op_destroy(a2amm_op *op);
+
+/* ---- Expert parallelism: the MoE op (docs/op-contract.md, "The MoE op") --- */
+/*
+ * Tokens go to the ranks of their top-k experts, each rank runs its experts
+ * (SwiGLU: W1 and W3 from x, silu, W2) on the rows that arrive, and the
+ * weighted results come back, summed, to each token's rank. A separate
+ * object from a2amm_op: its call takes a different input (this rank's own
+ * token count, which differs between ranks and calls; expert ids and
+ * weights per token), holds a set of weights per local expert, and its rows
+ * travel in uneven counts. E experts, E divisible by R; rank r owns experts
+ * r*E/R .. (r+1)*E/R - 1.
+ *
+ * This version runs the unfused schedule: the whole dispatch (each token
+ * once to each rank that owns one of its experts), the experts, then the
+ * whole combine; the gate and up projections on the kernel level's matmul,
+ * the down projection (a bf16 operand) in portable C. Every rank's row
+ * counts go to every rank first (one allgather of R numbers a rank), so a
+ * call whose rows exceed a rank's room fails on every rank before any
+ * output is written. Results do not depend on the thread count or the
+ * transport.
+ */
+typedef struct a2amm_moe a2amm_moe;
+
+/* Every field but threads is shared: every rank passes the same. */
+typedef struct a2amm_moe_config {
+    size_t size;          /* sizeof(a2amm_moe_config) as the program was built: set by the initializer */
+    int experts;          /* E: all of them, over every rank (divisible by R) */
+    int topk;             /* k: slots per token, 1 to 32 */
+    int64_t hidden;       /* H: a multiple of 32 */
+    int64_t inter;        /* I: the experts' inner size, a multiple of 32 */
+    int64_t max_tokens;   /* the most tokens of a rank's call */
+    int64_t max_recv;     /* the most rows (token, rank) a rank may receive in a call (0: R * max_tokens) */
+    a2amm_fp8_type a_type, b_type; /* x's codes; the experts' weights' */
+    int threads;          /* this rank's compute threads (0: 1); its own */
+    double timeout_s;     /* every wait between ranks (0: 60) */
+} a2amm_moe_config;
+
+#ifdef __cplusplus
+#define A2AMM_MOE_CONFIG_INIT {sizeof(a2amm_moe_config)}
+#else
+#define A2AMM_MOE_CONFIG_INIT {.size = sizeof(a2amm_moe_config)}
+#endif
+static inline void a2amm_moe_config_init(a2amm_moe_config *config) { a2amm_sized_init(config, sizeof *config); }
+
+/* Collective. Makes the MoE op: checks the config (the shared fields alike
+ * on every rank, as a2amm_op_create does). It is numbered among the
+ * communicator's ops. */
+A2AMM_API int a2amm_moe_create(a2amm_comm *comm, const a2amm_moe_config *config, a2amm_moe **moe, a2amm_error *err);
+
+/*
+ * Local. This rank's E/R experts: w13 [E/R, 2I, H] fp8 (per expert, rows
+ * 0..I-1 the gate W1, I..2I-1 the up projection W3; row n is output column
+ * n), its scales [E/R, 2I, ld13] (ld13 >= H/32: 2*ceil(H/64) in the seed's
+ * layout); w2 [E/R, H, I] fp8, its scales [E/R, H, ld2] (ld2 >= I/32).
+ * Prepared once (the arrays may go afterwards); call again to replace them.
+ */
+A2AMM_API int a2amm_moe_set_weights(a2amm_moe *moe, const uint8_t *w13, const uint8_t *s13, int64_t ld13,
+                                    const uint8_t *w2, const uint8_t *s2, int64_t ld2, a2amm_error *err);
+
+/*
+ * Collective. One call: this rank's `tokens` tokens (0 <= tokens <=
+ * max_tokens; each rank its own), x [tokens, H] fp8 with scales
+ * [tokens, ldsx] (ldsx >= H/32), topk_idx [tokens, k] (an expert in
+ * [0, E), or -1 for an unused slot; an expert at most once a token),
+ * topk_w [tokens, k] finite fp32; out [tokens, H] bf16, x's order (a token
+ * with no valid slot gets zeros). A bad argument is refused on this rank
+ * naming the token and slot (A2AMM_E_INVAL) and fails the communicator
+ * (A2AMM_E_PEER on the others); rows over a rank's max_recv fail the call
+ * on every rank with A2AMM_E_SIZE, naming the rank and the count, out
+ * untouched (each rank finds it alone: the communicator stays usable).
+ */
+A2AMM_API int a2amm_moe_run(a2amm_moe *moe, int64_t tokens, const uint8_t *x, const uint8_t *sx, int64_t ldsx,
+                            const int32_t *topk_idx, const float *topk_w, uint16_t *out, a2amm_error *err);
+
+/* Local. Frees it; NULL is fine. Not while another thread is in a call of it. */
+A2AMM_API void a2amm_moe_destroy(a2amm_moe *moe);
 
 #ifdef __cplusplus
 }

@@ -5,8 +5,9 @@
  * Sizes differ by pair and by round (zeros among them, the stage growing
  * and shrinking), blocks lie scattered in send and recv with gaps, rooms are
  * exact or larger, and an even AllToAll runs between them on the same
- * communicator. Last, one block over its room: every rank gets A2AMM_E_SIZE
- * naming both ranks and sizes, and no byte of any recv was written.
+ * communicator. One block over its room: every rank gets A2AMM_E_SIZE
+ * naming both ranks and sizes, no byte of any recv was written, and the
+ * calls after it work.
  */
 #ifndef A2AMM_TESTS_ALLTOALLV_CASES_H
 #define A2AMM_TESTS_ALLTOALLV_CASES_H
@@ -127,7 +128,9 @@ static void v_all_cases(a2amm_comm *comm, v_outcome *o)
         v_round(comm, round, 0, o);
         if (round == 1 || round == 3) v_even(comm, round == 1 ? 700 : 40000, o);
     }
-    v_round(comm, V_ROUNDS, 1, o); /* last: it fails the communicator */
+    v_round(comm, V_ROUNDS, 1, o); /* refused on every rank, the communicator still good: */
+    v_round(comm, V_ROUNDS + 1, 0, o);
+    v_even(comm, 100, o);
 }
 
 #endif

@@ -24,9 +24,7 @@ static void test_cases(int R)
     a2amm_error err = {0, ""};
     a2amm_launch_options lo = {.size = sizeof lo, .heap_bytes = 16u << 20};
     int rc = a2amm_launch(R, rank_cases, o, &lo, &err);
-    /* the last case's refusal failed the communicator on every rank: the launch says why */
-    CHECK(rc == A2AMM_E_SIZE && strstr(err.msg, "sends 100 bytes to rank 0, which has room for 99"),
-          "R=%d: the launch: status %d: %s", R, rc, err.msg);
+    CHECK(rc == 0, "R=%d: the launch: %s", R, err.msg);
     for (int r = 0; r < R; r++) {
         CHECK(o[r].checks > 0, "R=%d, rank %d ran no case", R, r);
         CHECK(o[r].failed == 0, "R=%d, rank %d: %d of %d cases failed; the first: %s", R, r, o[r].failed, o[r].checks,

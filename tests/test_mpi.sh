@@ -205,6 +205,20 @@ for np in 2 3; do
         test "$(grep -Ec '^rank [0-9]: alltoallv: [1-9][0-9]* checks, 0 failed$' "$SCRATCH/out")" -eq $np
 done
 
+# the MoE op (a2amm_moe_*) across hosts over MPI messages: every case of tests/moe_cases.h made for the
+# job's ranks within the fp64 bound on every rank, and the same bits as over shared memory (test_moe)
+"$(dirname "$A2AMM")/tests/test_moe" digests >"$SCRATCH/moe-shm" 2>&1
+check "test_moe digests: every case over shared memory" test "$(grep -c ': digest ' "$SCRATCH/moe-shm")" -ge 10
+for np in 2 4; do
+    hosts_of=$(seq -s, -f "$P-h%g" 1 $np)
+    expect_ok "the MoE op over MPI, $np ranks on $np hosts" mpirun_hosts $np "$hosts_of" "$(dirname "$A2AMM")/tests/mpi_moe"
+    check "the MoE op over MPI, $np ranks: within the fp64 bound on every rank" \
+        test "$(grep -Ec '^rank [0-9]: moe: [1-9][0-9]* cases, 0 off the bound or failed$' "$SCRATCH/out")" -eq $np
+    grep ': digest ' "$SCRATCH/out" | sort >"$SCRATCH/moe-mpi"
+    check "the MoE op over MPI, $np ranks: the same bits as over shared memory ($(wc -l <"$SCRATCH/moe-mpi") digests)" \
+        bash -c "test -s '$SCRATCH/moe-mpi' && ! grep -qvxF -f '$SCRATCH/moe-shm' '$SCRATCH/moe-mpi'"
+done
+
 bash "$hosts" down "$P"
 check "the namespaces are gone" test -z "$(ip netns list | grep "^$P-")"
 check "their hosts files are gone" test ! -e "/etc/netns/$P-h1"

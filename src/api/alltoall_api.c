@@ -213,14 +213,16 @@ int a2amm_comm_alltoallv(a2amm_comm *comm, const void *send, const size_t *send_
         return rc;
     }
     /* the call agreed first (every rank in it), then every rank's sizes to every rank: each rank checks
-     * every pair, so that a block over its room fails the call on every rank before a byte moves */
+     * every pair, so that a block over its room fails the call on every rank before a byte moves (and
+     * only the call: each rank finds it alone, and the communicator stays usable) */
     int64_t words[COMM_AGREE_WORDS] = {API_ALLTOALLV};
     size_t top = 0;
     comm_set_doing(ctx, "a2amm_comm_alltoallv: waiting for every rank");
     rc = api_agree(comm, words, timeout_s, "a2amm_comm_alltoallv", &top, err);
     for (int p = 0; p < R; p++) mine[p] = (int64_t)send_bytes[p], mine[R + p] = (int64_t)recv_room[p];
     if (!rc) rc = comm_allgather(ctx, mine, sizes, (size_t)2 * R * sizeof *mine, comm_deadline_after(timeout_s), err);
-    if (!rc) rc = check_rooms(sizes, R, err);
+    int alike = 0; /* a verdict every rank reaches alone: nothing to tell, and the communicator goes on */
+    if (!rc) alike = (rc = check_rooms(sizes, R, err)) != 0;
     for (int p = 0; !rc && p < R; p++) recv_bytes[p] = (size_t)sizes[(size_t)p * 2 * R + me];
     size_t slot = 0; /* the largest block of the call */
     for (int i = 0; !rc && i < R; i++)
@@ -229,8 +231,8 @@ int a2amm_comm_alltoallv(a2amm_comm *comm, const void *send, const size_t *send_
     const comm_blocks out = {send_bytes, send_offsets}, in = {recv_bytes, recv_offsets};
     if (!rc) rc = api_exchangev(comm, send, &out, recv, &in, slot, top, "a2amm_comm_alltoallv", timeout_s, err);
     free(sizes);
-    if (rc) api_fail_all(ctx, rc, err);
-    else comm_set_doing(ctx, "a2amm_comm_alltoallv: done");
+    if (rc && !alike) api_fail_all(ctx, rc, err);
+    else comm_set_doing(ctx, "a2amm_comm_alltoallv: %s", rc ? "refused" : "done");
     api_leave(comm);
     return rc;
 }

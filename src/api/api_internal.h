@@ -42,7 +42,9 @@ int api_exchangev(a2amm_comm *comm, const void *send, const comm_blocks *out, vo
 /* ---- collective.c: what every collective call does first ------------------ */
 
 /* The collective calls, as their words name them. */
-typedef enum api_call { API_BARRIER = 1, API_ALLTOALL, API_OP_CREATE, API_OP_RUN, API_ALLTOALLV } api_call;
+typedef enum api_call {
+    API_BARRIER = 1, API_ALLTOALL, API_OP_CREATE, API_OP_RUN, API_ALLTOALLV, API_MOE_CREATE, API_MOE_RUN
+} api_call;
 
 /* A call's words: which call, on which op (its number; 0: none), its
  * arguments that every rank must pass alike, and this rank's heap top

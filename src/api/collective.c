@@ -18,8 +18,11 @@ static const char *const RUN_ARGS[] = {"m", NULL};
 static const char *const ALLTOALL_ARGS[] = {"block_bytes", NULL};
 static const char *const CREATE_ARGS[] = {"max_m", "k", "n", "a_type", "b_type", "tile_m", "depth", "path",
                                           "schedule", "timeout_s", "kind", NULL};
+static const char *const MOE_CREATE_ARGS[] = {"experts", "topk", "hidden", "inter", "max_tokens", "max_recv",
+                                              "a_type", "b_type", "timeout_s", NULL};
 
 _Static_assert(sizeof CREATE_ARGS / sizeof *CREATE_ARGS - 1 <= API_MAX_ARGS, "create's arguments fit its words");
+_Static_assert(sizeof MOE_CREATE_ARGS / sizeof *MOE_CREATE_ARGS - 1 <= API_MAX_ARGS, "the MoE's fit its words");
 
 static const char *const *args_of(int64_t call)
 {
@@ -27,6 +30,7 @@ static const char *const *args_of(int64_t call)
     case API_ALLTOALL: return ALLTOALL_ARGS;
     case API_OP_CREATE: return CREATE_ARGS;
     case API_OP_RUN: return RUN_ARGS;
+    case API_MOE_CREATE: return MOE_CREATE_ARGS;
     default: return NULL;
     }
 }
@@ -40,6 +44,8 @@ static void describe_call(const int64_t *w, char *buf, size_t size)
     case API_OP_CREATE: snprintf(buf, size, "a2amm_op_create of op %lld", (long long)w[API_WORD_OP]); break;
     case API_OP_RUN: snprintf(buf, size, "a2amm_op_run on op %lld", (long long)w[API_WORD_OP]); break;
     case API_ALLTOALLV: snprintf(buf, size, "a2amm_comm_alltoallv"); break;
+    case API_MOE_CREATE: snprintf(buf, size, "a2amm_moe_create of op %lld", (long long)w[API_WORD_OP]); break;
+    case API_MOE_RUN: snprintf(buf, size, "a2amm_moe_run on op %lld", (long long)w[API_WORD_OP]); break;
     default: snprintf(buf, size, "no call of a2amm (words %lld)", (long long)w[API_WORD_CALL]); break;
     }
 }

@@ -1,0 +1,248 @@
+/* The MoE op's rank-local steps (see moe.h). */
+#include "op/moe.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "mx/expf.h"
+#include "mx/mx.h"
+
+/* A record: int32 token, int32 slots here (n), n x {int32 local expert, float weight}, then k - n unused
+ * entries, the token's H codes and H/32 scales, padding to 8 bytes. */
+enum { REC_HEAD = 8, REC_SLOT = 8 };
+
+size_t moe_record_bytes(const moe_shape *s)
+{
+    size_t b = REC_HEAD + (size_t)REC_SLOT * (size_t)s->k + (size_t)s->H + (size_t)(s->H / 32);
+    return (b + 7) & ~(size_t)7;
+}
+
+static int owner_of(const moe_shape *s, int32_t e) { return e / s->local; }
+
+int moe_check_routing(const moe_shape *s, int64_t T, const int32_t *idx, const float *w, a2amm_error *err)
+{
+    for (int64_t t = 0; t < T; t++)
+        for (int j = 0; j < s->k; j++) {
+            int32_t e = idx[t * s->k + j];
+            if (e == -1) continue;
+            if (e < 0 || e >= s->E)
+                return a2amm_fail(err, A2AMM_E_INVAL, "rank %d: token %lld, slot %d: expert %d is out of range: "
+                                  "expected 0 .. %d, or -1 for an unused slot", s->me, (long long)t, j, (int)e,
+                                  s->E - 1);
+            for (int i = 0; i < j; i++)
+                if (idx[t * s->k + i] == e)
+                    return a2amm_fail(err, A2AMM_E_INVAL, "rank %d: token %lld, slot %d: expert %d is already in "
+                                      "slot %d: an expert at most once a token", s->me, (long long)t, j, (int)e, i);
+            float v = w[t * s->k + j];
+            if (!isfinite(v))
+                return a2amm_fail(err, A2AMM_E_INVAL, "rank %d: token %lld, slot %d: the weight of expert %d is %g: "
+                                  "expected a finite number", s->me, (long long)t, j, (int)e, (double)v);
+        }
+    return A2AMM_OK;
+}
+
+/* Whether token t (its k ids at ids) has a slot owned by o. */
+static int has_owner(const moe_shape *s, const int32_t *ids, int o)
+{
+    for (int j = 0; j < s->k; j++)
+        if (ids[j] >= 0 && owner_of(s, ids[j]) == o) return 1;
+    return 0;
+}
+
+void moe_count(const moe_shape *s, int64_t T, const int32_t *idx, int64_t *counts)
+{
+    for (int o = 0; o < s->R; o++) counts[o] = 0;
+    for (int64_t t = 0; t < T; t++)
+        for (int o = 0; o < s->R; o++) counts[o] += has_owner(s, idx + t * s->k, o);
+}
+
+void moe_pack(const moe_shape *s, int64_t T, const uint8_t *x, const uint8_t *sx, int64_t ldsx, const int32_t *idx,
+              const float *w, uint8_t *send, const size_t *first)
+{
+    const size_t rb = moe_record_bytes(s), sw = (size_t)(s->H / 32);
+    for (int o = 0; o < s->R; o++) {
+        uint8_t *rec = send + first[o];
+        for (int64_t t = 0; t < T; t++) {
+            const int32_t *ids = idx + t * s->k;
+            if (!has_owner(s, ids, o)) continue;
+            memset(rec, 0, rb);
+            int32_t token = (int32_t)t, n = 0;
+            for (int j = 0; j < s->k; j++) {
+                if (ids[j] < 0 || owner_of(s, ids[j]) != o) continue;
+                int32_t le = ids[j] - o * s->local;
+                memcpy(rec + REC_HEAD + (size_t)n * REC_SLOT, &le, 4);
+                memcpy(rec + REC_HEAD + (size_t)n * REC_SLOT + 4, &w[t * s->k + j], 4);
+                n++;
+            }
+            memcpy(rec, &token, 4);
+            memcpy(rec + 4, &n, 4);
+            uint8_t *codes = rec + REC_HEAD + (size_t)REC_SLOT * (size_t)s->k;
+            memcpy(codes, x + t * s->H, (size_t)s->H);
+            memcpy(codes + s->H, sx + t * ldsx, sw);
+            rec += rb;
+        }
+    }
+}
+
+int moe_weights_prepare(const moe_shape *s, gemm_isa isa, const uint8_t *w13, const uint8_t *s13, int64_t ld13,
+                        const uint8_t *w2, const uint8_t *s2, int64_t ld2, moe_weights *out, a2amm_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const int64_t H = s->H, I = s->I, sw2 = I / 32;
+    out->w13 = calloc((size_t)s->local, sizeof *out->w13);
+    out->w2 = malloc((size_t)(s->local * H * I));
+    out->s2 = malloc((size_t)(s->local * H * sw2));
+    int rc = out->w13 && out->w2 && out->s2
+                 ? A2AMM_OK
+                 : a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: out of memory for %d experts' weights", s->me, s->local);
+    for (int le = 0; !rc && le < s->local; le++)
+        rc = gemm_b_prepare(isa, w13 + (size_t)le * (size_t)(2 * I * H), s13 + (size_t)le * (size_t)(2 * I * ld13),
+                            2 * I, H, ld13, s->b_type, &out->w13[le], err);
+    if (!rc) {
+        memcpy(out->w2, w2, (size_t)(s->local * H * I));
+        for (int64_t row = 0; row < s->local * H; row++)
+            memcpy(out->s2 + row * sw2, s2 + row * ld2, (size_t)sw2);
+    } else {
+        moe_weights_free(s, out);
+    }
+    return rc;
+}
+
+void moe_weights_free(const moe_shape *s, moe_weights *w)
+{
+    for (int le = 0; w->w13 && le < s->local; le++) gemm_b_free(w->w13[le]);
+    free(w->w13), free(w->w2), free(w->s2);
+    memset(w, 0, sizeof *w);
+}
+
+void moe_down_row(const moe_shape *s, const float *a, const uint8_t *w2, const uint8_t *s2, float *y)
+{
+    float value[256];
+    for (int c = 0; c < 256; c++) value[c] = mx_fp8_to_f32((uint8_t)c, s->b_type);
+    const int64_t I = s->I, sw2 = I / 32;
+    for (int64_t c = 0; c < s->H; c++) {
+        const uint8_t *codes = w2 + c * I, *scales = s2 + c * sw2;
+        float acc = 0.0f;
+        for (int64_t b = 0; b < sw2; b++) {
+            float sum = 0.0f; /* bf16 times fp8: exact in fp32; the sum rounds */
+            for (int t = 0; t < 32; t++) sum += a[b * 32 + t] * value[codes[b * 32 + t]];
+            acc = (float)((double)acc + (double)sum * mx_e8m0_to_f64(scales[b]));
+        }
+        y[c] = acc;
+    }
+}
+
+/* A received record's parts. */
+typedef struct record_view {
+    int32_t n;                    /* its slots here */
+    const uint8_t *slots, *codes; /* n x {local expert, weight}; H codes, then H/32 scales */
+} record_view;
+
+static record_view record_at(const moe_shape *s, const uint8_t *recv, int64_t r)
+{
+    const uint8_t *rec = recv + (size_t)r * moe_record_bytes(s);
+    record_view v = {0, rec + REC_HEAD, rec + REC_HEAD + (size_t)REC_SLOT * (size_t)s->k};
+    memcpy(&v.n, rec + 4, 4);
+    return v;
+}
+
+static int32_t slot_expert(const record_view *v, int i)
+{
+    int32_t le;
+    memcpy(&le, v->slots + (size_t)i * REC_SLOT, 4);
+    return le;
+}
+
+static float slot_weight(const record_view *v, int i)
+{
+    float w;
+    memcpy(&w, v->slots + (size_t)i * REC_SLOT + 4, 4);
+    return w;
+}
+
+/* One expert on its rows: x rows gathered, g and u by the kernel level's matmul, a = bf16(silu(g) u),
+ * then y by the portable down projection, into ys (a row per (record, slot) of this expert, in
+ * record order). */
+static void expert_rows(const moe_shape *s, const moe_weights *w, int le, const uint8_t *recv, const int64_t *recs,
+                        int64_t n, uint8_t *xa, uint8_t *xs, float *c, float *act, float *const *ys)
+{
+    const int64_t H = s->H, I = s->I, sw = H / 32;
+    for (int64_t i = 0; i < n; i++) {
+        record_view v = record_at(s, recv, recs[i]);
+        memcpy(xa + i * H, v.codes, (size_t)H);
+        memcpy(xs + i * sw, v.codes + H, (size_t)sw);
+    }
+    gemm_a_slab slab = {xa, xs, H, sw, s->a_type};
+    gemm_multiply(w->w13[le], &slab, n, 0, H, 0, 2 * I, c, 2 * I);
+    for (int64_t i = 0; i < n; i++) {
+        const float *g = c + i * 2 * I, *u = g + I;
+        for (int64_t j = 0; j < I; j++) act[j] = mx_bf16_to_f32(mx_f32_to_bf16(mx_silu(g[j]) * u[j]));
+        moe_down_row(s, act, w->w2 + (size_t)le * (size_t)(H * I), w->s2 + (size_t)le * (size_t)(H * (I / 32)),
+                     ys[i]);
+    }
+}
+
+int moe_experts(const moe_shape *s, const moe_weights *w, const uint8_t *recv, int64_t nrec, uint16_t *partials,
+                a2amm_error *err)
+{
+    const int64_t H = s->H, I = s->I;
+    /* every (record, slot) pair numbered in record order, then slot order; each expert's pairs listed */
+    int64_t pairs = 0;
+    for (int64_t r = 0; r < nrec; r++) pairs += record_at(s, recv, r).n;
+    int64_t *first = calloc((size_t)nrec + 1, sizeof *first), *recs = malloc(sizeof *recs * (size_t)(pairs + 1));
+    float *y = malloc(sizeof *y * (size_t)((pairs ? pairs : 1) * H)), *act = malloc(sizeof *act * (size_t)I);
+    float **ys = malloc(sizeof *ys * (size_t)(pairs + 1)), *c = malloc(sizeof *c * (size_t)((nrec ? nrec : 1) * 2 * I));
+    uint8_t *xa = malloc((size_t)((nrec ? nrec : 1) * H)), *xs = malloc((size_t)((nrec ? nrec : 1) * (H / 32)));
+    int rc = first && recs && y && act && ys && c && xa && xs
+                 ? A2AMM_OK
+                 : a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: out of memory for the experts of %lld rows", s->me,
+                              (long long)nrec);
+    for (int64_t r = 0; !rc && r < nrec; r++) first[r + 1] = first[r] + record_at(s, recv, r).n;
+    for (int le = 0; !rc && le < s->local; le++) {
+        int64_t n = 0; /* this expert's records, in order, and where each one's y goes */
+        for (int64_t r = 0; r < nrec; r++) {
+            record_view v = record_at(s, recv, r);
+            for (int i = 0; i < v.n; i++)
+                if (slot_expert(&v, i) == le) recs[n] = r, ys[n] = y + (first[r] + i) * H, n++;
+        }
+        if (n) expert_rows(s, w, le, recv, recs, n, xa, xs, c, act, ys);
+    }
+    /* each record's partial: its slots' w * y summed in slot order in fp32, rounded to bf16 once */
+    for (int64_t r = 0; !rc && r < nrec; r++) {
+        record_view v = record_at(s, recv, r);
+        for (int64_t col = 0; col < H; col++) {
+            float acc = 0.0f;
+            for (int i = 0; i < v.n; i++) acc += slot_weight(&v, i) * y[(first[r] + i) * H + col];
+            partials[r * H + col] = mx_f32_to_bf16(acc);
+        }
+    }
+    free(first), free(recs), free(y), free(act), free(ys), free(c), free(xa), free(xs);
+    return rc;
+}
+
+int moe_combine(const moe_shape *s, int64_t T, const int32_t *idx, const uint16_t *partials, const size_t *first,
+                uint16_t *out, a2amm_error *err)
+{
+    size_t *next = malloc(sizeof *next * (size_t)s->R);
+    float *acc = malloc(sizeof *acc * (size_t)s->H);
+    if (!next || !acc) {
+        free(next), free(acc);
+        return a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: out of memory for the combine", s->me);
+    }
+    for (int o = 0; o < s->R; o++) next[o] = first[o];
+    for (int64_t t = 0; t < T; t++) {
+        const int32_t *ids = idx + t * s->k;
+        for (int64_t col = 0; col < s->H; col++) acc[col] = 0.0f;
+        for (int o = 0; o < s->R; o++) { /* owners in rank order */
+            if (!has_owner(s, ids, o)) continue;
+            const uint16_t *p = partials + next[o];
+            next[o] += (size_t)s->H;
+            for (int64_t col = 0; col < s->H; col++) acc[col] += mx_bf16_to_f32(p[col]);
+        }
+        for (int64_t col = 0; col < s->H; col++) out[t * s->H + col] = mx_f32_to_bf16(acc[col]);
+    }
+    free(next), free(acc);
+    return A2AMM_OK;
+}

@@ -1,0 +1,68 @@
+/*
+ * The MoE op's rank-local steps (docs/op-contract.md, "The MoE op"): the
+ * routing's checks, the dispatch records a rank sends, the experts on the
+ * records that arrived (their partials), and the combine's sum. The API
+ * (api/moe_api.c) moves records and partials between ranks.
+ *
+ * A dispatch record is one token for one owner rank: its slots that the
+ * owner holds (local expert and weight, in slot order), then the token's
+ * x codes and scales; records to an owner go in token order, and the
+ * owner's partials come back in the order of its records.
+ */
+#ifndef A2AMM_OP_MOE_H
+#define A2AMM_OP_MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "a2amm.h"
+#include "gemm/gemm.h"
+
+typedef struct moe_shape {
+    int R, me;       /* ranks, this rank */
+    int E, local, k; /* experts, experts a rank (E/R), slots a token */
+    int64_t H, I;    /* hidden, inner: multiples of 32 */
+    a2amm_fp8_type a_type, b_type;
+} moe_shape;
+
+/* Bytes of a dispatch record (8-aligned). */
+size_t moe_record_bytes(const moe_shape *s);
+
+/* The routing of a call of T tokens: every id in [-1, E), none twice in a token, every weight of a
+ * used slot finite. 0, or A2AMM_E_INVAL naming the token and the slot. */
+int moe_check_routing(const moe_shape *s, int64_t T, const int32_t *idx, const float *w, a2amm_error *err);
+
+/* counts[o]: this rank's records for owner o (its tokens with a slot there). */
+void moe_count(const moe_shape *s, int64_t T, const int32_t *idx, int64_t *counts);
+
+/* The records of T tokens into send: owner o's at byte offset first[o] (moe_record_bytes apart). */
+void moe_pack(const moe_shape *s, int64_t T, const uint8_t *x, const uint8_t *sx, int64_t ldsx, const int32_t *idx,
+              const float *w, uint8_t *send, const size_t *first);
+
+/* This rank's experts, prepared: the gate and up rows (W1, W3) for the kernel level's matmul, the down
+ * projection (W2) as its codes and scales. */
+typedef struct moe_weights {
+    gemm_b **w13;       /* [local]: [2I, H] each */
+    uint8_t *w2, *s2;   /* [local][H][I] codes, [local][H][I/32] scales */
+} moe_weights;
+
+int moe_weights_prepare(const moe_shape *s, gemm_isa isa, const uint8_t *w13, const uint8_t *s13, int64_t ld13,
+                        const uint8_t *w2, const uint8_t *s2, int64_t ld2, moe_weights *out, a2amm_error *err);
+void moe_weights_free(const moe_shape *s, moe_weights *w);
+
+/* The experts on nrec records (at recv, moe_record_bytes apart): partials bf16 [nrec, H], one a record,
+ * in their order. */
+int moe_experts(const moe_shape *s, const moe_weights *w, const uint8_t *recv, int64_t nrec, uint16_t *partials,
+                a2amm_error *err);
+
+/* out[t] = bf16 of the fp32 sum, owners in rank order, of token t's partials (owner o's rows start at
+ * partials + first[o] elements, in the order of the records sent there); zeros for a token with none. */
+int moe_combine(const moe_shape *s, int64_t T, const int32_t *idx, const uint16_t *partials, const size_t *first,
+                uint16_t *out, a2amm_error *err);
+
+/* y = a x W2 for one row of the portable down projection: y[c] for c < H from a [I] (bf16 values) and
+ * W2's codes [H][I], scales [H][I/32]: by 32-blocks of I, each block's exact products summed in fp32
+ * (ascending), times its scale, added with one rounding (as the reference kernel level does). */
+void moe_down_row(const moe_shape *s, const float *a, const uint8_t *w2, const uint8_t *s2, float *y);
+
+#endif

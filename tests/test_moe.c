@@ -1,0 +1,180 @@
+/*
+ * The MoE op over shared memory (a2amm_launch): every rank's outputs
+ * against the fp64 evaluation of the contract's formulas within its bound
+ * (moe_cases.h), for R = 1 to 4, E/R = 1 to 4, k = 1 to 8, both fp8 types,
+ * uniform, skewed and empty routes (a rank with no tokens, tokens with no
+ * expert, unused slots), several calls of one op with different token
+ * counts; the same bits when run again; every bad argument refused on its
+ * rank naming token and slot, the others told; rows over a rank's room
+ * refused on every rank, outputs untouched.
+ */
+#include <sys/mman.h>
+
+#include "check.h"
+#include "moe_cases.h"
+
+typedef struct case_run {
+    moe_case c;
+    int64_t max_recv;
+    int bad;          /* bad_call's case on rank 0 (0: none) */
+    uint16_t *outs;   /* shared: [R][calls][max_tokens][H] */
+    int rc[8], after[8]; /* after: a call of no tokens once the case's calls are over */
+    char msg[8][1100];
+} case_run;
+
+static size_t outs_bytes(const moe_case *c)
+{
+    return sizeof(uint16_t) * (size_t)c->R * (size_t)c->calls * (size_t)(c->max_tokens * c->H);
+}
+
+/* Rank 0's bad calls (the others make a good one): expected text of its refusal. */
+static const char *const BAD_TEXT[] = {
+    NULL,
+    "token 3, slot 1: expert 4 is out of range: expected 0 .. 3, or -1",
+    "token 3, slot 1: expert 2 is already in slot 0",
+    "token 3, slot 1: the weight of expert 1 is nan",
+    "tokens must be 0 to max_tokens = 12 (got 13)",
+};
+
+static int bad_call(a2amm_comm *comm, a2amm_moe *m, const moe_case *c, int bad, a2amm_error *err)
+{
+    int64_t T = bad == 4 ? c->max_tokens + 1 : 5;
+    uint8_t *x = calloc((size_t)(T * c->H), 1), *sx = malloc((size_t)(T * c->H / 32));
+    int32_t idx[64];
+    float w[64];
+    uint16_t *out = calloc((size_t)(T * c->H), 2);
+    memset(sx, 127, (size_t)(T * c->H / 32));
+    for (int i = 0; i < T * c->k; i++) idx[i] = i % c->k, w[i] = 0.5f;
+    if (bad == 1) idx[3 * c->k + 1] = c->E;
+    if (bad == 2) idx[3 * c->k + 0] = 2, idx[3 * c->k + 1] = 2;
+    if (bad == 3) w[3 * c->k + 1] = NAN;
+    int rc = a2amm_moe_run(m, T, x, sx, c->H / 32, idx, w, out, err);
+    (void)comm;
+    free(x), free(sx), free(out);
+    return rc;
+}
+
+static int rank_case(a2amm_comm *comm, void *arg)
+{
+    case_run *run = arg;
+    const moe_case *c = &run->c;
+    int r = a2amm_comm_rank(comm);
+    a2amm_error err = {0, ""};
+    a2amm_moe *m = NULL;
+    int rc = mc_make(comm, c, run->max_recv, &m, &err);
+    if (!rc && run->bad && r == 0) rc = bad_call(comm, m, c, run->bad, &err);
+    else if (!rc) rc = mc_run_calls(comm, m, c, run->outs + (size_t)r * (size_t)c->calls * (size_t)(c->max_tokens * c->H), &err);
+    a2amm_error err2 = {0, ""};
+    run->after[r] = m && (!rc || rc == A2AMM_E_SIZE) ? a2amm_moe_run(m, 0, NULL, NULL, 0, NULL, NULL, NULL, &err2) : -99;
+    a2amm_moe_destroy(m);
+    run->rc[r] = rc;
+    snprintf(run->msg[r], sizeof run->msg[r], "%s", rc ? err.msg : "");
+    return 0; /* each rank's status is checked by the test, not the launch */
+}
+
+static case_run *launch_case(const moe_case *c, int64_t max_recv, int bad)
+{
+    case_run *run = mmap(NULL, sizeof *run, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    memset(run, 0, sizeof *run);
+    run->c = *c, run->max_recv = max_recv, run->bad = bad;
+    run->outs = mmap(NULL, outs_bytes(c), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    memset(run->outs, 0xEE, outs_bytes(c));
+    a2amm_error err = {0, ""};
+    a2amm_launch_options lo = {.size = sizeof lo, .heap_bytes = 64u << 20};
+    int rc = a2amm_launch(c->R, rank_case, run, &lo, &err);
+    /* a refused call fails the communicator: then the launch says so too */
+    CHECK(rc == 0 || bad || max_recv, "the launch of R=%d: %s", c->R, err.msg);
+    return run;
+}
+
+static void free_run(case_run *run)
+{
+    munmap(run->outs, outs_bytes(&run->c));
+    munmap(run, sizeof *run);
+}
+
+static void test_cases(void)
+{
+    for (size_t i = 0; i < MC_NCASES; i++) {
+        const moe_case *c = &MC_CASES[i];
+        case_run *run = launch_case(c, 0, 0);
+        for (int r = 0; r < c->R; r++) CHECK(run->rc[r] == 0, "case %zu, rank %d: %s", i, r, run->msg[r]);
+        double worst = 0;
+        int64_t off = mc_check_all(c, run->outs, &worst);
+        CHECK(off == 0, "case %zu (R=%d E=%d k=%d H=%lld I=%lld): %lld values off the fp64 bound (worst %.2f of it)",
+              i, c->R, c->E, c->k, (long long)c->H, (long long)c->I, (long long)off, worst);
+        printf("case %zu: R=%d E=%d k=%d H=%lld I=%lld route %d: within the bound (worst %.3f of it)\n", i, c->R, c->E,
+               c->k, (long long)c->H, (long long)c->I, (int)c->route, worst);
+        if (i == 4) { /* the same bits again */
+            case_run *again = launch_case(c, 0, 0);
+            CHECK(!memcmp(run->outs, again->outs, outs_bytes(c)), "case %zu: other bits when run again", i);
+            free_run(again);
+        }
+        free_run(run);
+    }
+}
+
+static void test_bad_arguments(void)
+{
+    const moe_case *c = &MC_CASES[1]; /* R=2, E=4, k=2, max_tokens 12 */
+    for (int bad = 1; bad <= 4; bad++) {
+        case_run *run = launch_case(c, 0, bad);
+        CHECK(run->rc[0] == A2AMM_E_INVAL && strstr(run->msg[0], BAD_TEXT[bad]), "bad call %d on rank 0: status %d: "
+              "%s (expected: %s)", bad, run->rc[0], run->msg[0], BAD_TEXT[bad]);
+        CHECK(run->rc[1] == A2AMM_E_PEER && strstr(run->msg[1], "rank 0"), "bad call %d: rank 1 got %d: %s", bad,
+              run->rc[1], run->msg[1]);
+        free_run(run);
+    }
+}
+
+static void test_room(void)
+{
+    /* skewed: every token's first slot on expert 0 (rank 0's); a room of 3 rows is short on rank 0 */
+    moe_case c = {2, 2, 1, 32, 32, 9, ROUTE_SKEWED, A2AMM_E4M3, A2AMM_E4M3, 1, 11};
+    int64_t rows = 0; /* tokens with a slot on rank 0: the rows it would receive */
+    for (int r = 0; r < 2; r++) {
+        int64_t T = mc_tokens(&c, r, 0);
+        uint8_t x[9 * 32], sx[9];
+        int32_t idx[9];
+        float w[9];
+        mc_inputs(&c, r, 0, T, x, sx, idx, w);
+        for (int64_t t = 0; t < T; t++) rows += idx[t] == 0;
+    }
+    case_run *run = launch_case(&c, 3, 0);
+    char want[120];
+    snprintf(want, sizeof want, "rank 0 would receive %lld rows", (long long)rows);
+    for (int r = 0; r < 2; r++)
+        CHECK(rows > 3 && run->rc[r] == A2AMM_E_SIZE && strstr(run->msg[r], want) && strstr(run->msg[r], "max_recv = 3"),
+              "rank %d with too little room: status %d: %s (expected %s)", r, run->rc[r], run->msg[r], want);
+    for (int r = 0; r < 2; r++)
+        CHECK(run->after[r] == 0, "rank %d: a call after the refused one: status %d", r, run->after[r]);
+    size_t untouched = 0, n = outs_bytes(&c) / 2;
+    for (size_t i = 0; i < n; i++) untouched += run->outs[i] == 0xEEEE;
+    CHECK(untouched == n, "a refused call wrote %zu output values", n - untouched);
+    free_run(run);
+}
+
+/* `test_moe digests`: the digest of every rank's outputs of every case, as mpi_moe prints them over MPI
+ * (tests/test_mpi.sh compares: the same bits on both transports). */
+static int print_digests(void)
+{
+    for (size_t i = 0; i < MC_NCASES; i++) {
+        const moe_case *c = &MC_CASES[i];
+        case_run *run = launch_case(c, 0, 0);
+        for (int r = 0; r < c->R; r++)
+            printf("case %zu rank %d: %s %016llx\n", i, r, run->rc[r] ? "failed" : "digest",
+                   (unsigned long long)mc_digest(c, r, run->outs + (size_t)r * (size_t)c->calls *
+                                                                (size_t)(c->max_tokens * c->H)));
+        free_run(run);
+    }
+    return check_failed != 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "digests")) return print_digests();
+    test_cases();
+    test_bad_arguments();
+    test_room();
+    return check_summary("test_moe");
+}
