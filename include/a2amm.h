@@ -592,8 +592,8 @@ A2AMM_API void a2amm_op_destroy(a2amm_op *op);
  * the down projection (a bf16 operand) in portable C. Every rank's row
  * counts go to every rank first (one allgather of R numbers a rank), so a
  * call whose rows exceed a rank's room fails on every rank before any
- * output is written. Results do not depend on the thread count or the
- * transport.
+ * output is written. The experts are shared out over the rank's threads.
+ * Results do not depend on the thread count or the transport.
  */
 typedef struct a2amm_moe a2amm_moe;
 
@@ -607,7 +607,7 @@ typedef struct a2amm_moe_config {
     int64_t max_tokens;   /* the most tokens of a rank's call */
     int64_t max_recv;     /* the most rows (token, rank) a rank may receive in a call (0: R * max_tokens) */
     a2amm_fp8_type a_type, b_type; /* x's codes; the experts' weights' */
-    int threads;          /* this rank's compute threads (0: 1); its own */
+    int threads;          /* this rank's compute threads (0: cores / R, at least 1); its own: ranks may differ */
     double timeout_s;     /* every wait between ranks (0: 60) */
 } a2amm_moe_config;
 

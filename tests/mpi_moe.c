@@ -26,7 +26,7 @@ int main(int argc, char **argv)
         if (c->R != R) continue;
         uint16_t *out = malloc(sizeof *out * (size_t)c->calls * (size_t)(c->max_tokens * c->H));
         a2amm_moe *m = NULL;
-        rc = mc_make(comm, c, 0, &m, &err);
+        rc = mc_make(comm, c, 0, 30, &m, &err);
         if (!rc) rc = mc_run_calls(comm, m, c, out, &err);
         a2amm_moe_destroy(m);
         mc_experts ex;

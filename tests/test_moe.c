@@ -9,6 +9,8 @@
  * refused on every rank, outputs untouched.
  */
 #include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "moe_cases.h"
@@ -17,6 +19,8 @@ typedef struct case_run {
     moe_case c;
     int64_t max_recv;
     int bad;          /* bad_call's case on rank 0 (0: none) */
+    int fault;        /* rank 1 before its calls: FAULT_EXIT ends its process, FAULT_STALL sleeps past the timeout */
+    double seconds[8]; /* how long each rank's calls took */
     uint16_t *outs;   /* shared: [R][calls][max_tokens][H] */
     int rc[8], after[8]; /* after: a call of no tokens once the case's calls are over */
     char msg[8][1100];
@@ -54,6 +58,16 @@ static int bad_call(a2amm_comm *comm, a2amm_moe *m, const moe_case *c, int bad, 
     return rc;
 }
 
+enum { FAULT_NONE, FAULT_EXIT, FAULT_STALL };
+enum { STALL_TIMEOUT_S = 1, STALL_SLEEP_S = 4 };
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int rank_case(a2amm_comm *comm, void *arg)
 {
     case_run *run = arg;
@@ -61,9 +75,15 @@ static int rank_case(a2amm_comm *comm, void *arg)
     int r = a2amm_comm_rank(comm);
     a2amm_error err = {0, ""};
     a2amm_moe *m = NULL;
-    int rc = mc_make(comm, c, run->max_recv, &m, &err);
+    int rc = mc_make(comm, c, run->max_recv, run->fault ? STALL_TIMEOUT_S : 30, &m, &err);
+    if (!rc && run->fault && r == 1) {
+        if (run->fault == FAULT_EXIT) _exit(3); /* a rank that dies: the others' calls end, naming it */
+        sleep(STALL_SLEEP_S);                   /* one that stalls: theirs end at the timeout */
+    }
+    double t0 = seconds_now();
     if (!rc && run->bad && r == 0) rc = bad_call(comm, m, c, run->bad, &err);
     else if (!rc) rc = mc_run_calls(comm, m, c, run->outs + (size_t)r * (size_t)c->calls * (size_t)(c->max_tokens * c->H), &err);
+    run->seconds[r] = seconds_now() - t0;
     a2amm_error err2 = {0, ""};
     run->after[r] = m && (!rc || rc == A2AMM_E_SIZE) ? a2amm_moe_run(m, 0, NULL, NULL, 0, NULL, NULL, NULL, &err2) : -99;
     a2amm_moe_destroy(m);
@@ -72,18 +92,18 @@ static int rank_case(a2amm_comm *comm, void *arg)
     return 0; /* each rank's status is checked by the test, not the launch */
 }
 
-static case_run *launch_case(const moe_case *c, int64_t max_recv, int bad)
+static case_run *launch_case(const moe_case *c, int64_t max_recv, int bad, int fault)
 {
     case_run *run = mmap(NULL, sizeof *run, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     memset(run, 0, sizeof *run);
-    run->c = *c, run->max_recv = max_recv, run->bad = bad;
+    run->c = *c, run->max_recv = max_recv, run->bad = bad, run->fault = fault;
     run->outs = mmap(NULL, outs_bytes(c), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     memset(run->outs, 0xEE, outs_bytes(c));
     a2amm_error err = {0, ""};
     a2amm_launch_options lo = {.size = sizeof lo, .heap_bytes = 64u << 20};
     int rc = a2amm_launch(c->R, rank_case, run, &lo, &err);
     /* a refused call fails the communicator: then the launch says so too */
-    CHECK(rc == 0 || bad || max_recv, "the launch of R=%d: %s", c->R, err.msg);
+    CHECK(rc == 0 || bad || max_recv || fault, "the launch of R=%d: %s", c->R, err.msg);
     return run;
 }
 
@@ -97,7 +117,7 @@ static void test_cases(void)
 {
     for (size_t i = 0; i < MC_NCASES; i++) {
         const moe_case *c = &MC_CASES[i];
-        case_run *run = launch_case(c, 0, 0);
+        case_run *run = launch_case(c, 0, 0, 0);
         for (int r = 0; r < c->R; r++) CHECK(run->rc[r] == 0, "case %zu, rank %d: %s", i, r, run->msg[r]);
         double worst = 0;
         int64_t off = mc_check_all(c, run->outs, &worst);
@@ -105,10 +125,15 @@ static void test_cases(void)
               i, c->R, c->E, c->k, (long long)c->H, (long long)c->I, (long long)off, worst);
         printf("case %zu: R=%d E=%d k=%d H=%lld I=%lld route %d: within the bound (worst %.3f of it)\n", i, c->R, c->E,
                c->k, (long long)c->H, (long long)c->I, (int)c->route, worst);
-        if (i == 4) { /* the same bits again */
-            case_run *again = launch_case(c, 0, 0);
-            CHECK(!memcmp(run->outs, again->outs, outs_bytes(c)), "case %zu: other bits when run again", i);
-            free_run(again);
+        if (i == 4 || i == 7) { /* the same bits again, on 1 and on 3 threads a rank */
+            for (int threads = 1; threads <= 3; threads += 2) {
+                moe_case other = *c;
+                other.threads = threads;
+                case_run *again = launch_case(&other, 0, 0, 0);
+                CHECK(!memcmp(run->outs, again->outs, outs_bytes(c)), "case %zu: other bits on %d threads", i,
+                      threads);
+                free_run(again);
+            }
         }
         free_run(run);
     }
@@ -118,7 +143,7 @@ static void test_bad_arguments(void)
 {
     const moe_case *c = &MC_CASES[1]; /* R=2, E=4, k=2, max_tokens 12 */
     for (int bad = 1; bad <= 4; bad++) {
-        case_run *run = launch_case(c, 0, bad);
+        case_run *run = launch_case(c, 0, bad, 0);
         CHECK(run->rc[0] == A2AMM_E_INVAL && strstr(run->msg[0], BAD_TEXT[bad]), "bad call %d on rank 0: status %d: "
               "%s (expected: %s)", bad, run->rc[0], run->msg[0], BAD_TEXT[bad]);
         CHECK(run->rc[1] == A2AMM_E_PEER && strstr(run->msg[1], "rank 0"), "bad call %d: rank 1 got %d: %s", bad,
@@ -130,7 +155,7 @@ static void test_bad_arguments(void)
 static void test_room(void)
 {
     /* skewed: every token's first slot on expert 0 (rank 0's); a room of 3 rows is short on rank 0 */
-    moe_case c = {2, 2, 1, 32, 32, 9, ROUTE_SKEWED, A2AMM_E4M3, A2AMM_E4M3, 1, 11};
+    moe_case c = {2, 2, 1, 32, 32, 9, ROUTE_SKEWED, A2AMM_E4M3, A2AMM_E4M3, 1, 11, 0};
     int64_t rows = 0; /* tokens with a slot on rank 0: the rows it would receive */
     for (int r = 0; r < 2; r++) {
         int64_t T = mc_tokens(&c, r, 0);
@@ -140,7 +165,7 @@ static void test_room(void)
         mc_inputs(&c, r, 0, T, x, sx, idx, w);
         for (int64_t t = 0; t < T; t++) rows += idx[t] == 0;
     }
-    case_run *run = launch_case(&c, 3, 0);
+    case_run *run = launch_case(&c, 3, 0, 0);
     char want[120];
     snprintf(want, sizeof want, "rank 0 would receive %lld rows", (long long)rows);
     for (int r = 0; r < 2; r++)
@@ -160,7 +185,7 @@ static int print_digests(void)
 {
     for (size_t i = 0; i < MC_NCASES; i++) {
         const moe_case *c = &MC_CASES[i];
-        case_run *run = launch_case(c, 0, 0);
+        case_run *run = launch_case(c, 0, 0, 0);
         for (int r = 0; r < c->R; r++)
             printf("case %zu rank %d: %s %016llx\n", i, r, run->rc[r] ? "failed" : "digest",
                    (unsigned long long)mc_digest(c, r, run->outs + (size_t)r * (size_t)c->calls *
@@ -170,11 +195,28 @@ static int print_digests(void)
     return check_failed != 0;
 }
 
+/* A rank that dies before its call, or stalls past the timeout: the others' calls end, naming it. */
+static void test_faults(void)
+{
+    const moe_case *c = &MC_CASES[1]; /* R=2 */
+    case_run *run = launch_case(c, 0, 0, FAULT_EXIT);
+    printf("rank 1 died: rank 0: %s\n", run->msg[0]);
+    CHECK(run->rc[0] == A2AMM_E_PEER && strstr(run->msg[0], "rank 1") && run->seconds[0] < 10, "rank 1 died: rank "
+          "0's call gave %d after %.1f s: %s", run->rc[0], run->seconds[0], run->msg[0]);
+    free_run(run);
+    run = launch_case(c, 0, 0, FAULT_STALL);
+    printf("rank 1 stalled: rank 0: %s\n", run->msg[0]);
+    CHECK(run->rc[0] == A2AMM_E_TIMEOUT && run->seconds[0] < STALL_SLEEP_S, "rank 1 stalled: rank 0's call gave %d "
+          "after %.1f s (timeout %d s): %s", run->rc[0], run->seconds[0], STALL_TIMEOUT_S, run->msg[0]);
+    free_run(run);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "digests")) return print_digests();
     test_cases();
     test_bad_arguments();
     test_room();
+    test_faults();
     return check_summary("test_moe");
 }

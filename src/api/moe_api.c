@@ -12,6 +12,7 @@
 
 #include "api/api_internal.h"
 #include "common/error.h"
+#include "common/pool.h"
 #include "op/moe.h"
 
 struct a2amm_moe {
@@ -23,6 +24,7 @@ struct a2amm_moe {
     gemm_isa isa;
     moe_weights w;
     int has_weights;
+    pool *workers; /* its compute threads (the calling thread among them) */
     _Atomic int busy; /* a thread is in a call of it */
 };
 
@@ -83,6 +85,11 @@ int a2amm_moe_create(a2amm_comm *comm, const a2amm_moe_config *config, a2amm_moe
     if (c->max_recv == 0) c->max_recv = (int64_t)R * c->max_tokens;
     rc = check_config(c, R, err);
     if (!rc) rc = gemm_isa_select(&m->isa, err);
+    int threads = c->threads > 0 ? c->threads : pool_cpu_count() / R > 0 ? pool_cpu_count() / R : 1;
+    if (!rc && (c->threads < 0 || c->threads > 1024))
+        rc = a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_create: threads must be 0 (cores / R) to 1024 (got %d)",
+                        c->threads);
+    if (!rc) rc = pool_create(threads, &m->workers, err);
     if (rc) api_fail_all(m->ctx, rc, err); /* the others, in this call, stop at once */
     if (!rc) {
         m->s = (moe_shape){R, comm_rank(m->ctx), c->experts, c->experts / R, c->topk, c->hidden, c->inter, c->a_type,
@@ -91,9 +98,11 @@ int a2amm_moe_create(a2amm_comm *comm, const a2amm_moe_config *config, a2amm_moe
         create_words(m, words);
         comm_set_doing(m->ctx, "a2amm_moe_create of op %lld: waiting for every rank", (long long)m->id);
         rc = api_agree(comm, words, c->timeout_s, "a2amm_moe_create", NULL, err);
+        if (!rc) comm_set_doing(m->ctx, "a2amm_moe_create of op %lld: done", (long long)m->id);
     }
     api_leave(comm);
     if (rc) {
+        pool_destroy(m->workers);
         free(m);
         return rc;
     }
@@ -219,7 +228,7 @@ static int run_call(a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_t *sx
                            "a2amm_moe_run: the dispatch", m->cfg.timeout_s, err);
     }
     comm_set_doing(m->ctx, "a2amm_moe_run of op %lld: the experts on %lld rows", (long long)m->id, (long long)got);
-    if (!rc) rc = moe_experts(s, &m->w, recv, got, partials, err);
+    if (!rc) rc = moe_experts(s, &m->w, m->workers, recv, got, partials, err);
     /* the combine: each source's partials back to it, in the order of its records */
     if (!rc) {
         blocks_of(all + me, R, R, pb, pbytes, po);
@@ -268,5 +277,6 @@ void a2amm_moe_destroy(a2amm_moe *m)
 {
     if (!m) return;
     if (m->has_weights) moe_weights_free(&m->s, &m->w);
+    pool_destroy(m->workers);
     free(m);
 }

@@ -2,6 +2,7 @@
 #include "op/moe.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -162,52 +163,83 @@ static float slot_weight(const record_view *v, int i)
     return w;
 }
 
-/* One expert on its rows: x rows gathered, g and u by the kernel level's matmul, a = bf16(silu(g) u),
- * then y by the portable down projection, into ys (a row per (record, slot) of this expert, in
- * record order). */
-static void expert_rows(const moe_shape *s, const moe_weights *w, int le, const uint8_t *recv, const int64_t *recs,
-                        int64_t n, uint8_t *xa, uint8_t *xs, float *c, float *act, float *const *ys)
+/* The experts' work of one call: each expert's pairs (record, slot) in record order, where each pair's y
+ * row goes; tasks of a pool, one an expert (each with scratch of its own: the same bits on any thread). */
+typedef struct experts_job {
+    const moe_shape *s;
+    const moe_weights *w;
+    const uint8_t *recv;
+    const int64_t *start;  /* [local + 1]: expert le's pairs are [start[le], start[le + 1]) of recs and ys */
+    const int64_t *recs;   /* each pair's record */
+    float *const *ys;      /* each pair's y row [H] */
+    _Atomic int failed;    /* a task ran out of memory */
+} experts_job;
+
+/* One expert on its rows: x rows gathered, g and u by the kernel level's matmul, a = bf16(silu(g) u), then
+ * y by the portable down projection. */
+static void expert_task(void *arg, int le)
 {
-    const int64_t H = s->H, I = s->I, sw = H / 32;
-    for (int64_t i = 0; i < n; i++) {
-        record_view v = record_at(s, recv, recs[i]);
-        memcpy(xa + i * H, v.codes, (size_t)H);
-        memcpy(xs + i * sw, v.codes + H, (size_t)sw);
+    experts_job *j = arg;
+    const moe_shape *s = j->s;
+    const int64_t n = j->start[le + 1] - j->start[le], H = s->H, I = s->I, sw = H / 32;
+    if (n == 0) return;
+    const int64_t *recs = j->recs + j->start[le];
+    float *const *ys = j->ys + j->start[le];
+    uint8_t *xa = malloc((size_t)(n * H)), *xs = malloc((size_t)(n * sw));
+    float *c = malloc(sizeof *c * (size_t)(n * 2 * I)), *act = malloc(sizeof *act * (size_t)I);
+    if (xa && xs && c && act) {
+        for (int64_t i = 0; i < n; i++) {
+            record_view v = record_at(s, j->recv, recs[i]);
+            memcpy(xa + i * H, v.codes, (size_t)H);
+            memcpy(xs + i * sw, v.codes + H, (size_t)sw);
+        }
+        gemm_a_slab slab = {xa, xs, H, sw, s->a_type};
+        gemm_multiply(j->w->w13[le], &slab, n, 0, H, 0, 2 * I, c, 2 * I);
+        for (int64_t i = 0; i < n; i++) {
+            const float *g = c + i * 2 * I, *u = g + I;
+            for (int64_t k = 0; k < I; k++) act[k] = mx_bf16_to_f32(mx_f32_to_bf16(mx_silu(g[k]) * u[k]));
+            moe_down_row(s, act, j->w->w2 + (size_t)le * (size_t)(H * I), j->w->s2 + (size_t)le * (size_t)(H * (I / 32)),
+                         ys[i]);
+        }
+    } else {
+        atomic_store(&j->failed, 1);
     }
-    gemm_a_slab slab = {xa, xs, H, sw, s->a_type};
-    gemm_multiply(w->w13[le], &slab, n, 0, H, 0, 2 * I, c, 2 * I);
-    for (int64_t i = 0; i < n; i++) {
-        const float *g = c + i * 2 * I, *u = g + I;
-        for (int64_t j = 0; j < I; j++) act[j] = mx_bf16_to_f32(mx_f32_to_bf16(mx_silu(g[j]) * u[j]));
-        moe_down_row(s, act, w->w2 + (size_t)le * (size_t)(H * I), w->s2 + (size_t)le * (size_t)(H * (I / 32)),
-                     ys[i]);
-    }
+    free(xa), free(xs), free(c), free(act);
 }
 
-int moe_experts(const moe_shape *s, const moe_weights *w, const uint8_t *recv, int64_t nrec, uint16_t *partials,
-                a2amm_error *err)
+int moe_experts(const moe_shape *s, const moe_weights *w, pool *workers, const uint8_t *recv, int64_t nrec,
+                uint16_t *partials, a2amm_error *err)
 {
-    const int64_t H = s->H, I = s->I;
-    /* every (record, slot) pair numbered in record order, then slot order; each expert's pairs listed */
+    const int64_t H = s->H;
+    /* every (record, slot) pair numbered in record order, then slot order; listed by expert, record order */
     int64_t pairs = 0;
     for (int64_t r = 0; r < nrec; r++) pairs += record_at(s, recv, r).n;
-    int64_t *first = calloc((size_t)nrec + 1, sizeof *first), *recs = malloc(sizeof *recs * (size_t)(pairs + 1));
-    float *y = malloc(sizeof *y * (size_t)((pairs ? pairs : 1) * H)), *act = malloc(sizeof *act * (size_t)I);
-    float **ys = malloc(sizeof *ys * (size_t)(pairs + 1)), *c = malloc(sizeof *c * (size_t)((nrec ? nrec : 1) * 2 * I));
-    uint8_t *xa = malloc((size_t)((nrec ? nrec : 1) * H)), *xs = malloc((size_t)((nrec ? nrec : 1) * (H / 32)));
-    int rc = first && recs && y && act && ys && c && xa && xs
+    int64_t *first = calloc((size_t)nrec + 1, sizeof *first), *start = calloc((size_t)s->local + 1, sizeof *start);
+    int64_t *recs = malloc(sizeof *recs * (size_t)(pairs + 1)), *fill = calloc((size_t)s->local, sizeof *fill);
+    float *y = malloc(sizeof *y * (size_t)((pairs ? pairs : 1) * H)), **ys = malloc(sizeof *ys * (size_t)(pairs + 1));
+    int rc = first && start && recs && fill && y && ys
                  ? A2AMM_OK
                  : a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: out of memory for the experts of %lld rows", s->me,
                               (long long)nrec);
-    for (int64_t r = 0; !rc && r < nrec; r++) first[r + 1] = first[r] + record_at(s, recv, r).n;
-    for (int le = 0; !rc && le < s->local; le++) {
-        int64_t n = 0; /* this expert's records, in order, and where each one's y goes */
-        for (int64_t r = 0; r < nrec; r++) {
-            record_view v = record_at(s, recv, r);
-            for (int i = 0; i < v.n; i++)
-                if (slot_expert(&v, i) == le) recs[n] = r, ys[n] = y + (first[r] + i) * H, n++;
+    for (int64_t r = 0; !rc && r < nrec; r++) {
+        record_view v = record_at(s, recv, r);
+        first[r + 1] = first[r] + v.n;
+        for (int i = 0; i < v.n; i++) start[slot_expert(&v, i) + 1]++;
+    }
+    for (int le = 0; !rc && le < s->local; le++) start[le + 1] += start[le];
+    for (int64_t r = 0; !rc && r < nrec; r++) {
+        record_view v = record_at(s, recv, r);
+        for (int i = 0; i < v.n; i++) {
+            int32_t le = slot_expert(&v, i);
+            int64_t at = start[le] + fill[le]++;
+            recs[at] = r, ys[at] = y + (first[r] + i) * H;
         }
-        if (n) expert_rows(s, w, le, recv, recs, n, xa, xs, c, act, ys);
+    }
+    if (!rc) {
+        experts_job job = {s, w, recv, start, recs, ys, 0};
+        pool_run(workers, expert_task, &job, s->local);
+        if (atomic_load(&job.failed))
+            rc = a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: out of memory for an expert's rows", s->me);
     }
     /* each record's partial: its slots' w * y summed in slot order in fp32, rounded to bf16 once */
     for (int64_t r = 0; !rc && r < nrec; r++) {
@@ -218,7 +250,7 @@ int moe_experts(const moe_shape *s, const moe_weights *w, const uint8_t *recv, i
             partials[r * H + col] = mx_f32_to_bf16(acc);
         }
     }
-    free(first), free(recs), free(y), free(act), free(ys), free(c), free(xa), free(xs);
+    free(first), free(start), free(recs), free(fill), free(y), free(ys);
     return rc;
 }
 

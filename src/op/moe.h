@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "a2amm.h"
+#include "common/pool.h"
 #include "gemm/gemm.h"
 
 typedef struct moe_shape {
@@ -51,9 +52,9 @@ int moe_weights_prepare(const moe_shape *s, gemm_isa isa, const uint8_t *w13, co
 void moe_weights_free(const moe_shape *s, moe_weights *w);
 
 /* The experts on nrec records (at recv, moe_record_bytes apart): partials bf16 [nrec, H], one a record,
- * in their order. */
-int moe_experts(const moe_shape *s, const moe_weights *w, const uint8_t *recv, int64_t nrec, uint16_t *partials,
-                a2amm_error *err);
+ * in their order; the experts shared out over the pool's threads (the same bits on any number). */
+int moe_experts(const moe_shape *s, const moe_weights *w, pool *workers, const uint8_t *recv, int64_t nrec,
+                uint16_t *partials, a2amm_error *err);
 
 /* out[t] = bf16 of the fp32 sum, owners in rank order, of token t's partials (owner o's rows start at
  * partials + first[o] elements, in the order of the records sent there); zeros for a token with none. */
