@@ -96,7 +96,8 @@ lib, mpi_cflags, mpi_libs, with_mpi = picked
 version = header_version(inc)
 sys.stderr.write("a2amm setup: lib%s.so in %s (%s), headers in %s, version %s\n" % (lib, libdir, how, inc, version))
 
-sources = ["a2amm_lib.c", "arrays.c", "comm.c", "comm_alltoallv.c", "comm_mpi.c", "interrupt.c", "launch.c", "module.c", "mx.c", "op.c",
+sources = ["a2amm_lib.c", "arrays.c", "comm.c", "comm_alltoallv.c", "comm_mpi.c", "interrupt.c", "launch.c", "module.c", "moe.c",
+           "mx.c", "op.c",
            "weights.c"]
 ext = Extension(
     "a2amm._a2amm",

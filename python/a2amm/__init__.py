@@ -325,6 +325,103 @@ class Op(_a2amm.Op):
         return _a2amm.op_heap_bytes(R, max_m, k, n, a_fmt, b_fmt, tile_m, depth, path, schedule, kind)
 
 
+class MoE(_a2amm.MoE):
+    """Expert parallelism: the MoE layer's dispatch, experts and combine across ranks (a2amm.h's a2amm_moe).
+
+    MoE(comm, *, experts, topk, hidden, inter, max_tokens, max_recv=0, a_fmt="e4m3", w_fmt="e4m3",
+        mode="rceil", threads=0, timeout=0)
+
+    Collective: every rank of comm makes it with the same arguments (threads is each rank's own). Rank r
+    owns experts r*E/R .. (r+1)*E/R - 1 (experts divisible by R). Each call, a rank passes its own
+    tokens (any count up to max_tokens, 0 included); each token goes once to each rank that owns one
+    of its top-k experts, which runs them (SwiGLU: silu(x W1^T) * (x W3^T), then W2) and sends back
+    the weighted sum; the token's rank adds what comes back (docs/op-contract.md, "The MoE op").
+    max_recv: the most rows a rank may receive in a call (0: R * max_tokens). mode: how float inputs
+    are quantized ("rceil" or "floor", as a2amm.quantize). timeout: seconds every wait may take (0: 60).
+    """
+
+    def __init__(self, comm, *, experts, topk, hidden, inter, max_tokens, max_recv=0, a_fmt="e4m3",
+                 w_fmt="e4m3", mode="rceil", threads=0, timeout=0):
+        if mode not in ("rceil", "floor"):
+            comm.fail("MoE: mode must be \"rceil\" or \"floor\"; got %r" % (mode,))
+            raise ValueError("mode must be \"rceil\" or \"floor\"; got %r" % (mode,))
+        super().__init__(comm, experts=experts, topk=topk, hidden=hidden, inter=inter, max_tokens=max_tokens,
+                         max_recv=max_recv, a_fmt=a_fmt, w_fmt=w_fmt, threads=threads, timeout=float(timeout))
+        self.mode = mode
+
+    def __repr__(self):
+        if self.closed:
+            return "a2amm.MoE(closed)"
+        return "a2amm.MoE(rank %d of %d, experts=%d (%d here), topk=%d, hidden=%d, inter=%d, %s x %s)" % (
+            self.comm.rank, self.comm.size, self.experts, self.local_experts, self.topk, self.hidden, self.inter,
+            self.a_fmt, self.w_fmt)
+
+    def _mx(self, v, name, fmt, shape):
+        """(codes, scales) as 2-D numpy arrays [rows, cols] and [rows, cols/32] of v: an MX pair (codes,
+        scales), or float32/bfloat16 values quantized here; `shape` is what v must be."""
+        if isinstance(v, tuple):
+            if len(v) != 2:
+                raise ValueError("%s: an MX pair is (codes, scales); got a tuple of %d" % (name, len(v)))
+            codes, scales = _array(v[0], name + " codes"), _array(v[1], name + " scales")
+        else:
+            codes = _array(v, name)
+            if tuple(getattr(codes, "shape", ())) != shape:
+                raise ValueError("%s must have shape %s; got %s" % (name, list(shape), list(getattr(codes, "shape", ()))))
+            codes, scales = _a2amm.quantize(_np.ascontiguousarray(codes).reshape(-1, shape[-1]), fmt, self.mode)
+        codes, scales = _np.asarray(codes), _np.asarray(scales)
+        rows = int(_np.prod(shape[:-1]))
+        if codes.size != rows * shape[-1] or (rows and scales.size % rows):
+            raise ValueError("%s codes must have shape %s and its scales %s rows; got %s and %s" % (
+                name, list(shape), list(shape[:-1]), list(codes.shape), list(scales.shape)))
+        return codes.reshape(rows, shape[-1]), scales.reshape(rows, scales.size // rows if rows else shape[-1] // 32)
+
+    def set_weights(self, w13, w2):
+        """Local: this rank's experts. w13 [E/R, 2*inter, hidden] (per expert the gate rows, then the up
+        rows; each row one output, as torch's nn.Linear stores its weight) and w2 [E/R, hidden, inter],
+        as float32 or bfloat16 (quantized here with the op's mode, blocks of 32 along the last axis) or
+        as MX pairs (codes, scales), scales [E/R, rows, cols/32] as a2amm.quantize makes them. Prepared
+        once: the arrays may change or go afterwards."""
+        L, H, I = self.local_experts, self.hidden, self.inter
+        c13, s13 = self._mx(w13, "w13", self.w_fmt, (L, 2 * I, H))
+        c2, s2 = self._mx(w2, "w2", self.w_fmt, (L, H, I))
+        self._set_weights(c13, s13, c2, s2)
+
+    def __call__(self, x, topk_idx, topk_w, *, out=None):
+        """Collective: one call. x [T, hidden] (float32 or bfloat16, quantized here with the op's mode; or
+        an MX pair (codes, scales)); topk_idx [T, topk] int32 or int64 (an expert in [0, experts), or -1
+        for an unused slot; an expert at most once a token); topk_w [T, topk] float32, finite. T is this
+        rank's own (0 to max_tokens). Returns bf16 [T, hidden]: a torch.bfloat16 tensor for torch x,
+        numpy uint16 bits otherwise; or writes out. A bad argument raises here (ArgumentError naming the
+        token and slot for the routing) and the other ranks get PeerError."""
+        first = x[0] if isinstance(x, tuple) and x else x
+        torch_in = _torch_tensor(first)
+        try:
+            codes, scales = self._mx(x, "x", self.a_fmt, (int(getattr(first, "shape", (0,))[0]), self.hidden))
+            ids = _np.asarray(_array(topk_idx, "topk_idx"))
+            if ids.dtype != _np.int32:
+                if ids.dtype.kind not in "iu":
+                    raise TypeError("topk_idx must be int32 or int64; got %s" % ids.dtype)
+                wide = (ids < -1) | (ids >= self.experts)
+                if wide.any():
+                    t, j = (int(v) for v in _np.argwhere(wide)[0])
+                    raise ArgumentError(E_INVAL, "rank %d: token %d, slot %d: expert %d is out of range: expected 0 "
+                                        ".. %d, or -1 for an unused slot" % (self.comm.rank, t, j, int(ids[t, j]),
+                                                                            self.experts - 1))
+                ids = _np.ascontiguousarray(ids, dtype=_np.int32)
+            w = _np.ascontiguousarray(_np.asarray(_array(topk_w, "topk_w")), dtype=_np.float32) \
+                if not (isinstance(topk_w, _np.ndarray) and topk_w.dtype == _np.float32) else topk_w
+        except BaseException as e:
+            if not self.closed and not self.comm.closed:
+                self.comm.fail("%s: %s" % (type(e).__name__, e))
+            raise
+        if out is None and torch_in:
+            out = _bf16_out(codes.shape[0], self.hidden)
+        if _torch_tensor(out):
+            self._run(codes, scales, ids, w, _array(out, "out"))
+            return out
+        return self._run(codes, scales, ids, w, out)
+
+
 from ._launch import launch  # noqa: E402
 
 

@@ -195,3 +195,26 @@ int lib_op_set_observer(a2amm_op *op, a2amm_observer_fn fn, void *arg, a2amm_err
 }
 
 void lib_op_destroy(a2amm_op *op) { a2amm_op_destroy(op); }
+
+int lib_moe_create(a2amm_comm *comm, const lib_moe_options *o, a2amm_moe **moe, a2amm_error *err)
+{
+    a2amm_moe_config c = A2AMM_MOE_CONFIG_INIT;
+    c.experts = o->experts, c.topk = o->topk, c.hidden = o->hidden, c.inter = o->inter;
+    c.max_tokens = o->max_tokens, c.max_recv = o->max_recv, c.a_type = o->a_type, c.b_type = o->b_type;
+    c.threads = o->threads, c.timeout_s = o->timeout_s;
+    return a2amm_moe_create(comm, &c, moe, err);
+}
+
+int lib_moe_set_weights(a2amm_moe *moe, const uint8_t *w13, const uint8_t *s13, int64_t ld13, const uint8_t *w2,
+                        const uint8_t *s2, int64_t ld2, a2amm_error *err)
+{
+    return a2amm_moe_set_weights(moe, w13, s13, ld13, w2, s2, ld2, err);
+}
+
+int lib_moe_run(a2amm_moe *moe, int64_t tokens, const uint8_t *x, const uint8_t *sx, int64_t ldsx, const int32_t *idx,
+                const float *w, uint16_t *out, a2amm_error *err)
+{
+    return a2amm_moe_run(moe, tokens, x, sx, ldsx, idx, w, out, err);
+}
+
+void lib_moe_destroy(a2amm_moe *moe) { a2amm_moe_destroy(moe); }

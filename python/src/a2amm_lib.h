@@ -101,4 +101,19 @@ int lib_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, uin
 int lib_op_set_observer(a2amm_op *op, a2amm_observer_fn fn, void *arg, a2amm_error *err);
 void lib_op_destroy(a2amm_op *op);
 
+/* The MoE op (a2amm.h, "Expert parallelism"). */
+typedef struct lib_moe_options {
+    int experts, topk;
+    int64_t hidden, inter, max_tokens, max_recv; /* max_recv 0: R * max_tokens */
+    a2amm_fp8_type a_type, b_type;
+    int threads;      /* 0: cores / R */
+    double timeout_s; /* 0: 60 */
+} lib_moe_options;
+int lib_moe_create(a2amm_comm *comm, const lib_moe_options *o, a2amm_moe **moe, a2amm_error *err);
+int lib_moe_set_weights(a2amm_moe *moe, const uint8_t *w13, const uint8_t *s13, int64_t ld13, const uint8_t *w2,
+                        const uint8_t *s2, int64_t ld2, a2amm_error *err);
+int lib_moe_run(a2amm_moe *moe, int64_t tokens, const uint8_t *x, const uint8_t *sx, int64_t ldsx, const int32_t *idx,
+                const float *w, uint16_t *out, a2amm_error *err);
+void lib_moe_destroy(a2amm_moe *moe);
+
 #endif

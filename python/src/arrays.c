@@ -41,6 +41,7 @@ static const char *kind_name(elem_kind kind)
     case EL_U8: return "uint8 (numpy.uint8 or torch.uint8)";
     case EL_F32: return "float32 (numpy.float32 or torch.float32)";
     case EL_BF16: return "bfloat16 (torch.bfloat16, or numpy.uint16 holding bf16 bits)";
+    case EL_I32: return "int32 (numpy.int32 or torch.int32)";
     }
     return "?";
 }
@@ -52,6 +53,7 @@ static int format_ok(const Py_buffer *v, elem_kind kind)
     switch (kind) {
     case EL_U8: return v->itemsize == 1 && (f[0] == 'B' || f[0] == 'c');
     case EL_F32: return v->itemsize == 4 && f[0] == 'f';
+    case EL_I32: return v->itemsize == 4 && (f[0] == 'i' || f[0] == 'l');
     case EL_BF16: return v->itemsize == 2 && f[0] == 'H'; /* int16 is a number, not bf16 bits */
     }
     return 0;

@@ -82,6 +82,19 @@ void comm_call_end(CommObject *c, int collective)
     if (collective) c->busy = 0;
 }
 
+int comm_collective(CommObject *c, const char *name, int (*fn)(void *arg, a2amm_error *err), void *arg,
+                    a2amm_error *err, int *rc)
+{
+    call_guard g;
+    comm_call_begin(c, name, 1);
+    guard_enter(&g, c->comm);
+    Py_BEGIN_ALLOW_THREADS
+    *rc = fn(arg, err);
+    Py_END_ALLOW_THREADS
+    comm_call_end(c, 1);
+    return guard_leave(&g);
+}
+
 static double monotonic_s(void)
 {
     struct timespec ts;
@@ -131,7 +144,8 @@ void comm_close(CommObject *c, int force)
     c->ops = PyList_New(0);
     for (Py_ssize_t i = 0; ops && i < PyList_GET_SIZE(ops); i++) {
         PyObject *op = PyWeakref_GetObject(PyList_GET_ITEM(ops, i));
-        if (op && op != Py_None) op_close_object(op, force);
+        if (op && op != Py_None && PyObject_TypeCheck(op, &MoEType)) moe_close_object(op);
+        else if (op && op != Py_None) op_close_object(op, force);
     }
     Py_XDECREF(ops);
     if (c->owned) comm_end(c);

@@ -36,6 +36,7 @@ typedef enum elem_kind {
     EL_U8,   /* fp8 codes, E8M0 scales: uint8 */
     EL_F32,  /* float32 */
     EL_BF16, /* bf16 bits: uint16 (a torch.bfloat16 tensor arrives as a uint16 view: a2amm._array) */
+    EL_I32,  /* int32 (the MoE op's expert ids) */
 } elem_kind;
 
 /* A 2-D array of the caller's, held (its buffer) for the call. */
@@ -104,7 +105,7 @@ typedef struct CommObject {
     PyObject *weakrefs;
 } CommObject;
 
-extern PyTypeObject CommType, OpType, WeightsType, InputBufferType;
+extern PyTypeObject CommType, OpType, WeightsType, InputBufferType, MoEType;
 
 /* comm_alltoallv.c: Comm.alltoallv(blocks, timeout=60.0) -> [R uint8 arrays]. */
 PyObject *comm_alltoallv(CommObject *self, PyObject *args, PyObject *kw);
@@ -129,6 +130,10 @@ int comm_stop_calls(CommObject *c, const char *who, double seconds, char *why, s
  * second collective call on c is refused while it runs) / has taken it back. */
 void comm_call_begin(CommObject *c, const char *name, int collective);
 void comm_call_end(CommObject *c, int collective);
+/* Runs fn(arg, err) as the collective call `name` on c: in flight (comm_call_begin), the GIL released,
+ * Ctrl-C watched (guard_enter). Its status into *rc; -1 when Ctrl-C came (the exception set), else 0. */
+int comm_collective(CommObject *c, const char *name, int (*fn)(void *arg, a2amm_error *err), void *arg,
+                    a2amm_error *err, int *rc);
 /* 0, or a ValueError and -1 when c is closed, -2 when a collective call on it is in flight on another
  * thread (that call goes on: a refusal for being busy must not fail the communicator). */
 int comm_check_usable(CommObject *c, const char *call);
@@ -156,6 +161,8 @@ int ext_weights_of(PyObject *wo, WeightsObject **out);
 
 /* op.c: the Event type and the names of the events, into the module. */
 int op_module_init(PyObject *m);
+/* moe.c: a MoE op closes (comm.c calls it for those of a closing comm): no more calls, freed. */
+void moe_close_object(PyObject *moe);
 /* op.c: an op closes (comm.c calls it for the ops of a closing comm): no more calls; the library's op
  * (its input memory) ends once no view of it from input() is alive, or at once with force. */
 void op_close_object(PyObject *op, int force);

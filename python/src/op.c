@@ -246,6 +246,18 @@ static int parse_kind(PyObject *v, int *out)
     return parse_choice(v, "kind (the op kinds this library runs)", kinds, LIB_OP_KINDS, out);
 }
 
+typedef struct make_args {
+    a2amm_comm *comm;
+    const lib_op_options *o;
+    a2amm_op *op;
+} make_args;
+
+static int make_op(void *arg, a2amm_error *err)
+{
+    make_args *a = arg;
+    return lib_op_create(a->comm, a->o, &a->op, err);
+}
+
 static int op_init(OpObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"comm", "kind", "max_m", "k", "n", "a_fmt", "b_fmt", "tile_m", "depth", "threads",
@@ -298,19 +310,13 @@ static int op_init(OpObject *self, PyObject *args, PyObject *kw)
     o.tile_m = tile_m, o.depth = depth, o.threads = threads, o.path_put = pi, o.timeout_s = timeout, o.unfused = si;
 
     a2amm_error err = {0, ""};
-    a2amm_op *op = NULL;
+    make_args made = {c->comm, &o, NULL};
     int rc;
-    comm_call_begin(c, "Op", 1);
-    call_guard g;
-    guard_enter(&g, c->comm);
-    Py_BEGIN_ALLOW_THREADS
-    rc = lib_op_create(c->comm, &o, &op, &err);
-    Py_END_ALLOW_THREADS
-    comm_call_end(c, 1);
-    if (guard_leave(&g) < 0) {
-        lib_op_destroy(op);
+    if (comm_collective(c, "Op", make_op, &made, &err, &rc) < 0) {
+        lib_op_destroy(made.op);
         return -1;
     }
+    a2amm_op *op = made.op;
     if (rc) {
         ext_raise(rc, &err);
         return -1;

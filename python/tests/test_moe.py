@@ -1,0 +1,178 @@
+"""a2amm.MoE (issue 30, first part): the MoE op from Python under a2amm.launch, against an fp64 numpy model of
+the contract's rules (docs/op-contract.md, "The MoE op") within its bound, on numpy and torch inputs, int32
+and int64 expert ids, float weights quantized inside and MX pairs (the same bits), ranks with no tokens; bad
+arguments refused on their rank naming token and slot, the others told (PeerError)."""
+import numpy as np
+import pytest
+
+import a2amm
+import mx_model
+from conftest import needs_torch, shared_text
+
+H, I, MAX_T = 64, 32, 12
+
+
+def expert_weights(E, seed=5):
+    """Every expert's float weights: w13 [E, 2I, H] and w2 [E, H, I], deterministic."""
+    rng = np.random.default_rng(seed)
+    w13 = (rng.standard_normal((E, 2 * I, H)) / 8).astype(np.float32)
+    w2 = (rng.standard_normal((E, H, I)) / 8).astype(np.float32)
+    return w13, w2
+
+
+def rank_tokens(r, R, E, k, call, empty_rank=None):
+    """Rank r's call: x [T, H] float32, ids [T, k] int64 (distinct, some -1), weights [T, k] float32."""
+    rng = np.random.default_rng(1000 * call + r)
+    T = 0 if r == empty_rank else int(rng.integers(0, MAX_T + 1))
+    x = rng.standard_normal((T, H)).astype(np.float32)
+    ids = np.stack([rng.permutation(E)[:k] for _ in range(T)]).astype(np.int64) if T else np.zeros((0, k), np.int64)
+    if T:
+        ids[rng.random((T, k)) < 0.1] = -1
+    w = rng.random((T, k)).astype(np.float32)
+    return x, ids, w
+
+
+def mx(v, fmt="e4m3", mode="rceil"):
+    codes, scales = a2amm.quantize(np.ascontiguousarray(v.reshape(-1, v.shape[-1])), fmt, mode)
+    return codes.reshape(v.shape), scales.reshape(v.shape[:-1] + (v.shape[-1] // 32,))
+
+
+def reference(x, ids, w, w13, w2):
+    """fp64 of the formulas from the MX values (what the op quantized), and the contract's bound."""
+    xc, xs = mx(x)
+    xd = mx_model.dequantize(xc.reshape(-1, H), xs.reshape(-1, H // 32)).reshape(x.shape)
+    c13, s13 = mx(w13)
+    c2, s2 = mx(w2)
+    d13 = mx_model.dequantize(c13.reshape(-1, H), s13.reshape(-1, H // 32)).reshape(w13.shape)
+    d2 = mx_model.dequantize(c2.reshape(-1, I), s2.reshape(-1, I // 32)).reshape(w2.shape)
+    T, k = ids.shape
+    ref, tol1, tol2 = np.zeros((T, H)), np.zeros((T, H)), np.zeros((T, H))
+    for t in range(T):
+        for j in range(k):
+            e = ids[t, j]
+            if e < 0:
+                continue
+            g, u = d13[e, :I] @ xd[t], d13[e, I:] @ xd[t]
+            sg, su = np.abs(d13[e, :I]) @ np.abs(xd[t]), np.abs(d13[e, I:]) @ np.abs(xd[t])
+            silu = g / (1 + np.exp(-g))
+            a = silu * u
+            q = 1.1 * np.abs(u) * sg + np.abs(silu) * su
+            ref[t] += float(w[t, j]) * (d2[e] @ a)
+            tol1[t] += abs(float(w[t, j])) * (np.abs(d2[e]) @ np.abs(a))
+            tol2[t] += abs(float(w[t, j])) * (np.abs(d2[e]) @ q)
+    return ref, tol1, tol2
+
+
+def check(got_bits, x, ids, w, w13, w2, R, what):
+    got = a2amm.bf16_to_float32(np.asarray(got_bits).view(np.uint16)).astype(np.float64)
+    ref, tol1, tol2 = reference(x, ids, w, w13, w2)
+    u8, u24 = 2.0 ** -8, 2.0 ** -24
+    bound = u8 * np.abs(ref) + (2 * u8 + (I + ids.shape[1] + R + 8) * u24) * tol1 + H * u24 * tol2 + 1e-30
+    bad = np.abs(got - ref) > bound
+    assert not bad.any(), "%s: %d of %d off the fp64 bound, first at %s: %r vs %r" % (
+        what, bad.sum(), bad.size, np.argwhere(bad)[0], got[bad][0], ref[bad][0])
+
+
+@pytest.mark.parametrize("R,E,k", [(1, 2, 1), (2, 4, 2), (2, 8, 8), (4, 8, 3)])
+def test_moe_against_fp64(R, E, k):
+    w13, w2 = expert_weights(E)
+    calls = 2
+
+    def rank(comm):
+        r, L = comm.rank, E // R
+        outs = []
+        with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
+            assert moe.local_experts == L
+            moe.set_weights(w13[r * L:(r + 1) * L], w2[r * L:(r + 1) * L])
+            for call in range(calls):
+                x, ids, w = rank_tokens(r, R, E, k, call, empty_rank=1 if R > 1 else None)
+                outs.append(moe(x, ids if call else ids.astype(np.int32), w))
+        return outs
+
+    results = a2amm.launch(R, rank)
+    for r in range(R):
+        for call in range(calls):
+            x, ids, w = rank_tokens(r, R, E, k, call, empty_rank=1 if R > 1 else None)
+            assert results[r][call].shape == (x.shape[0], H) and results[r][call].dtype == np.uint16
+            check(results[r][call], x, ids, w, w13, w2, R, "R=%d rank %d call %d" % (R, r, call))
+
+
+def test_mx_pairs_and_float_give_the_same_bits():
+    R, E, k = 2, 4, 2
+    w13, w2 = expert_weights(E)
+
+    def rank(comm):
+        r, L = comm.rank, E // R
+        x, ids, w = rank_tokens(r, R, E, k, 0)
+        with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
+            moe.set_weights(w13[r * L:(r + 1) * L], w2[r * L:(r + 1) * L])
+            from_float = moe(x, ids, w)
+            moe.set_weights(mx(w13[r * L:(r + 1) * L]), mx(w2[r * L:(r + 1) * L]))
+            from_pairs = moe(mx(x), ids, w)
+        return from_float, from_pairs
+
+    for from_float, from_pairs in a2amm.launch(R, rank):
+        np.testing.assert_array_equal(from_float, from_pairs)
+
+
+@needs_torch
+def test_moe_on_torch_tensors():
+    import torch
+    R, E, k = 2, 4, 2
+    w13, w2 = expert_weights(E)
+
+    def rank(comm):
+        r, L = comm.rank, E // R
+        x, ids, w = rank_tokens(r, R, E, k, 0)
+        with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
+            moe.set_weights(torch.from_numpy(w13[r * L:(r + 1) * L]), torch.from_numpy(w2[r * L:(r + 1) * L]))
+            out = moe(torch.from_numpy(x), torch.from_numpy(ids), torch.from_numpy(w))
+            assert out.dtype == torch.bfloat16 and tuple(out.shape) == (x.shape[0], H)
+            bits = out.view(torch.int16).numpy().view(np.uint16).copy()
+            np.testing.assert_array_equal(bits, moe(x, ids, w))  # numpy inputs: the same bits
+        return bits
+
+    results = a2amm.launch(R, rank)
+    for r in range(R):
+        x, ids, w = rank_tokens(r, R, E, k, 0)
+        check(results[r], x, ids, w, w13, w2, R, "torch, rank %d" % r)
+
+
+@pytest.mark.parametrize("bad,text", [
+    (lambda ids, w: ids.__setitem__((3, 1), 4), "token 3, slot 1: expert 4 is out of range"),
+    (lambda ids, w: ids.__setitem__((3, 1), 2 ** 40), "token 3, slot 1: expert 1099511627776 is out of range"),
+    (lambda ids, w: ids.__setitem__((3, 1), ids[3, 0]), "token 3, slot 1: expert"),
+    (lambda ids, w: w.__setitem__((3, 1), np.inf), "token 3, slot 1: the weight of expert"),
+], ids=["range", "int64", "twice", "inf"])
+def test_a_bad_routing_is_refused_naming_token_and_slot(bad, text):
+    R, E, k = 2, 4, 2
+    said = shared_text(R)
+
+    def rank(comm):
+        try:
+            with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
+                moe.set_weights(*(v[comm.rank * 2:comm.rank * 2 + 2] for v in expert_weights(E)))
+                x = np.ones((5, H), np.float32)
+                ids = np.array([[0, 1]] * 5, np.int64)
+                w = np.full((5, k), 0.5, np.float32)
+                if comm.rank == 0:
+                    bad(ids, w)
+                moe(x, ids, w)
+        except BaseException as e:
+            said.put(comm.rank, "%s|%s" % (type(e).__name__, e))
+            raise
+
+    with pytest.raises(a2amm.Error):
+        a2amm.launch(R, rank)
+    assert said.get(0).startswith("ArgumentError|") and text in said.get(0), said.get(0)
+    assert said.get(1).startswith("PeerError|") and "rank 0" in said.get(1), said.get(1)
+
+
+def test_bad_arguments_of_making_one():
+    def rank(comm):
+        with pytest.raises(a2amm.ArgumentError, match="experts must be a positive multiple of the ranks"):
+            a2amm.MoE(comm, experts=3, topk=1, hidden=H, inter=I, max_tokens=4)
+        return "refused"
+
+    with pytest.raises(a2amm.Error, match="experts must be a positive multiple"):
+        a2amm.launch(2, rank)
