@@ -6,8 +6,10 @@
  *
  * R ranks of a2amm_launch, T tokens a rank, hidden H, inner I, E experts,
  * top-K uniform routing (distinct experts, weights 1/K), random fp8 data.
- * Prints the median call (the slowest rank's), tokens/s of the layer, and
- * the fp8 bytes of the experts the calls hit (what a decode call must read).
+ * Prints the median call (the slowest rank's), tokens/s of the layer, and,
+ * measured beside each call in the same run, a read of every local
+ * expert's fp8 codes (the floor of a decode call, which hits nearly every
+ * expert): the ratio call / read says how far the op is from memory speed.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,8 @@ typedef struct probe {
     int R, E, K, iters, threads;
     int64_t T, H, I;
     double seconds[64][64]; /* [rank][iteration] */
+    double read_s[64][64];  /* the same rank reading its experts' fp8 bytes once, beside each call */
+    uint64_t sink[64];
     int64_t hit[64];        /* each rank's experts hit by the first call */
     int rc[64];
     char msg[64][400];
@@ -81,6 +85,15 @@ static int rank_fn(a2amm_comm *comm, void *arg)
         double t0 = now_s();
         if (!rc) rc = a2amm_moe_run(m, T, x, sx, H / 32, idx, w, out, &err);
         p->seconds[r][it] = now_s() - t0;
+        /* the floor a decode call has: every local expert's fp8 codes read once (a sum of 8-byte words) */
+        if (!rc) rc = a2amm_comm_barrier(comm, 60, &err);
+        t0 = now_s();
+        uint64_t sum = 0;
+        const uint64_t *q13 = (const uint64_t *)w13, *q2 = (const uint64_t *)w2;
+        for (size_t i = 0; i < n13 / 8; i++) sum += q13[i];
+        for (size_t i = 0; i < n2 / 8; i++) sum += q2[i];
+        p->read_s[r][it] = now_s() - t0;
+        p->sink[r] += sum;
     }
     p->rc[r] = rc;
     snprintf(p->msg[r], sizeof p->msg[r], "%s", rc ? err.msg : "");
@@ -118,18 +131,26 @@ int main(int argc, char **argv)
         fprintf(stderr, "moe_probe: %s\n", err.msg);
         return 1;
     }
-    double slowest[64];
+    double slowest[64], read[64], ratio[64];
     for (int it = 0; it < p->iters; it++) {
-        slowest[it] = 0;
-        for (int r = 0; r < p->R; r++)
+        slowest[it] = read[it] = 0;
+        for (int r = 0; r < p->R; r++) {
             if (p->seconds[r][it] > slowest[it]) slowest[it] = p->seconds[r][it];
+            if (p->read_s[r][it] > read[it]) read[it] = p->read_s[r][it];
+        }
+        ratio[it] = slowest[it] / read[it];
     }
     qsort(slowest, (size_t)p->iters, sizeof *slowest, cmp_double);
+    qsort(read, (size_t)p->iters, sizeof *read, cmp_double);
+    qsort(ratio, (size_t)p->iters, sizeof *ratio, cmp_double);
     double med = slowest[p->iters / 2];
     double expert_bytes = (double)(3 * p->H * p->I) * (1 + 1.0 / 32);
     printf("moe_probe R=%d T=%lld H=%lld I=%lld E=%d K=%d (%s): median call %.3f ms (min %.3f, max %.3f), %.0f "
            "tokens/s of the layer; one expert's fp8 weights %.2f MB\n", p->R, (long long)p->T, (long long)p->H,
            (long long)p->I, p->E, p->K, a2amm_version(), med * 1e3, slowest[0] * 1e3, slowest[p->iters - 1] * 1e3,
            (double)p->T * p->R / med, expert_bytes / 1e6);
+    printf("  beside each call, a read of the rank's experts' fp8 codes (%.0f MB a rank): median %.3f ms; call / read "
+           "%.1f (%.1f-%.1f over the calls)\n", (double)(p->E / p->R) * 3 * (double)(p->H * p->I) / 1e6,
+           read[p->iters / 2] * 1e3, ratio[p->iters / 2], ratio[0], ratio[p->iters - 1]);
     return 0;
 }
