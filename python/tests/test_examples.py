@@ -131,3 +131,34 @@ def test_sequence_parallel_across_two_hosts(tmp_path):
     for r in range(2):
         np.testing.assert_array_equal(np.load(tmp_path / "hosts" / ("rank%d.npy" % r)),
                                       np.load(tmp_path / "launch" / ("rank%d.npy" % r)))
+
+
+# ---- examples/moe_layer.py: an MoE layer with expert parallelism (a2amm.MoE) against plain torch --------------
+
+MOE_LAYER = os.path.join(REPO, "examples", "moe_layer.py")
+
+
+def check_moe_layer(out, ranks, how):
+    assert "moe_layer: OK" in out and how in out, out
+    assert out.count("values off the bound") - out.count(" 0 values off the bound") == 0, out
+    assert out.count(" 0 values off the bound") == ranks, out
+    assert "a2amm.MoE" in out and "gather every token + reduce-scatter" in out, out
+
+
+@needs_torch
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_moe_layer_under_launch(ranks):
+    """Skewed routing (most tokens to expert 0) and, with more than one rank, a rank with no tokens."""
+    extra = ["--skew"] + (["--empty-rank"] if ranks > 1 else [])
+    out = run([sys.executable, MOE_LAYER, "--ranks", str(ranks)] + extra)
+    check_moe_layer(out, ranks, "a2amm.launch, %d ranks" % ranks)
+    if ranks > 1:
+        assert "rank %d: 0 tokens" % (ranks - 1) in out, out
+
+
+@needs_torch
+@needs_mpi
+@pytest.mark.parametrize("transport", ["auto", "mpi"])
+def test_moe_layer_under_mpirun(transport):
+    out = run(mpirun_cmd(2) + [sys.executable, MOE_LAYER, "--skew", "--empty-rank", "--transport", transport])
+    check_moe_layer(out, 2, "mpirun, 2 ranks, transport %s" % ("shm" if transport == "auto" else "mpi"))
