@@ -648,6 +648,30 @@ A2AMM_API int a2amm_moe_set_weights(a2amm_moe *moe, const uint8_t *w13, const ui
 A2AMM_API int a2amm_moe_run(a2amm_moe *moe, int64_t tokens, const uint8_t *x, const uint8_t *sx, int64_t ldsx,
                             const int32_t *topk_idx, const float *topk_w, uint16_t *out, a2amm_error *err);
 
+/*
+ * The exchange alone, for callers who run their own experts: a2amm_moe_run
+ * is a2amm_moe_dispatch, the experts, a2amm_moe_combine. Collective,
+ * dispatch takes a call's arguments as a2amm_moe_run does (no weights
+ * needed) and gives a batch: the rows this rank received, grouped by local
+ * expert (a2amm_moe_batch_rows: expert le's count, codes [rows, H] and
+ * scales [rows, H/32], local, valid until the batch is destroyed). Collective,
+ * combine takes y[le], fp32 [rows of expert le, H], the experts' outputs for
+ * those rows in that order (NULL where it has none), and writes out as
+ * a2amm_moe_run does: each token's w * y summed over its slots per owner,
+ * then over owners, with the op's roundings (given the op's own y, its bits).
+ * Every rank combines each of its batches, in the order it dispatched them.
+ */
+typedef struct a2amm_moe_batch a2amm_moe_batch;
+A2AMM_API int a2amm_moe_dispatch(a2amm_moe *moe, int64_t tokens, const uint8_t *x, const uint8_t *sx, int64_t ldsx,
+                                 const int32_t *topk_idx, const float *topk_w, a2amm_moe_batch **batch,
+                                 a2amm_error *err);
+A2AMM_API int a2amm_moe_batch_rows(const a2amm_moe_batch *batch, int local_expert, int64_t *rows,
+                                   const uint8_t **codes, const uint8_t **scales, a2amm_error *err);
+A2AMM_API int a2amm_moe_combine(a2amm_moe *moe, a2amm_moe_batch *batch, const float *const *y, uint16_t *out,
+                                a2amm_error *err);
+/* Local. Frees a batch (after its combine; NULL is fine). */
+A2AMM_API void a2amm_moe_batch_destroy(a2amm_moe_batch *batch);
+
 /* Local. Frees it; NULL is fine. Not while another thread is in a call of it. */
 A2AMM_API void a2amm_moe_destroy(a2amm_moe *moe);
 

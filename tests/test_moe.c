@@ -13,7 +13,11 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "gemm/gemm.h"
 #include "moe_cases.h"
+#include "mx/expf.h"
+#include "mx/mx.h"
+#include "op/moe.h"
 
 typedef struct case_run {
     moe_case c;
@@ -211,6 +215,99 @@ static void test_faults(void)
     free_run(run);
 }
 
+/* ---- dispatch, the caller's experts, combine: the op's bits when the experts compute as the op does ---- */
+
+/* Expert e's y for n rows (codes [n, H], scales [n, H/32]): g and u by the kernel level's matmul, a =
+ * bf16(silu(g) u), the portable down projection: what the op computes, from the caller's side. */
+static void caller_expert(const moe_case *c, int e, int64_t n, const uint8_t *codes, const uint8_t *scales, float *y)
+{
+    const int64_t H = c->H, I = c->I;
+    uint8_t *w13 = malloc((size_t)(2 * I * H)), *s13 = malloc((size_t)(2 * I * H / 32));
+    uint8_t *w2 = malloc((size_t)(H * I)), *s2 = malloc((size_t)(H * I / 32));
+    mc_expert(c, e, w13, s13, w2, s2);
+    gemm_isa isa;
+    gemm_b *b = NULL;
+    a2amm_error err;
+    float *gu = malloc(sizeof *gu * (size_t)(n * 2 * I)), *a = malloc(sizeof *a * (size_t)(n * I));
+    float **ys = malloc(sizeof *ys * (size_t)n);
+    if (gemm_isa_select(&isa, &err) == 0 && gemm_b_prepare(isa, w13, s13, 2 * I, H, H / 32, c->b_type, &b, &err) == 0) {
+        gemm_a_slab slab = {codes, scales, H, H / 32, c->a_type};
+        gemm_multiply(b, &slab, n, 0, H, 0, 2 * I, gu, 2 * I);
+        for (int64_t i = 0; i < n; i++) {
+            for (int64_t k = 0; k < I; k++)
+                a[i * I + k] = mx_bf16_to_f32(mx_f32_to_bf16(mx_silu(gu[i * 2 * I + k]) * gu[i * 2 * I + I + k]));
+            ys[i] = y + i * H;
+        }
+        moe_shape s = {c->R, 0, c->E, c->E / c->R, c->k, H, I, c->a_type, c->b_type};
+        moe_down_rows(&s, a, n, w2, s2, ys);
+    }
+    gemm_b_free(b);
+    free(w13), free(s13), free(w2), free(s2), free(gu), free(a), free(ys);
+}
+
+typedef struct pair_report {
+    int rc, same, rows_ok;
+    char msg[1100];
+} pair_report;
+
+static int rank_pair(a2amm_comm *comm, void *arg)
+{
+    pair_report *rep = (pair_report *)arg + a2amm_comm_rank(comm);
+    const moe_case *c = &MC_CASES[7]; /* R = 2, E = 32, k = 6 */
+    const int r = a2amm_comm_rank(comm), local = c->E / c->R;
+    const int64_t H = c->H, MT = c->max_tokens, T = mc_tokens(c, r, 0);
+    uint8_t *x = malloc((size_t)(MT * H)), *sx = malloc((size_t)(MT * H / 32));
+    int32_t *idx = malloc(sizeof *idx * (size_t)(MT * c->k));
+    float *w = malloc(sizeof *w * (size_t)(MT * c->k)), *y[64] = {0};
+    uint16_t *by_run = calloc((size_t)(MT * H), 2), *by_pair = calloc((size_t)(MT * H), 2);
+    mc_inputs(c, r, 0, T, x, sx, idx, w);
+    a2amm_error err = {0, ""};
+    a2amm_moe *m = NULL;
+    a2amm_moe_batch *batch = NULL;
+    int rc = mc_make(comm, c, 0, 30, &m, &err);
+    if (!rc) rc = a2amm_moe_run(m, T, x, sx, H / 32, idx, w, by_run, &err);
+    if (!rc) rc = a2amm_moe_dispatch(m, T, x, sx, H / 32, idx, w, &batch, &err);
+    int64_t total = 0;
+    rep->rows_ok = 1;
+    for (int le = 0; !rc && le < local; le++) {
+        int64_t n = 0;
+        const uint8_t *codes = NULL, *scales = NULL;
+        rc = a2amm_moe_batch_rows(batch, le, &n, &codes, &scales, &err);
+        total += n;
+        if (!rc && n) {
+            y[le] = malloc(sizeof *y[le] * (size_t)(n * H));
+            caller_expert(c, r * local + le, n, codes, scales, y[le]);
+        }
+    }
+    a2amm_error bad = {0, ""};
+    rep->rows_ok &= a2amm_moe_batch_rows(batch, local, &total, NULL, NULL, &bad) == A2AMM_E_INVAL &&
+                    strstr(bad.msg, "local experts 0 .. 15") != NULL;
+    if (!rc) rc = a2amm_moe_combine(m, batch, (const float *const *)y, by_pair, &err);
+    rep->same = !rc && !memcmp(by_run, by_pair, sizeof *by_run * (size_t)(T * H));
+    a2amm_moe_batch_destroy(batch);
+    a2amm_moe_destroy(m);
+    for (int le = 0; le < local; le++) free(y[le]);
+    free(x), free(sx), free(idx), free(w), free(by_run), free(by_pair);
+    rep->rc = rc;
+    snprintf(rep->msg, sizeof rep->msg, "%s", rc ? err.msg : "");
+    return rc;
+}
+
+static void test_dispatch_combine(void)
+{
+    pair_report *rep = mmap(NULL, 2 * sizeof *rep, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    memset(rep, 0, 2 * sizeof *rep);
+    a2amm_error err = {0, ""};
+    a2amm_launch_options lo = {.size = sizeof lo, .heap_bytes = 64u << 20};
+    CHECK(a2amm_launch(2, rank_pair, rep, &lo, &err) == 0, "dispatch + combine: the launch: %s", err.msg);
+    for (int r = 0; r < 2; r++) {
+        CHECK(rep[r].rc == 0, "dispatch + combine, rank %d: %s", r, rep[r].msg);
+        CHECK(rep[r].same, "rank %d: dispatch, the caller's experts and combine gave other bits than a2amm_moe_run", r);
+        CHECK(rep[r].rows_ok, "rank %d: a batch's rows of an expert the rank does not hold were not refused", r);
+    }
+    munmap(rep, 2 * sizeof *rep);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "digests")) return print_digests();
@@ -218,5 +315,6 @@ int main(int argc, char **argv)
     test_bad_arguments();
     test_room();
     test_faults();
+    test_dispatch_combine();
     return check_summary("test_moe");
 }

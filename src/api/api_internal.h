@@ -43,7 +43,8 @@ int api_exchangev(a2amm_comm *comm, const void *send, const comm_blocks *out, vo
 
 /* The collective calls, as their words name them. */
 typedef enum api_call {
-    API_BARRIER = 1, API_ALLTOALL, API_OP_CREATE, API_OP_RUN, API_ALLTOALLV, API_MOE_CREATE, API_MOE_RUN
+    API_BARRIER = 1, API_ALLTOALL, API_OP_CREATE, API_OP_RUN, API_ALLTOALLV, API_MOE_CREATE, API_MOE_RUN,
+    API_MOE_DISPATCH, API_MOE_COMBINE
 } api_call;
 
 /* A call's words: which call, on which op (its number; 0: none), its

@@ -46,6 +46,8 @@ static void describe_call(const int64_t *w, char *buf, size_t size)
     case API_ALLTOALLV: snprintf(buf, size, "a2amm_comm_alltoallv"); break;
     case API_MOE_CREATE: snprintf(buf, size, "a2amm_moe_create of op %lld", (long long)w[API_WORD_OP]); break;
     case API_MOE_RUN: snprintf(buf, size, "a2amm_moe_run on op %lld", (long long)w[API_WORD_OP]); break;
+    case API_MOE_DISPATCH: snprintf(buf, size, "a2amm_moe_dispatch on op %lld", (long long)w[API_WORD_OP]); break;
+    case API_MOE_COMBINE: snprintf(buf, size, "a2amm_moe_combine on op %lld", (long long)w[API_WORD_OP]); break;
     default: snprintf(buf, size, "no call of a2amm (words %lld)", (long long)w[API_WORD_CALL]); break;
     }
 }

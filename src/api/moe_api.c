@@ -134,22 +134,37 @@ int a2amm_moe_set_weights(a2amm_moe *m, const uint8_t *w13, const uint8_t *s13, 
 }
 
 /* The call's own arguments, before anything is collective. */
-static int check_run(const a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_t *sx, int64_t ldsx,
-                     const int32_t *idx, const float *w, const uint16_t *out, a2amm_error *err)
+/* The arguments of a run (out) or a dispatch (batch). */
+typedef struct tokens_args {
+    const char *call;
+    int64_t T;
+    const uint8_t *x, *sx;
+    int64_t ldsx;
+    const int32_t *idx;
+    const float *w;
+    uint16_t *out;           /* run */
+    a2amm_moe_batch **batch; /* dispatch */
+} tokens_args;
+
+/* A run's or a dispatch's own arguments, before anything is collective (a dispatch needs no weights: the
+ * caller's experts run on its rows). */
+static int check_tokens(a2amm_moe *m, void *arg, a2amm_error *err)
 {
-    if (!m->has_weights)
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_run: rank %d has no weights: a2amm_moe_set_weights first",
+    const tokens_args *t = arg;
+    const int64_t T = t->T;
+    if (!t->batch && !m->has_weights)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: rank %d has no weights: a2amm_moe_set_weights first", t->call,
                           m->s.me);
     if (T < 0 || T > m->cfg.max_tokens)
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_run: rank %d: tokens must be 0 to max_tokens = %lld (got "
-                          "%lld)", m->s.me, (long long)m->cfg.max_tokens, (long long)T);
-    if (T && (!x || !sx || !idx || !w || !out))
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_run: rank %d: x, sx, topk_idx, topk_w and out must not be "
-                          "NULL with %lld tokens", m->s.me, (long long)T);
-    if (T && ldsx < m->s.H / 32)
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_run: rank %d: ldsx must be at least H/32 = %lld (got %lld)",
-                          m->s.me, (long long)(m->s.H / 32), (long long)ldsx);
-    return moe_check_routing(&m->s, T, idx, w, err);
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: rank %d: tokens must be 0 to max_tokens = %lld (got %lld)", t->call,
+                          m->s.me, (long long)m->cfg.max_tokens, (long long)T);
+    if (T && (!t->x || !t->sx || !t->idx || !t->w || (!t->batch && !t->out)))
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: rank %d: x, sx, topk_idx, topk_w%s must not be NULL with %lld "
+                          "tokens", t->call, m->s.me, t->batch ? "" : " and out", (long long)T);
+    if (T && t->ldsx < m->s.H / 32)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: rank %d: ldsx must be at least H/32 = %lld (got %lld)", t->call,
+                          m->s.me, (long long)(m->s.H / 32), (long long)t->ldsx);
+    return moe_check_routing(&m->s, T, t->idx, t->w, err);
 }
 
 /* Rows every rank sends every rank (all[i * R + j]: i to j) against each receiver's room: the same verdict
@@ -161,7 +176,7 @@ static int check_rooms(const a2amm_moe *m, const int64_t *all, a2amm_error *err)
         int64_t rows = 0;
         for (int i = 0; i < R; i++) rows += all[(size_t)i * R + j];
         if (rows > m->cfg.max_recv)
-            return a2amm_fail(err, A2AMM_E_SIZE, "a2amm_moe_run: rank %d would receive %lld rows (tokens times the "
+            return a2amm_fail(err, A2AMM_E_SIZE, "a2amm_moe: rank %d would receive %lld rows (tokens times the "
                               "ranks they go to), over its max_recv = %lld: nothing was computed and no output "
                               "written", j, (long long)rows, (long long)m->cfg.max_recv);
     }
@@ -188,89 +203,254 @@ static size_t largest_pair(const int64_t *all, int R, size_t unit)
     return (size_t)most * unit;
 }
 
-/* The call after its checks and agreement (top: the heap's agreed top). */
-static int run_call(a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_t *sx, int64_t ldsx, const int32_t *idx,
-                    const float *w, uint16_t *out, size_t top, int *alike, a2amm_error *err)
+/* What a dispatch leaves for its combine: the rows this rank received, grouped by local expert, and what
+ * the combine needs of this rank's own tokens. */
+struct a2amm_moe_batch {
+    a2amm_moe *m;
+    int64_t T, sent, got; /* this rank's tokens, its records out, the records it received */
+    int32_t *idx;         /* [T, k]: the routing of this rank's tokens */
+    int64_t *all;         /* [R, R]: records rank i sent rank j */
+    uint8_t *recv;        /* the records received, in source order */
+    moe_groups g;
+    uint8_t *codes, *scales; /* every local expert's rows, in expert order: [pairs, H], [pairs, H/32] */
+};
+
+void a2amm_moe_batch_destroy(a2amm_moe_batch *b)
+{
+    if (!b) return;
+    moe_groups_free(&b->g);
+    free(b->idx), free(b->all), free(b->recv), free(b->codes), free(b->scales);
+    free(b);
+}
+
+/* The dispatch after its checks and agreement (top: the heap's agreed top): every rank's record counts,
+ * the rooms (*alike: refused on every rank alike), the records to their owners, grouped by expert. */
+static int dispatch_core(a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_t *sx, int64_t ldsx,
+                         const int32_t *idx, const float *w, size_t top, a2amm_moe_batch **out, int *alike,
+                         a2amm_error *err)
 {
     const moe_shape *s = &m->s;
     const int R = s->R, me = s->me;
-    const size_t rb = moe_record_bytes(s), pb = (size_t)s->H * 2;
-    int64_t *all = malloc(sizeof *all * (size_t)R * (R + 1)), *mine = all ? all + (size_t)R * R : NULL;
-    size_t *z = malloc(sizeof *z * (size_t)R * 8);
-    uint8_t *send = NULL, *recv = NULL;
-    uint16_t *partials = NULL, *back = NULL;
-    if (!all || !z) {
-        free(all), free(z);
-        return a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe_run: rank %d: out of memory", me);
-    }
-    size_t *sb = z, *so = z + R, *rbytes = z + 2 * R, *ro = z + 3 * R, *pbytes = z + 4 * R, *po = z + 5 * R,
-           *bbytes = z + 6 * R, *bo = z + 7 * R;
-    moe_count(s, T, idx, mine);
-    comm_set_doing(m->ctx, "a2amm_moe_run of op %lld: every rank's row counts", (long long)m->id);
-    int rc = comm_allgather(m->ctx, mine, all, sizeof *mine * (size_t)R, comm_deadline_after(m->cfg.timeout_s), err);
-    if (!rc) *alike = (rc = check_rooms(m, all, err)) != 0; /* every rank's own verdict, the same */
-    int64_t sent = 0, got = 0;
-    for (int p = 0; !rc && p < R; p++) sent += all[(size_t)me * R + p], got += all[(size_t)p * R + me];
-    /* the dispatch: my records to each owner; each source's records to me */
+    const size_t rb = moe_record_bytes(s);
+    a2amm_moe_batch *b = calloc(1, sizeof *b);
+    int64_t *mine = malloc(sizeof *mine * (size_t)R);
+    size_t *z = malloc(sizeof *z * (size_t)R * 4);
+    uint8_t *send = NULL;
+    if (b) b->all = malloc(sizeof *b->all * (size_t)R * R), b->idx = malloc(sizeof *b->idx * (size_t)(T * s->k) + 4);
+    int rc = b && mine && z && b->all && b->idx ? A2AMM_OK
+                                                : a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe: rank %d: out of memory", me);
     if (!rc) {
-        blocks_of(all + (size_t)me * R, 1, R, rb, sb, so);
-        blocks_of(all + me, R, R, rb, rbytes, ro);
-        send = malloc(rb * (size_t)(sent ? sent : 1)), recv = malloc(rb * (size_t)(got ? got : 1));
-        partials = malloc(pb * (size_t)(got ? got : 1)), back = malloc(pb * (size_t)(sent ? sent : 1));
-        if (!send || !recv || !partials || !back)
-            rc = a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe_run: rank %d: out of memory for %lld rows out and %lld in",
-                            me, (long long)sent, (long long)got);
+        b->m = m, b->T = T;
+        if (T) memcpy(b->idx, idx, sizeof *idx * (size_t)(T * s->k));
+        moe_count(s, T, idx, mine);
+        comm_set_doing(m->ctx, "a2amm_moe of op %lld: every rank's row counts", (long long)m->id);
+        rc = comm_allgather(m->ctx, mine, b->all, sizeof *mine * (size_t)R, comm_deadline_after(m->cfg.timeout_s), err);
     }
+    if (!rc) *alike = (rc = check_rooms(m, b->all, err)) != 0; /* every rank's own verdict, the same */
+    for (int p = 0; !rc && p < R; p++) b->sent += b->all[(size_t)me * R + p], b->got += b->all[(size_t)p * R + me];
     if (!rc) {
-        moe_pack(s, T, x, sx, ldsx, idx, w, send, so);
-        const comm_blocks out_blocks = {sb, so}, in_blocks = {rbytes, ro};
-        rc = api_exchangev(m->comm, send, &out_blocks, recv, &in_blocks, largest_pair(all, R, rb), top,
-                           "a2amm_moe_run: the dispatch", m->cfg.timeout_s, err);
+        size_t *sb = z, *so = z + R, *rbytes = z + 2 * R, *ro = z + 3 * R;
+        blocks_of(b->all + (size_t)me * R, 1, R, rb, sb, so);
+        blocks_of(b->all + me, R, R, rb, rbytes, ro);
+        send = malloc(rb * (size_t)(b->sent ? b->sent : 1)), b->recv = malloc(rb * (size_t)(b->got ? b->got : 1));
+        if (!send || !b->recv)
+            rc = a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe: rank %d: out of memory for %lld rows out and %lld in", me,
+                            (long long)b->sent, (long long)b->got);
+        if (!rc) {
+            moe_pack(s, T, x, sx, ldsx, idx, w, send, so);
+            const comm_blocks out_blocks = {sb, so}, in_blocks = {rbytes, ro};
+            rc = api_exchangev(m->comm, send, &out_blocks, b->recv, &in_blocks, largest_pair(b->all, R, rb), top,
+                               "a2amm_moe: the dispatch", m->cfg.timeout_s, err);
+        }
     }
-    comm_set_doing(m->ctx, "a2amm_moe_run of op %lld: the experts on %lld rows", (long long)m->id, (long long)got);
-    if (!rc) rc = moe_experts(s, &m->w, m->workers, recv, got, partials, err);
-    /* the combine: each source's partials back to it, in the order of its records */
+    if (!rc) rc = moe_group(s, b->recv, b->got, &b->g, err);
+    free(mine), free(z), free(send);
+    if (rc) {
+        a2amm_moe_batch_destroy(b);
+        return rc;
+    }
+    *out = b;
+    return A2AMM_OK;
+}
+
+/* The combine after its agreement: the partials from y (a row per pair of the batch), back to their
+ * tokens' ranks, summed into out. */
+static int combine_core(a2amm_moe *m, a2amm_moe_batch *b, const float *const *y, uint16_t *out, size_t top,
+                        a2amm_error *err)
+{
+    const moe_shape *s = &m->s;
+    const int R = s->R, me = s->me;
+    const size_t pb = (size_t)s->H * 2;
+    uint16_t *partials = malloc(pb * (size_t)(b->got ? b->got : 1)), *back = malloc(pb * (size_t)(b->sent ? b->sent : 1));
+    size_t *z = malloc(sizeof *z * (size_t)R * 4);
+    int rc = partials && back && z ? A2AMM_OK
+                                   : a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe: rank %d: out of memory", me);
     if (!rc) {
-        blocks_of(all + me, R, R, pb, pbytes, po);
-        blocks_of(all + (size_t)me * R, 1, R, pb, bbytes, bo);
+        size_t *pbytes = z, *po = z + R, *bbytes = z + 2 * R, *bo = z + 3 * R;
+        moe_partials(s, b->recv, &b->g, y, partials);
+        blocks_of(b->all + me, R, R, pb, pbytes, po);             /* to each source, its records' partials */
+        blocks_of(b->all + (size_t)me * R, 1, R, pb, bbytes, bo); /* from each owner, mine */
         const comm_blocks out_blocks = {pbytes, po}, in_blocks = {bbytes, bo};
-        rc = api_exchangev(m->comm, partials, &out_blocks, back, &in_blocks, largest_pair(all, R, pb), top,
-                           "a2amm_moe_run: the combine", m->cfg.timeout_s, err);
+        comm_set_doing(m->ctx, "a2amm_moe of op %lld: the combine", (long long)m->id);
+        rc = api_exchangev(m->comm, partials, &out_blocks, back, &in_blocks, largest_pair(b->all, R, pb), top,
+                           "a2amm_moe: the combine", m->cfg.timeout_s, err);
+        for (int p = 0; !rc && p < R; p++) bo[p] /= 2; /* in elements */
+        if (!rc) rc = moe_combine(s, b->T, b->idx, back, bo, out, err);
     }
-    if (!rc) {
-        for (int p = 0; p < R; p++) bo[p] /= 2; /* in elements */
-        rc = moe_combine(s, T, idx, back, bo, out, err);
-    }
-    free(all), free(z), free(send), free(recv), free(partials), free(back);
+    free(partials), free(back), free(z);
     return rc;
 }
 
-int a2amm_moe_run(a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_t *sx, int64_t ldsx, const int32_t *idx,
-                  const float *w, uint16_t *out, a2amm_error *err)
+/* The whole call after its checks and agreement: the dispatch, this rank's experts, the combine. */
+static int run_call(a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_t *sx, int64_t ldsx, const int32_t *idx,
+                    const float *w, uint16_t *out, size_t top, int *alike, a2amm_error *err)
 {
-    if (!m) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_run: moe is NULL");
+    a2amm_moe_batch *b = NULL;
+    int rc = dispatch_core(m, T, x, sx, ldsx, idx, w, top, &b, alike, err);
+    if (rc) return rc;
+    const int64_t pairs = b->g.pairs, H = m->s.H;
+    float *y = malloc(sizeof *y * (size_t)((pairs ? pairs : 1) * H));
+    const float **rows = malloc(sizeof *rows * (size_t)(pairs + 1));
+    if (!y || !rows) rc = a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe_run: rank %d: out of memory", m->s.me);
+    for (int64_t p = 0; !rc && p < pairs; p++) rows[p] = y + p * H;
+    comm_set_doing(m->ctx, "a2amm_moe_run of op %lld: the experts on %lld rows", (long long)m->id, (long long)b->got);
+    if (!rc) rc = moe_experts(&m->s, &m->w, m->workers, b->recv, &b->g, y, err);
+    if (!rc) rc = combine_core(m, b, rows, out, top, err);
+    free(y), free(rows);
+    a2amm_moe_batch_destroy(b);
+    return rc;
+}
+
+/* One collective call of the op: busy, the communicator taken, `check` (or none) failing every rank on its
+ * own error, the agreement on `call`, then `body`; a failure of the body fails the others unless it is the
+ * same refusal on every rank (*alike). */
+typedef int (*moe_body)(a2amm_moe *m, void *arg, size_t top, int *alike, a2amm_error *err);
+
+static int moe_call(a2amm_moe *m, api_call call, const char *name, int (*check)(a2amm_moe *m, void *arg, a2amm_error *err),
+                    moe_body body, void *arg, a2amm_error *err)
+{
+    if (!m) return a2amm_fail(err, A2AMM_E_INVAL, "%s: moe is NULL", name);
     int idle = 0;
     if (!atomic_compare_exchange_strong(&m->busy, &idle, 1))
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_run: op %lld is in a call on another thread: the call "
-                          "running goes on", (long long)m->id);
-    int rc = api_enter(m->comm, "a2amm_moe_run", err);
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: op %lld is in a call on another thread: the call running goes on",
+                          name, (long long)m->id);
+    int rc = api_enter(m->comm, name, err);
     if (!rc) {
-        rc = check_run(m, T, x, sx, ldsx, idx, w, out, err);
+        rc = check ? check(m, arg, err) : A2AMM_OK;
         if (rc) api_fail_all(m->ctx, rc, err); /* the others stop at once */
-        int64_t words[COMM_AGREE_WORDS] = {API_MOE_RUN, m->id};
+        int64_t words[COMM_AGREE_WORDS] = {call, m->id};
         size_t top = 0;
-        comm_set_doing(m->ctx, "a2amm_moe_run of op %lld: waiting for every rank", (long long)m->id);
-        if (!rc) rc = api_agree(m->comm, words, m->cfg.timeout_s, "a2amm_moe_run", &top, err);
+        comm_set_doing(m->ctx, "%s of op %lld: waiting for every rank", name, (long long)m->id);
+        if (!rc) rc = api_agree(m->comm, words, m->cfg.timeout_s, name, &top, err);
         if (!rc) {
             int alike = 0; /* refused on every rank alike (rows over a room): the communicator goes on */
-            rc = run_call(m, T, x, sx, ldsx, idx, w, out, top, &alike, err);
+            rc = body(m, arg, top, &alike, err);
             if (rc && !alike) api_fail_all(m->ctx, rc, err);
-            else comm_set_doing(m->ctx, "a2amm_moe_run of op %lld: done", (long long)m->id);
+            else comm_set_doing(m->ctx, "%s of op %lld: %s", name, (long long)m->id, rc ? "refused" : "done");
         }
         api_leave(m->comm);
     }
     atomic_store(&m->busy, 0);
     return rc;
+}
+
+static int run_body(a2amm_moe *m, void *arg, size_t top, int *alike, a2amm_error *err)
+{
+    const tokens_args *t = arg;
+    return run_call(m, t->T, t->x, t->sx, t->ldsx, t->idx, t->w, t->out, top, alike, err);
+}
+
+static int dispatch_body(a2amm_moe *m, void *arg, size_t top, int *alike, a2amm_error *err)
+{
+    const tokens_args *t = arg;
+    int rc = dispatch_core(m, t->T, t->x, t->sx, t->ldsx, t->idx, t->w, top, t->batch, alike, err);
+    if (rc) return rc;
+    /* the experts' rows for the caller: each expert's, contiguous, in expert order */
+    a2amm_moe_batch *b = *t->batch;
+    const int64_t H = m->s.H, pairs = b->g.pairs;
+    b->codes = malloc((size_t)((pairs ? pairs : 1) * H)), b->scales = malloc((size_t)((pairs ? pairs : 1) * (H / 32)));
+    if (!b->codes || !b->scales) {
+        a2amm_moe_batch_destroy(b);
+        *t->batch = NULL;
+        return a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe_dispatch: rank %d: out of memory", m->s.me);
+    }
+    for (int le = 0; le < m->s.local; le++)
+        moe_gather_rows(&m->s, b->recv, &b->g, le, b->codes + b->g.start[le] * H, b->scales + b->g.start[le] * (H / 32));
+    return A2AMM_OK;
+}
+
+int a2amm_moe_run(a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_t *sx, int64_t ldsx, const int32_t *idx,
+                  const float *w, uint16_t *out, a2amm_error *err)
+{
+    tokens_args t = {"a2amm_moe_run", T, x, sx, ldsx, idx, w, out, NULL};
+    return moe_call(m, API_MOE_RUN, "a2amm_moe_run", check_tokens, run_body, &t, err);
+}
+
+int a2amm_moe_dispatch(a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_t *sx, int64_t ldsx,
+                       const int32_t *idx, const float *w, a2amm_moe_batch **batch, a2amm_error *err)
+{
+    if (batch) *batch = NULL;
+    if (!batch) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_dispatch: batch must not be NULL");
+    tokens_args t = {"a2amm_moe_dispatch", T, x, sx, ldsx, idx, w, NULL, batch};
+    return moe_call(m, API_MOE_DISPATCH, "a2amm_moe_dispatch", check_tokens, dispatch_body, &t, err);
+}
+
+int a2amm_moe_batch_rows(const a2amm_moe_batch *b, int expert, int64_t *rows, const uint8_t **codes,
+                         const uint8_t **scales, a2amm_error *err)
+{
+    if (!b || !rows) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_batch_rows: batch and rows must not be NULL");
+    const moe_shape *s = &b->m->s;
+    if (expert < 0 || expert >= s->local)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_batch_rows: rank %d holds local experts 0 .. %d (experts %d "
+                          ".. %d); got %d", s->me, s->local - 1, s->me * s->local, (s->me + 1) * s->local - 1, expert);
+    *rows = b->g.start[expert + 1] - b->g.start[expert];
+    if (codes) *codes = b->codes + b->g.start[expert] * s->H;
+    if (scales) *scales = b->scales + b->g.start[expert] * (s->H / 32);
+    return A2AMM_OK;
+}
+
+/* The arguments of a combine. */
+typedef struct combine_args {
+    a2amm_moe_batch *b;
+    const float *const *y;
+    uint16_t *out;
+} combine_args;
+
+static int check_combine(a2amm_moe *m, void *arg, a2amm_error *err)
+{
+    const combine_args *c = arg;
+    if (!c->b || c->b->m != m)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_combine: rank %d: the batch is not one of this op's "
+                          "dispatches", m->s.me);
+    if (!c->y || (c->b->T && !c->out))
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_combine: rank %d: y and out must not be NULL", m->s.me);
+    for (int le = 0; le < m->s.local; le++)
+        if (!c->y[le] && c->b->g.start[le + 1] > c->b->g.start[le])
+            return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_combine: rank %d: y[%d] is NULL for %lld rows", m->s.me,
+                              le, (long long)(c->b->g.start[le + 1] - c->b->g.start[le]));
+    return A2AMM_OK;
+}
+
+static int combine_body(a2amm_moe *m, void *arg, size_t top, int *alike, a2amm_error *err)
+{
+    (void)alike;
+    const combine_args *c = arg;
+    a2amm_moe_batch *b = c->b;
+    const int64_t H = m->s.H;
+    const float **rows = malloc(sizeof *rows * (size_t)(b->g.pairs + 1));
+    if (!rows) return a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe_combine: rank %d: out of memory", m->s.me);
+    for (int le = 0; le < m->s.local; le++) /* expert le's row i is the y of its entry i's pair */
+        for (int64_t i = 0; i < b->g.start[le + 1] - b->g.start[le]; i++)
+            rows[b->g.pair[b->g.start[le] + i]] = c->y[le] + i * H;
+    int rc = combine_core(m, b, rows, c->out, top, err);
+    free(rows);
+    return rc;
+}
+
+int a2amm_moe_combine(a2amm_moe *m, a2amm_moe_batch *b, const float *const *y, uint16_t *out, a2amm_error *err)
+{
+    combine_args c = {b, y, out};
+    return moe_call(m, API_MOE_COMBINE, "a2amm_moe_combine", check_combine, combine_body, &c, err);
 }
 
 void a2amm_moe_destroy(a2amm_moe *m)

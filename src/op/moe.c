@@ -181,95 +181,116 @@ static float slot_weight(const record_view *v, int i)
     return w;
 }
 
-/* The experts' work of one call: each expert's pairs (record, slot) in record order, where each pair's y
- * row goes; tasks of a pool, one an expert (each with scratch of its own: the same bits on any thread). */
+int moe_group(const moe_shape *s, const uint8_t *recv, int64_t nrec, moe_groups *g, a2amm_error *err)
+{
+    memset(g, 0, sizeof *g);
+    g->nrec = nrec;
+    for (int64_t r = 0; r < nrec; r++) g->pairs += record_at(s, recv, r).n;
+    g->first = calloc((size_t)nrec + 1, sizeof *g->first), g->start = calloc((size_t)s->local + 1, sizeof *g->start);
+    g->rec = malloc(sizeof *g->rec * (size_t)(g->pairs + 1)), g->pair = malloc(sizeof *g->pair * (size_t)(g->pairs + 1));
+    int64_t *fill = calloc((size_t)s->local, sizeof *fill);
+    if (!g->first || !g->start || !g->rec || !g->pair || !fill) {
+        free(fill);
+        moe_groups_free(g);
+        return a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: out of memory for the experts of %lld rows", s->me,
+                          (long long)nrec);
+    }
+    for (int64_t r = 0; r < nrec; r++) {
+        record_view v = record_at(s, recv, r);
+        g->first[r + 1] = g->first[r] + v.n;
+        for (int i = 0; i < v.n; i++) g->start[slot_expert(&v, i) + 1]++;
+    }
+    for (int le = 0; le < s->local; le++) g->start[le + 1] += g->start[le];
+    for (int64_t r = 0; r < nrec; r++) {
+        record_view v = record_at(s, recv, r);
+        for (int i = 0; i < v.n; i++) {
+            int32_t le = slot_expert(&v, i);
+            int64_t at = g->start[le] + fill[le]++;
+            g->rec[at] = r, g->pair[at] = g->first[r] + i;
+        }
+    }
+    free(fill);
+    return A2AMM_OK;
+}
+
+void moe_groups_free(moe_groups *g)
+{
+    free(g->first), free(g->start), free(g->rec), free(g->pair);
+    memset(g, 0, sizeof *g);
+}
+
+void moe_gather_rows(const moe_shape *s, const uint8_t *recv, const moe_groups *g, int le, uint8_t *codes,
+                     uint8_t *scales)
+{
+    const int64_t H = s->H, sw = H / 32;
+    for (int64_t i = 0; i < g->start[le + 1] - g->start[le]; i++) {
+        record_view v = record_at(s, recv, g->rec[g->start[le] + i]);
+        memcpy(codes + i * H, v.codes, (size_t)H);
+        memcpy(scales + i * sw, v.codes + H, (size_t)sw);
+    }
+}
+
+/* The experts' work of one call: tasks of a pool, one an expert (each with scratch of its own: the same
+ * bits on any thread). */
 typedef struct experts_job {
     const moe_shape *s;
     const moe_weights *w;
     const uint8_t *recv;
-    const int64_t *start;  /* [local + 1]: expert le's pairs are [start[le], start[le + 1]) of recs and ys */
-    const int64_t *recs;   /* each pair's record */
-    float *const *ys;      /* each pair's y row [H] */
-    _Atomic int failed;    /* a task ran out of memory */
+    const moe_groups *g;
+    float *y;           /* [pairs, H] */
+    _Atomic int failed; /* a task ran out of memory */
 } experts_job;
 
 /* One expert on its rows: x rows gathered, g and u by the kernel level's matmul, a = bf16(silu(g) u), then
- * y by the portable down projection. */
+ * y by the portable down projection, into the rows of its pairs. */
 static void expert_task(void *arg, int le)
 {
     experts_job *j = arg;
     const moe_shape *s = j->s;
-    const int64_t n = j->start[le + 1] - j->start[le], H = s->H, I = s->I, sw = H / 32;
+    const int64_t n = j->g->start[le + 1] - j->g->start[le], H = s->H, I = s->I, sw = H / 32;
     if (n == 0) return;
-    const int64_t *recs = j->recs + j->start[le];
-    float *const *ys = j->ys + j->start[le];
     uint8_t *xa = malloc((size_t)(n * H)), *xs = malloc((size_t)(n * sw));
     float *c = malloc(sizeof *c * (size_t)(n * 2 * I)), *act = malloc(sizeof *act * (size_t)(n * I));
-    int ok = xa && xs && c && act;
+    float **ys = malloc(sizeof *ys * (size_t)n);
+    int ok = xa && xs && c && act && ys;
     if (ok) {
-        for (int64_t i = 0; i < n; i++) {
-            record_view v = record_at(s, j->recv, recs[i]);
-            memcpy(xa + i * H, v.codes, (size_t)H);
-            memcpy(xs + i * sw, v.codes + H, (size_t)sw);
-        }
+        moe_gather_rows(s, j->recv, j->g, le, xa, xs);
         gemm_a_slab slab = {xa, xs, H, sw, s->a_type};
         gemm_multiply(j->w->w13[le], &slab, n, 0, H, 0, 2 * I, c, 2 * I);
         for (int64_t i = 0; i < n; i++) {
             const float *g = c + i * 2 * I, *u = g + I;
             for (int64_t k = 0; k < I; k++) act[i * I + k] = mx_bf16_to_f32(mx_f32_to_bf16(mx_silu(g[k]) * u[k]));
+            ys[i] = j->y + j->g->pair[j->g->start[le] + i] * H;
         }
         ok = moe_down_rows(s, act, n, j->w->w2 + (size_t)le * (size_t)(H * I),
                            j->w->s2 + (size_t)le * (size_t)(H * (I / 32)), ys) == 0;
     }
     if (!ok) atomic_store(&j->failed, 1);
-    free(xa), free(xs), free(c), free(act);
+    free(xa), free(xs), free(c), free(act), free(ys);
 }
 
-int moe_experts(const moe_shape *s, const moe_weights *w, pool *workers, const uint8_t *recv, int64_t nrec,
-                uint16_t *partials, a2amm_error *err)
+int moe_experts(const moe_shape *s, const moe_weights *w, pool *workers, const uint8_t *recv, const moe_groups *g,
+                float *y, a2amm_error *err)
+{
+    experts_job job = {s, w, recv, g, y, 0};
+    pool_run(workers, expert_task, &job, s->local);
+    return atomic_load(&job.failed) ? a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: out of memory for an expert's rows",
+                                                 s->me)
+                                    : A2AMM_OK;
+}
+
+void moe_partials(const moe_shape *s, const uint8_t *recv, const moe_groups *g, const float *const *y,
+                  uint16_t *partials)
 {
     const int64_t H = s->H;
-    /* every (record, slot) pair numbered in record order, then slot order; listed by expert, record order */
-    int64_t pairs = 0;
-    for (int64_t r = 0; r < nrec; r++) pairs += record_at(s, recv, r).n;
-    int64_t *first = calloc((size_t)nrec + 1, sizeof *first), *start = calloc((size_t)s->local + 1, sizeof *start);
-    int64_t *recs = malloc(sizeof *recs * (size_t)(pairs + 1)), *fill = calloc((size_t)s->local, sizeof *fill);
-    float *y = malloc(sizeof *y * (size_t)((pairs ? pairs : 1) * H)), **ys = malloc(sizeof *ys * (size_t)(pairs + 1));
-    int rc = first && start && recs && fill && y && ys
-                 ? A2AMM_OK
-                 : a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: out of memory for the experts of %lld rows", s->me,
-                              (long long)nrec);
-    for (int64_t r = 0; !rc && r < nrec; r++) {
-        record_view v = record_at(s, recv, r);
-        first[r + 1] = first[r] + v.n;
-        for (int i = 0; i < v.n; i++) start[slot_expert(&v, i) + 1]++;
-    }
-    for (int le = 0; !rc && le < s->local; le++) start[le + 1] += start[le];
-    for (int64_t r = 0; !rc && r < nrec; r++) {
-        record_view v = record_at(s, recv, r);
-        for (int i = 0; i < v.n; i++) {
-            int32_t le = slot_expert(&v, i);
-            int64_t at = start[le] + fill[le]++;
-            recs[at] = r, ys[at] = y + (first[r] + i) * H;
-        }
-    }
-    if (!rc) {
-        experts_job job = {s, w, recv, start, recs, ys, 0};
-        pool_run(workers, expert_task, &job, s->local);
-        if (atomic_load(&job.failed))
-            rc = a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: out of memory for an expert's rows", s->me);
-    }
-    /* each record's partial: its slots' w * y summed in slot order in fp32, rounded to bf16 once */
-    for (int64_t r = 0; !rc && r < nrec; r++) {
+    for (int64_t r = 0; r < g->nrec; r++) { /* its slots' w * y summed in slot order in fp32, rounded once */
         record_view v = record_at(s, recv, r);
         for (int64_t col = 0; col < H; col++) {
             float acc = 0.0f;
-            for (int i = 0; i < v.n; i++) acc += slot_weight(&v, i) * y[(first[r] + i) * H + col];
+            for (int i = 0; i < v.n; i++) acc += slot_weight(&v, i) * y[g->first[r] + i][col];
             partials[r * H + col] = mx_f32_to_bf16(acc);
         }
     }
-    free(first), free(start), free(recs), free(fill), free(y), free(ys);
-    return rc;
 }
 
 int moe_combine(const moe_shape *s, int64_t T, const int32_t *idx, const uint16_t *partials, const size_t *first,

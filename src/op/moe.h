@@ -51,10 +51,28 @@ int moe_weights_prepare(const moe_shape *s, gemm_isa isa, const uint8_t *w13, co
                         const uint8_t *w2, const uint8_t *s2, int64_t ld2, moe_weights *out, a2amm_error *err);
 void moe_weights_free(const moe_shape *s, moe_weights *w);
 
-/* The experts on nrec records (at recv, moe_record_bytes apart): partials bf16 [nrec, H], one a record,
- * in their order; the experts shared out over the pool's threads (the same bits on any number). */
-int moe_experts(const moe_shape *s, const moe_weights *w, pool *workers, const uint8_t *recv, int64_t nrec,
-                uint16_t *partials, a2amm_error *err);
+/* What arrived, grouped: the (record, slot) pairs numbered in record order, then slot order (pair p's y
+ * is row p of a [pairs, H] array); each expert's entries (its pairs in record order) listed. */
+typedef struct moe_groups {
+    int64_t nrec, pairs;
+    int64_t *first; /* [nrec + 1]: record r's pairs are first[r] .. first[r + 1] - 1 */
+    int64_t *start; /* [local + 1]: expert le's entries are start[le] .. start[le + 1] - 1 */
+    int64_t *rec;   /* [pairs]: each entry's record */
+    int64_t *pair;  /* [pairs]: each entry's pair */
+} moe_groups;
+
+int moe_group(const moe_shape *s, const uint8_t *recv, int64_t nrec, moe_groups *g, a2amm_error *err);
+void moe_groups_free(moe_groups *g);
+/* Expert le's rows (its entries' x) into codes [n, H] and scales [n, H/32]. */
+void moe_gather_rows(const moe_shape *s, const uint8_t *recv, const moe_groups *g, int le, uint8_t *codes,
+                     uint8_t *scales);
+/* Every expert on its rows, shared out over the pool's threads (the same bits on any number): y [pairs, H]. */
+int moe_experts(const moe_shape *s, const moe_weights *w, pool *workers, const uint8_t *recv, const moe_groups *g,
+                float *y, a2amm_error *err);
+/* The partials, one a record in record order: its slots' w * y[pair] (y: a row per pair) in slot order in
+ * fp32, rounded to bf16 once. */
+void moe_partials(const moe_shape *s, const uint8_t *recv, const moe_groups *g, const float *const *y,
+                  uint16_t *partials);
 
 /* out[t] = bf16 of the fp32 sum, owners in rank order, of token t's partials (owner o's rows start at
  * partials + first[o] elements, in the order of the records sent there); zeros for a token with none. */
