@@ -393,8 +393,18 @@ class MoE(_a2amm.MoE):
         rank's own (0 to max_tokens). Returns bf16 [T, hidden]: a torch.bfloat16 tensor for torch x,
         numpy uint16 bits otherwise; or writes out. A bad argument raises here (ArgumentError naming the
         token and slot for the routing) and the other ranks get PeerError."""
+        codes, scales, ids, w, torch_in = self._tokens(x, topk_idx, topk_w)
+        if out is None and torch_in:
+            out = _bf16_out(codes.shape[0], self.hidden)
+        if _torch_tensor(out):
+            self._run(codes, scales, ids, w, _array(out, "out"))
+            return out
+        return self._run(codes, scales, ids, w, out)
+
+    def _tokens(self, x, topk_idx, topk_w):
+        """The call's arrays as the extension takes them (x quantized if need be, ids int32, weights
+        float32); a bad one fails the communicator (the others are in this collective call) and raises."""
         first = x[0] if isinstance(x, tuple) and x else x
-        torch_in = _torch_tensor(first)
         try:
             codes, scales = self._mx(x, "x", self.a_fmt, (int(getattr(first, "shape", (0,))[0]), self.hidden))
             ids = _np.asarray(_array(topk_idx, "topk_idx"))
@@ -408,18 +418,43 @@ class MoE(_a2amm.MoE):
                                         ".. %d, or -1 for an unused slot" % (self.comm.rank, t, j, int(ids[t, j]),
                                                                             self.experts - 1))
                 ids = _np.ascontiguousarray(ids, dtype=_np.int32)
-            w = _np.ascontiguousarray(_np.asarray(_array(topk_w, "topk_w")), dtype=_np.float32) \
-                if not (isinstance(topk_w, _np.ndarray) and topk_w.dtype == _np.float32) else topk_w
+            w = _np.ascontiguousarray(_np.asarray(_array(topk_w, "topk_w")), dtype=_np.float32)
         except BaseException as e:
             if not self.closed and not self.comm.closed:
                 self.comm.fail("%s: %s" % (type(e).__name__, e))
             raise
-        if out is None and torch_in:
-            out = _bf16_out(codes.shape[0], self.hidden)
+        return codes, scales, ids, w, _torch_tensor(first)
+
+    def dispatch(self, x, topk_idx, topk_w, *, dequantize=False):
+        """Collective: the exchange alone, for experts of the caller's own. Takes what a call takes;
+        returns (rows, handle): rows[le] is what this rank's local expert le (expert rank*E/R + le)
+        received, as an MX pair (codes [n, hidden], scales [n, hidden/32]), or with dequantize=True as
+        float32 [n, hidden] values (exact); torch tensors for torch x. Compute each expert's output for its
+        rows, in that order, and give them to combine(handle, ys)."""
+        codes, scales, ids, w, torch_in = self._tokens(x, topk_idx, topk_w)
+        handle, rows = self._dispatch(codes, scales, ids, w)
+        handle.torch = torch_in
+        if dequantize:
+            rows = [_a2amm.dequantize(c, s, self.a_fmt) for c, s in rows]
+        if torch_in:
+            import torch
+            rows = [torch.from_numpy(r) if dequantize else (torch.from_numpy(r[0]), torch.from_numpy(r[1]))
+                    for r in rows]
+        return rows, handle
+
+    def combine(self, handle, ys, *, out=None):
+        """Collective: the return of dispatch's rows. ys[le]: the output of local expert le for the rows
+        dispatch gave it, float32 (or bfloat16) [n, hidden] (None for none). Returns bf16 [T, hidden] on
+        each token's rank as a call does (w * y summed over a token's slots per owner rank, rounded once,
+        then over owners in rank order, rounded once): a torch.bfloat16 tensor when dispatch took torch."""
+        arrays = [None if y is None else _np.ascontiguousarray(_np.asarray(
+            y.float() if _torch_tensor(y) else _array(y, "ys")), dtype=_np.float32) for y in ys]
+        if out is None and getattr(handle, "torch", False):
+            out = _bf16_out(handle.tokens, self.hidden)
         if _torch_tensor(out):
-            self._run(codes, scales, ids, w, _array(out, "out"))
+            self._combine(handle, arrays, _array(out, "out"))
             return out
-        return self._run(codes, scales, ids, w, out)
+        return self._combine(handle, arrays, out)
 
 
 from ._launch import launch  # noqa: E402

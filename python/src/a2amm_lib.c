@@ -218,3 +218,22 @@ int lib_moe_run(a2amm_moe *moe, int64_t tokens, const uint8_t *x, const uint8_t 
 }
 
 void lib_moe_destroy(a2amm_moe *moe) { a2amm_moe_destroy(moe); }
+
+int lib_moe_dispatch(a2amm_moe *moe, int64_t tokens, const uint8_t *x, const uint8_t *sx, int64_t ldsx,
+                     const int32_t *idx, const float *w, a2amm_moe_batch **batch, a2amm_error *err)
+{
+    return a2amm_moe_dispatch(moe, tokens, x, sx, ldsx, idx, w, batch, err);
+}
+
+int lib_moe_batch_rows(const a2amm_moe_batch *batch, int expert, int64_t *rows, const uint8_t **codes,
+                       const uint8_t **scales, a2amm_error *err)
+{
+    return a2amm_moe_batch_rows(batch, expert, rows, codes, scales, err);
+}
+
+int lib_moe_combine(a2amm_moe *moe, a2amm_moe_batch *batch, const float *const *y, uint16_t *out, a2amm_error *err)
+{
+    return a2amm_moe_combine(moe, batch, y, out, err);
+}
+
+void lib_moe_batch_destroy(a2amm_moe_batch *batch) { a2amm_moe_batch_destroy(batch); }

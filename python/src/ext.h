@@ -105,7 +105,7 @@ typedef struct CommObject {
     PyObject *weakrefs;
 } CommObject;
 
-extern PyTypeObject CommType, OpType, WeightsType, InputBufferType, MoEType;
+extern PyTypeObject CommType, OpType, WeightsType, InputBufferType, MoEType, MoEBatchType;
 
 /* comm_alltoallv.c: Comm.alltoallv(blocks, timeout=60.0) -> [R uint8 arrays]. */
 PyObject *comm_alltoallv(CommObject *self, PyObject *args, PyObject *kw);

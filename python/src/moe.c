@@ -154,41 +154,67 @@ static PyObject *moe_set_weights(MoEObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* A call's token arrays, checked: x [T, H] u8, sx [T, >= H/32] u8, idx [T, k] int32, w [T, k] float32. */
+typedef struct tokens_in {
+    matrix x, sx, idx, w;
+    int64_t T;
+} tokens_in;
+
+static void release_tokens(tokens_in *in)
+{
+    matrix_release(&in->x), matrix_release(&in->sx), matrix_release(&in->idx), matrix_release(&in->w);
+}
+
+static int take_tokens(const MoEObject *self, PyObject *xo, PyObject *sxo, PyObject *io, PyObject *wo, tokens_in *in)
+{
+    memset(in, 0, sizeof *in);
+    const int64_t H = self->o.hidden, k = self->o.topk;
+    int ok = matrix_get(xo, "x codes", EL_U8, MAT_CONTIGUOUS, &in->x) == 0;
+    const int64_t T = in->T = ok ? in->x.rows : 0;
+    if (ok && in->x.cols != H)
+        ok = matrix_shape_error("x codes", &in->x, "[tokens, hidden] = [tokens, %lld]", (long long)H) == 0;
+    if (ok) ok = matrix_get(sxo, "x scales", EL_U8, MAT_ROWS, &in->sx) == 0;
+    if (ok && (in->sx.rows != T || in->sx.cols < H / 32))
+        ok = matrix_shape_error("x scales", &in->sx, "[%lld, >= %lld]", (long long)T, (long long)(H / 32)) == 0;
+    if (ok) ok = matrix_get(io, "topk_idx", EL_I32, MAT_CONTIGUOUS, &in->idx) == 0;
+    if (ok && (in->idx.rows != T || in->idx.cols != k))
+        ok = matrix_shape_error("topk_idx", &in->idx, "[tokens, topk] = [%lld, %lld]", (long long)T, (long long)k) == 0;
+    if (ok) ok = matrix_get(wo, "topk_w", EL_F32, MAT_CONTIGUOUS, &in->w) == 0;
+    if (ok && (in->w.rows != T || in->w.cols != k))
+        ok = matrix_shape_error("topk_w", &in->w, "[tokens, topk] = [%lld, %lld]", (long long)T, (long long)k) == 0;
+    if (!ok) release_tokens(in);
+    return ok ? 0 : -1;
+}
+
+/* A call's start: usable (busy: refused, the running call goes on), else the communicator failed for the
+ * error set. 0, or -1 with the error set. */
+static int begin_collective(MoEObject *self, const char *call)
+{
+    int usable = moe_usable(self, call);
+    if (usable == -1) comm_fail_for_error(self->comm);
+    return usable < 0 ? -1 : 0;
+}
+
 /* _run(x [T, H] u8, sx [T, >= H/32] u8, idx [T, k] int32, w [T, k] float32, out [T, H] uint16 or None) -> out:
  * collective. A bad argument fails the communicator (the others are in this call). */
 static PyObject *moe_run(MoEObject *self, PyObject *args)
 {
     PyObject *xo, *sxo, *io, *wo, *outo;
     if (!PyArg_ParseTuple(args, "OOOOO:_run", &xo, &sxo, &io, &wo, &outo)) return NULL;
-    int usable = moe_usable(self, "MoE call");
-    if (usable == -2) return NULL; /* the call running on another thread goes on, and so do the others */
-    if (usable < 0) {
-        comm_fail_for_error(self->comm);
-        return NULL;
-    }
-    const int64_t H = self->o.hidden, k = self->o.topk;
-    matrix x, sx, idx, w, out;
-    memset(&x, 0, sizeof x), memset(&sx, 0, sizeof sx), memset(&idx, 0, sizeof idx), memset(&w, 0, sizeof w);
+    if (begin_collective(self, "MoE call") < 0) return NULL;
+    const int64_t H = self->o.hidden;
+    tokens_in in;
+    matrix out;
     memset(&out, 0, sizeof out);
     PyObject *res = NULL;
-    int ok = matrix_get(xo, "x codes", EL_U8, MAT_CONTIGUOUS, &x) == 0;
-    const int64_t T = ok ? x.rows : 0;
-    if (ok && x.cols != H) ok = matrix_shape_error("x codes", &x, "[tokens, hidden] = [tokens, %lld]", (long long)H) == 0;
-    if (ok) ok = matrix_get(sxo, "x scales", EL_U8, MAT_ROWS, &sx) == 0;
-    if (ok && (sx.rows != T || sx.cols < H / 32))
-        ok = matrix_shape_error("x scales", &sx, "[%lld, >= %lld]", (long long)T, (long long)(H / 32)) == 0;
-    if (ok) ok = matrix_get(io, "topk_idx", EL_I32, MAT_CONTIGUOUS, &idx) == 0;
-    if (ok && (idx.rows != T || idx.cols != k))
-        ok = matrix_shape_error("topk_idx", &idx, "[tokens, topk] = [%lld, %lld]", (long long)T, (long long)k) == 0;
-    if (ok) ok = matrix_get(wo, "topk_w", EL_F32, MAT_CONTIGUOUS, &w) == 0;
-    if (ok && (w.rows != T || w.cols != k))
-        ok = matrix_shape_error("topk_w", &w, "[tokens, topk] = [%lld, %lld]", (long long)T, (long long)k) == 0;
+    int ok = take_tokens(self, xo, sxo, io, wo, &in) == 0;
+    const int64_t T = in.T;
     if (ok) {
         res = outo == Py_None ? ext_new_array(ext_np_u16, T, H) : Py_NewRef(outo);
         ok = res && matrix_get(res, "out", EL_BF16, MAT_CONTIGUOUS | MAT_WRITABLE, &out) == 0;
+        if (ok && (out.rows != T || out.cols != H))
+            ok = matrix_shape_error("out", &out, "[tokens, hidden] = [%lld, %lld] (bf16)", (long long)T, (long long)H) == 0;
     }
-    if (ok && (out.rows != T || out.cols != H))
-        ok = matrix_shape_error("out", &out, "[tokens, hidden] = [%lld, %lld] (bf16)", (long long)T, (long long)H) == 0;
     a2amm_error err = {0, ""};
     int rc = 0, interrupted = 0;
     if (ok) {
@@ -197,14 +223,189 @@ static PyObject *moe_run(MoEObject *self, PyObject *args)
         comm_call_begin(self->comm, "MoE call", 1);
         guard_enter(&g, self->comm->comm);
         Py_BEGIN_ALLOW_THREADS
-        rc = lib_moe_run(self->moe, T, (const uint8_t *)x.ptr, (const uint8_t *)sx.ptr, sx.ld,
-                         (const int32_t *)idx.ptr, (const float *)w.ptr, (uint16_t *)out.ptr, &err);
+        rc = lib_moe_run(self->moe, T, (const uint8_t *)in.x.ptr, (const uint8_t *)in.sx.ptr, in.sx.ld,
+                         (const int32_t *)in.idx.ptr, (const float *)in.w.ptr, (uint16_t *)out.ptr, &err);
         Py_END_ALLOW_THREADS
         comm_call_end(self->comm, 1);
         self->busy = 0;
         interrupted = guard_leave(&g) < 0;
+        release_tokens(&in);
     }
-    matrix_release(&x), matrix_release(&sx), matrix_release(&idx), matrix_release(&w), matrix_release(&out);
+    matrix_release(&out);
+    if (!ok) {
+        Py_XDECREF(res);
+        comm_fail_for_error(self->comm);
+        return NULL;
+    }
+    if (interrupted || rc) {
+        Py_XDECREF(res);
+        return interrupted ? NULL : ext_raise(rc, &err);
+    }
+    return res;
+}
+
+/* ---- dispatch and combine alone: a batch between them -------------------------------------------------- */
+
+typedef struct MoEBatchObject {
+    PyObject_HEAD
+    a2amm_moe_batch *b; /* NULL once combined */
+    MoEObject *owner;
+    int64_t tokens;     /* the dispatch's: the combine's out has as many rows */
+    char torch;         /* set by a2amm.MoE.dispatch: the call took torch tensors */
+} MoEBatchObject;
+
+static void batch_dealloc(MoEBatchObject *self)
+{
+    lib_moe_batch_destroy(self->b);
+    Py_XDECREF(self->owner);
+    PyObject_Free(self);
+}
+
+static PyMemberDef BATCH_MEMBERS[] = {
+    {"tokens", T_LONGLONG, offsetof(MoEBatchObject, tokens), READONLY, "the dispatch's tokens on this rank"},
+    {"torch", T_BOOL, offsetof(MoEBatchObject, torch), 0, "whether the dispatch took torch tensors"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyTypeObject MoEBatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "a2amm._a2amm.MoEBatch",
+    .tp_basicsize = sizeof(MoEBatchObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "What a2amm.MoE.dispatch received, for its combine (once).",
+    .tp_dealloc = (destructor)batch_dealloc,
+    .tp_members = BATCH_MEMBERS,
+};
+
+/* A new array [rows, cols] of uint8 holding a copy of rows x cols bytes. */
+static PyObject *u8_copy(const uint8_t *p, int64_t rows, int64_t cols)
+{
+    PyObject *a = ext_new_array(ext_np_u8, rows, cols);
+    Py_buffer v;
+    if (!a || PyObject_GetBuffer(a, &v, PyBUF_WRITABLE) < 0) {
+        Py_XDECREF(a);
+        return NULL;
+    }
+    if (rows > 0 && cols > 0) memcpy(v.buf, p, (size_t)(rows * cols));
+    PyBuffer_Release(&v);
+    return a;
+}
+
+/* _dispatch(x, sx, idx, w) -> (batch, [(codes [n, H], scales [n, H/32]) per local expert]): collective. */
+static PyObject *moe_dispatch(MoEObject *self, PyObject *args)
+{
+    PyObject *xo, *sxo, *io, *wo;
+    if (!PyArg_ParseTuple(args, "OOOO:_dispatch", &xo, &sxo, &io, &wo)) return NULL;
+    if (begin_collective(self, "dispatch") < 0) return NULL;
+    tokens_in in;
+    if (take_tokens(self, xo, sxo, io, wo, &in) < 0) {
+        comm_fail_for_error(self->comm);
+        return NULL;
+    }
+    a2amm_error err = {0, ""};
+    a2amm_moe_batch *b = NULL;
+    int rc;
+    call_guard g;
+    self->busy = 1;
+    comm_call_begin(self->comm, "dispatch", 1);
+    guard_enter(&g, self->comm->comm);
+    Py_BEGIN_ALLOW_THREADS
+    rc = lib_moe_dispatch(self->moe, in.T, (const uint8_t *)in.x.ptr, (const uint8_t *)in.sx.ptr, in.sx.ld,
+                          (const int32_t *)in.idx.ptr, (const float *)in.w.ptr, &b, &err);
+    Py_END_ALLOW_THREADS
+    comm_call_end(self->comm, 1);
+    self->busy = 0;
+    release_tokens(&in);
+    if (guard_leave(&g) < 0) {
+        lib_moe_batch_destroy(b);
+        return NULL;
+    }
+    if (rc) return ext_raise(rc, &err);
+    MoEBatchObject *bo = PyObject_New(MoEBatchObject, &MoEBatchType);
+    if (!bo) {
+        lib_moe_batch_destroy(b);
+        return NULL;
+    }
+    bo->b = b, bo->owner = (MoEObject *)Py_NewRef(self), bo->tokens = in.T, bo->torch = 0;
+    PyObject *rows = PyList_New(self->local);
+    for (int le = 0; rows && le < self->local; le++) {
+        int64_t n = 0;
+        const uint8_t *codes = NULL, *scales = NULL;
+        lib_moe_batch_rows(b, le, &n, &codes, &scales, &err);
+        PyObject *pair = Py_BuildValue("(NN)", u8_copy(codes, n, self->o.hidden), u8_copy(scales, n, self->o.hidden / 32));
+        if (!pair) Py_CLEAR(rows);
+        else PyList_SET_ITEM(rows, le, pair);
+    }
+    if (!rows) {
+        Py_DECREF(bo);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", (PyObject *)bo, rows);
+}
+
+/* _combine(batch, ys, out) -> out: collective. ys: per local expert, float32 [n, H] (None where n is 0). */
+static PyObject *moe_combine(MoEObject *self, PyObject *args)
+{
+    PyObject *bo, *yso, *outo;
+    if (!PyArg_ParseTuple(args, "O!OO:_combine", &MoEBatchType, &bo, &yso, &outo)) return NULL;
+    if (begin_collective(self, "combine") < 0) return NULL;
+    MoEBatchObject *batch = (MoEBatchObject *)bo;
+    const int64_t H = self->o.hidden;
+    const int L = self->local;
+    PyObject *fast = PySequence_Fast(yso, "combine: ys must be a sequence of one array per local expert");
+    matrix *ys = calloc((size_t)L, sizeof *ys), out;
+    const float **yp = calloc((size_t)L, sizeof *yp);
+    memset(&out, 0, sizeof out);
+    PyObject *res = NULL;
+    int ok = fast && ys && yp && batch->owner == self && batch->b;
+    if (fast && ys && yp && !ok)
+        PyErr_SetString(PyExc_ValueError, "combine: the batch is not from this MoE's dispatch, or was combined already");
+    if (ok && PySequence_Fast_GET_SIZE(fast) != L) {
+        PyErr_Format(PyExc_ValueError, "combine: ys must hold one array per local expert, %d; got %zd", L,
+                     PySequence_Fast_GET_SIZE(fast));
+        ok = 0;
+    }
+    for (int le = 0; ok && le < L; le++) {
+        int64_t n = 0;
+        a2amm_error e = {0, ""};
+        lib_moe_batch_rows(batch->b, le, &n, NULL, NULL, &e);
+        PyObject *yo = PySequence_Fast_GET_ITEM(fast, le);
+        if (n == 0 && yo == Py_None) continue;
+        char name[40];
+        snprintf(name, sizeof name, "ys[%d]", le);
+        ok = matrix_get(yo, name, EL_F32, MAT_CONTIGUOUS, &ys[le]) == 0;
+        if (ok && (ys[le].rows != n || ys[le].cols != H))
+            ok = matrix_shape_error(name, &ys[le], "[%lld, %lld] (the rows expert %d received, float32)", (long long)n,
+                                    (long long)H, le) == 0;
+        if (ok) yp[le] = (const float *)ys[le].ptr;
+    }
+    const int64_t T = batch->tokens;
+    if (ok) {
+        res = outo == Py_None ? ext_new_array(ext_np_u16, T, H) : Py_NewRef(outo);
+        ok = res && matrix_get(res, "out", EL_BF16, MAT_CONTIGUOUS | MAT_WRITABLE, &out) == 0;
+        if (ok && (out.rows != T || out.cols != H))
+            ok = matrix_shape_error("out", &out, "[tokens, hidden] = [%lld, %lld] (bf16: the dispatch's tokens)",
+                                    (long long)T, (long long)H) == 0;
+    }
+    a2amm_error err = {0, ""};
+    int rc = 0, interrupted = 0;
+    if (ok) {
+        call_guard g;
+        self->busy = 1;
+        comm_call_begin(self->comm, "combine", 1);
+        guard_enter(&g, self->comm->comm);
+        Py_BEGIN_ALLOW_THREADS
+        rc = lib_moe_combine(self->moe, batch->b, yp, (uint16_t *)out.ptr, &err);
+        Py_END_ALLOW_THREADS
+        comm_call_end(self->comm, 1);
+        self->busy = 0;
+        interrupted = guard_leave(&g) < 0;
+        lib_moe_batch_destroy(batch->b); /* combined once */
+        batch->b = NULL;
+    }
+    for (int le = 0; ys && le < L; le++) matrix_release(&ys[le]);
+    matrix_release(&out);
+    free(ys), free(yp);
+    Py_XDECREF(fast);
     if (!ok) {
         Py_XDECREF(res);
         comm_fail_for_error(self->comm);
@@ -285,6 +486,8 @@ static PyMemberDef MOE_MEMBERS[] = {
 static PyMethodDef MOE_METHODS[] = {
     {"_set_weights", (PyCFunction)moe_set_weights, METH_VARARGS, NULL},
     {"_run", (PyCFunction)moe_run, METH_VARARGS, NULL},
+    {"_dispatch", (PyCFunction)moe_dispatch, METH_VARARGS, NULL},
+    {"_combine", (PyCFunction)moe_combine, METH_VARARGS, NULL},
     {"close", (PyCFunction)moe_close, METH_NOARGS, "close(): local; frees it (refused while a call of it runs)."},
     {"__enter__", moe_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)moe_exit, METH_VARARGS, NULL},

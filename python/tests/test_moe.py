@@ -176,3 +176,79 @@ def test_bad_arguments_of_making_one():
 
     with pytest.raises(a2amm.Error, match="experts must be a positive multiple"):
         a2amm.launch(2, rank)
+
+
+# ---- dispatch and combine alone: experts of the caller's own ---------------------------------------------------
+
+def numpy_expert(rows, w13, w2):
+    """The SwiGLU expert on dequantized rows [n, H] with MX weights, in fp64, as float32 (the caller's own)."""
+    c13, s13 = mx(w13)
+    c2, s2 = mx(w2)
+    d13 = mx_model.dequantize(c13, s13)
+    d2 = mx_model.dequantize(c2, s2)
+    g, u = rows.astype(np.float64) @ d13[:I].T, rows.astype(np.float64) @ d13[I:].T
+    return ((g / (1 + np.exp(-g)) * u) @ d2.T).astype(np.float32)
+
+
+@pytest.mark.parametrize("R,E,k", [(1, 2, 2), (2, 8, 3), (4, 8, 2)])
+def test_dispatch_and_combine_with_experts_of_ones_own(R, E, k):
+    w13, w2 = expert_weights(E)
+    empty = 1 if R > 1 else None
+
+    def rank(comm):
+        r, L = comm.rank, E // R
+        x, ids, w = rank_tokens(r, R, E, k, 0, empty_rank=empty)
+        with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
+            rows, handle = moe.dispatch(x, ids, w, dequantize=True)
+            ys = [numpy_expert(v, w13[r * L + le], w2[r * L + le]) if len(v) else None for le, v in enumerate(rows)]
+            return moe.combine(handle, ys), [len(v) for v in rows]
+
+    results = a2amm.launch(R, rank)
+    every = [rank_tokens(r, R, E, k, 0, empty_rank=empty) for r in range(R)]
+    for r in range(R):  # each expert got one row per (token, slot) routed to it, from every rank
+        L = E // R
+        want = [sum(int((ids == r * L + le).sum()) for _, ids, _ in every) for le in range(L)]
+        assert results[r][1] == want, (results[r][1], want)
+        x, ids, w = every[r]
+        check(results[r][0], x, ids, w, w13, w2, R, "dispatch + combine, rank %d" % r)
+
+
+def test_a_batch_is_combined_once():
+    w13, w2 = expert_weights(2)
+
+    def rank(comm):
+        with a2amm.MoE(comm, experts=2, topk=1, hidden=H, inter=I, max_tokens=MAX_T) as moe:
+            x, ids, w = rank_tokens(0, 1, 2, 1, 0)
+            rows, handle = moe.dispatch(x, ids, w, dequantize=True)
+            ys = [numpy_expert(v, w13[le], w2[le]) if len(v) else None for le, v in enumerate(rows)]
+            moe.combine(handle, ys)
+            moe.combine(handle, ys)
+
+    with pytest.raises(a2amm.Error, match="the batch is not from this MoE's dispatch, or was combined already"):
+        a2amm.launch(1, rank)
+
+
+@needs_torch
+def test_dispatch_and_combine_on_torch():
+    import torch
+    R, E, k = 2, 4, 2
+    w13, w2 = expert_weights(E)
+
+    def rank(comm):
+        r, L = comm.rank, E // R
+        x, ids, w = rank_tokens(r, R, E, k, 0)
+        with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
+            rows, handle = moe.dispatch(torch.from_numpy(x), torch.from_numpy(ids), torch.from_numpy(w))
+            assert all(isinstance(c, torch.Tensor) and c.dtype == torch.uint8 for c, _ in rows)
+            ys = [torch.from_numpy(numpy_expert(a2amm.dequantize(c.numpy(), s.numpy()), w13[r * L + le],
+                                                w2[r * L + le])).bfloat16() for le, (c, s) in enumerate(rows)]
+            out = moe.combine(handle, ys)
+            assert out.dtype == torch.bfloat16 and tuple(out.shape) == (x.shape[0], H)
+            return out.float().numpy()
+
+    for r, got in enumerate(a2amm.launch(R, rank)):
+        x, ids, w = rank_tokens(r, R, E, k, 0)
+        ref, tol1, tol2 = reference(x, ids, w, w13, w2)
+        # the contract's bound, and one more bf16 rounding of each expert output (the ys went through bf16)
+        bound = 2.0 ** -8 * np.abs(ref) + 3 * 2.0 ** -8 * tol1 + H * 2.0 ** -24 * tol2 + 1e-30
+        assert np.all(np.abs(got - ref) <= bound), np.max(np.abs(got - ref) / bound)
