@@ -122,34 +122,34 @@ int moe_down_rows(const moe_shape *s, const float *a, int64_t n, const uint8_t *
                   float *const *ys)
 {
     const int64_t H = s->H, I = s->I, sw2 = I / 32;
-    float value[256], *wb = malloc(sizeof *wb * (size_t)(32 * H)), *sums = malloc(sizeof *sums * (size_t)H);
-    double *scale = malloc(sizeof *scale * (size_t)H);
-    if (!wb || !sums || !scale) {
-        free(wb), free(sums), free(scale);
+    /* 8 output columns at a time: their rows of W2 widened once for all the rows of a (read in order, kept
+     * in L2: [block][t][8]), then each row's 8 sums side by side, block by block as the rule says */
+    float value[256], *wg = malloc(sizeof *wg * (size_t)(8 * I));
+    double *scale = malloc(sizeof *scale * (size_t)(8 * sw2));
+    if (!wg || !scale) {
+        free(wg), free(scale);
         return -1;
     }
     for (int c = 0; c < 256; c++) value[c] = mx_fp8_to_f32((uint8_t)c, s->b_type);
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t c = 0; c < H; c++) ys[i][c] = 0.0f;
-    for (int64_t b = 0; b < sw2; b++) {
-        /* the block's codes widened once for all the rows, in groups of 8 columns side by side for each t
-         * ([c / 8][t][c % 8]: each column's row of W2 read once, the writes close together), and its scales */
-        for (int64_t c = 0; c < H; c++) {
-            float *into = wb + (c / 8) * 256 + c % 8;
-            for (int t = 0; t < 32; t++) into[t * 8] = value[w2[c * I + b * 32 + t]];
-            scale[c] = mx_e8m0_to_f64(s2[c * sw2 + b]);
+    for (int64_t g = 0; g < H / 8; g++) {
+        for (int l = 0; l < 8; l++) {
+            const uint8_t *codes = w2 + (g * 8 + l) * I, *sc = s2 + (g * 8 + l) * sw2;
+            for (int64_t k = 0; k < I; k++) wg[k * 8 + l] = value[codes[k]];
+            for (int64_t b = 0; b < sw2; b++) scale[b * 8 + l] = mx_e8m0_to_f64(sc[b]);
         }
         for (int64_t i = 0; i < n; i++) {
-            const float *ai = a + i * I + b * 32;
-            for (int64_t c = 0; c < H; c++) sums[c] = 0.0f;
-            for (int64_t g = 0; g < H / 8; g++) /* each column's sum in t order: 8 columns side by side */
+            const float *ai = a + i * I;
+            float acc[8] = {0};
+            for (int64_t b = 0; b < sw2; b++) {
+                float sums[8] = {0}; /* bf16 times fp8: exact in fp32; each column's sum in t order */
                 for (int t = 0; t < 32; t++)
-                    for (int l = 0; l < 8; l++) sums[g * 8 + l] += ai[t] * wb[g * 256 + t * 8 + l];
-            float *y = ys[i];
-            for (int64_t c = 0; c < H; c++) y[c] = (float)((double)y[c] + (double)sums[c] * scale[c]);
+                    for (int l = 0; l < 8; l++) sums[l] += ai[b * 32 + t] * wg[(b * 32 + t) * 8 + l];
+                for (int l = 0; l < 8; l++) acc[l] = (float)((double)acc[l] + (double)sums[l] * scale[b * 8 + l]);
+            }
+            for (int l = 0; l < 8; l++) ys[i][g * 8 + l] = acc[l];
         }
     }
-    free(wb), free(sums), free(scale);
+    free(wg), free(scale);
     return 0;
 }
 

@@ -81,8 +81,8 @@ int moe_combine(const moe_shape *s, int64_t T, const int32_t *idx, const uint16_
 
 /* y = a x W2 for n rows of the portable down projection: ys[i][c] for c < H from a [n][I] (bf16 values)
  * and W2's codes [H][I], scales [H][I/32]: by 32-blocks of I, each block's exact products summed in fp32
- * (ascending), times its scale, added with one rounding (as the reference kernel level does). Each block
- * is widened once for the n rows. 0, or -1 out of memory. */
+ * (ascending), times its scale, added with one rounding (as the reference kernel level does). W2 is
+ * widened once for the n rows, 8 columns at a time. 0, or -1 out of memory. */
 int moe_down_rows(const moe_shape *s, const float *a, int64_t n, const uint8_t *w2, const uint8_t *s2,
                   float *const *ys);
 
