@@ -124,7 +124,8 @@ int a2amm_moe_set_weights(a2amm_moe *m, const uint8_t *w13, const uint8_t *s13, 
         return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_set_weights: op %lld is in a call on another thread",
                           (long long)m->id);
     moe_weights w;
-    int rc = moe_weights_prepare(&m->s, m->isa, w13, s13, ld13, w2, s2, ld2, &w, err);
+    int rc = moe_weights_prepare(&m->s, m->isa, (int64_t)m->s.R * m->cfg.max_tokens, w13, s13, ld13, w2, s2, ld2, &w,
+                                 err);
     if (!rc) {
         if (m->has_weights) moe_weights_free(&m->s, &m->w);
         m->w = w, m->has_weights = 1;

@@ -87,8 +87,9 @@ void moe_pack(const moe_shape *s, int64_t T, const uint8_t *x, const uint8_t *sx
     }
 }
 
-int moe_weights_prepare(const moe_shape *s, gemm_isa isa, const uint8_t *w13, const uint8_t *s13, int64_t ld13,
-                        const uint8_t *w2, const uint8_t *s2, int64_t ld2, moe_weights *out, a2amm_error *err)
+int moe_weights_prepare(const moe_shape *s, gemm_isa isa, int64_t max_rows, const uint8_t *w13, const uint8_t *s13,
+                        int64_t ld13, const uint8_t *w2, const uint8_t *s2, int64_t ld2, moe_weights *out,
+                        a2amm_error *err)
 {
     memset(out, 0, sizeof *out);
     const int64_t H = s->H, I = s->I, sw2 = I / 32;
@@ -99,8 +100,9 @@ int moe_weights_prepare(const moe_shape *s, gemm_isa isa, const uint8_t *w13, co
                  ? A2AMM_OK
                  : a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: out of memory for %d experts' weights", s->me, s->local);
     for (int le = 0; !rc && le < s->local; le++)
-        rc = gemm_b_prepare(isa, w13 + (size_t)le * (size_t)(2 * I * H), s13 + (size_t)le * (size_t)(2 * I * ld13),
-                            2 * I, H, ld13, s->b_type, &out->w13[le], err);
+        rc = gemm_b_prepare_for(NULL, isa, w13 + (size_t)le * (size_t)(2 * I * H),
+                                s13 + (size_t)le * (size_t)(2 * I * ld13), 2 * I, H, ld13, s->b_type, max_rows,
+                                &out->w13[le], err);
     if (!rc) {
         memcpy(out->w2, w2, (size_t)(s->local * H * I));
         for (int64_t row = 0; row < s->local * H; row++)

@@ -47,8 +47,12 @@ typedef struct moe_weights {
     uint8_t *w2, *s2;   /* [local][H][I] codes, [local][H][I/32] scales */
 } moe_weights;
 
-int moe_weights_prepare(const moe_shape *s, gemm_isa isa, const uint8_t *w13, const uint8_t *s13, int64_t ld13,
-                        const uint8_t *w2, const uint8_t *s2, int64_t ld2, moe_weights *out, a2amm_error *err);
+/* max_rows: the most rows an expert can get in a call (R * max_tokens: a token reaches an owner once):
+ * where the kernel level reads B in fp8 for so few, W1/W3 are kept in fp8 only (half the bytes a decode
+ * call reads, the same bits). */
+int moe_weights_prepare(const moe_shape *s, gemm_isa isa, int64_t max_rows, const uint8_t *w13, const uint8_t *s13,
+                        int64_t ld13, const uint8_t *w2, const uint8_t *s2, int64_t ld2, moe_weights *out,
+                        a2amm_error *err);
 void moe_weights_free(const moe_shape *s, moe_weights *w);
 
 /* What arrived, grouped: the (record, slot) pairs numbered in record order, then slot order (pair p's y
