@@ -27,7 +27,7 @@ typedef struct probe {
     uint64_t sink[64];
     int64_t hit[64];        /* each rank's experts hit by the first call */
     int rc[64];
-    char msg[64][400];
+    char msg[64][1100];
 } probe;
 
 static uint64_t next(uint64_t *s)
