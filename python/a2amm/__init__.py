@@ -393,6 +393,18 @@ class MoE(_a2amm.MoE):
         rank's own (0 to max_tokens). Returns bf16 [T, hidden]: a torch.bfloat16 tensor for torch x,
         numpy uint16 bits otherwise; or writes out. A bad argument raises here (ArgumentError naming the
         token and slot for the routing) and the other ranks get PeerError."""
+        if (type(x) is tuple and len(x) == 2 and type(x[0]) is _ndarray and type(x[1]) is _ndarray
+                and type(topk_idx) is _ndarray and topk_idx.dtype == _np.int32 and type(topk_w) is _ndarray
+                and (out is None or type(out) is _ndarray)):
+            return self._run(x[0], x[1], topk_idx, topk_w, out)  # numpy MX pairs: straight to the extension
+        if (type(x) is _ndarray and x.dtype == _np.float32 and x.ndim == 2 and type(topk_idx) is _ndarray
+                and topk_idx.dtype == _np.int32 and type(topk_w) is _ndarray and (out is None or type(out) is _ndarray)):
+            try:  # numpy float32 x: quantized in C, then the call
+                codes, scales = _a2amm.quantize(x, self.a_fmt, self.mode)
+            except BaseException as e:
+                self.comm.fail("%s: %s" % (type(e).__name__, e))
+                raise
+            return self._run(codes, scales, topk_idx, topk_w, out)
         codes, scales, ids, w, torch_in = self._tokens(x, topk_idx, topk_w)
         if out is None and torch_in:
             out = _bf16_out(codes.shape[0], self.hidden)

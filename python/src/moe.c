@@ -9,6 +9,7 @@
 
 #include <string.h>
 #include <structmember.h>
+#include <time.h>
 
 typedef struct MoEObject {
     PyObject_HEAD
@@ -242,6 +243,62 @@ static PyObject *moe_run(MoEObject *self, PyObject *args)
         return interrupted ? NULL : ext_raise(rc, &err);
     }
     return res;
+}
+
+/* _c_loop(x, sx, idx, w, out, iters) -> [seconds]: the library's call alone, each after a barrier, timed, for
+ * the benchmark beside the Python call (python/bench/bench_moe.py), as a C program calls it. */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static PyObject *moe_c_loop(MoEObject *self, PyObject *args)
+{
+    PyObject *xo, *sxo, *io, *wo, *outo;
+    int iters;
+    if (!PyArg_ParseTuple(args, "OOOOOi:_c_loop", &xo, &sxo, &io, &wo, &outo, &iters)) return NULL;
+    if (iters < 1 || iters > 1000000) return PyErr_Format(PyExc_ValueError, "_c_loop: iters 1 to 10^6; got %d", iters);
+    if (moe_usable(self, "_c_loop") < 0) return NULL;
+    tokens_in in;
+    if (take_tokens(self, xo, sxo, io, wo, &in) < 0) return NULL;
+    matrix out;
+    if (matrix_get(outo, "out", EL_BF16, MAT_CONTIGUOUS | MAT_WRITABLE, &out) < 0 || out.rows != in.T ||
+        out.cols != self->o.hidden) {
+        if (!PyErr_Occurred()) matrix_shape_error("out", &out, "[tokens, hidden] (bf16)");
+        matrix_release(&out);
+        release_tokens(&in);
+        return NULL;
+    }
+    double *t = calloc((size_t)iters, sizeof *t);
+    a2amm_error err = {0, ""};
+    int rc = t ? 0 : A2AMM_E_NOMEM;
+    self->busy = 1;
+    comm_call_begin(self->comm, "MoE call", 1);
+    Py_BEGIN_ALLOW_THREADS
+    for (int i = 0; !rc && i < iters; i++) {
+        rc = lib_comm_barrier(self->comm->comm, self->o.timeout_s > 0 ? self->o.timeout_s : 60, &err);
+        double t0 = now_s();
+        if (!rc) rc = lib_moe_run(self->moe, in.T, (const uint8_t *)in.x.ptr, (const uint8_t *)in.sx.ptr, in.sx.ld,
+                                  (const int32_t *)in.idx.ptr, (const float *)in.w.ptr, (uint16_t *)out.ptr, &err);
+        t[i] = now_s() - t0;
+    }
+    Py_END_ALLOW_THREADS
+    comm_call_end(self->comm, 1);
+    self->busy = 0;
+    matrix_release(&out);
+    release_tokens(&in);
+    PyObject *list = NULL;
+    if (rc) {
+        if (t) ext_raise(rc, &err);
+        else PyErr_NoMemory();
+    } else {
+        list = PyList_New(iters);
+        for (int i = 0; list && i < iters; i++) PyList_SET_ITEM(list, i, PyFloat_FromDouble(t[i]));
+    }
+    free(t);
+    return list;
 }
 
 /* ---- dispatch and combine alone: a batch between them -------------------------------------------------- */
@@ -487,6 +544,7 @@ static PyMethodDef MOE_METHODS[] = {
     {"_set_weights", (PyCFunction)moe_set_weights, METH_VARARGS, NULL},
     {"_run", (PyCFunction)moe_run, METH_VARARGS, NULL},
     {"_dispatch", (PyCFunction)moe_dispatch, METH_VARARGS, NULL},
+    {"_c_loop", (PyCFunction)moe_c_loop, METH_VARARGS, NULL},
     {"_combine", (PyCFunction)moe_combine, METH_VARARGS, NULL},
     {"close", (PyCFunction)moe_close, METH_NOARGS, "close(): local; frees it (refused while a call of it runs)."},
     {"__enter__", moe_enter, METH_NOARGS, NULL},
