@@ -196,6 +196,57 @@ static int begin_collective(MoEObject *self, const char *call)
     return usable < 0 ? -1 : 0;
 }
 
+/* What a collective call hands the library: the op, the call's tokens, and where results go. */
+typedef struct call_args {
+    a2amm_moe *moe;
+    const tokens_in *in;
+    uint16_t *out;
+    a2amm_moe_batch *batch;
+    const float *const *y;
+} call_args;
+
+static int do_run(void *p, a2amm_error *err)
+{
+    call_args *a = p;
+    return lib_moe_run(a->moe, a->in->T, (const uint8_t *)a->in->x.ptr, (const uint8_t *)a->in->sx.ptr, a->in->sx.ld,
+                       (const int32_t *)a->in->idx.ptr, (const float *)a->in->w.ptr, a->out, err);
+}
+
+static int do_dispatch(void *p, a2amm_error *err)
+{
+    call_args *a = p;
+    return lib_moe_dispatch(a->moe, a->in->T, (const uint8_t *)a->in->x.ptr, (const uint8_t *)a->in->sx.ptr,
+                            a->in->sx.ld, (const int32_t *)a->in->idx.ptr, (const float *)a->in->w.ptr, &a->batch, err);
+}
+
+static int do_combine(void *p, a2amm_error *err)
+{
+    call_args *a = p;
+    return lib_moe_combine(a->moe, a->batch, a->y, a->out, err);
+}
+
+/* One collective call of the MoE (name): busy, counted on its communicator, the GIL released, Ctrl-C watched
+ * (comm_collective); fn's status into *rc. -1 when Ctrl-C came (the exception set), else 0. */
+static int moe_collective(MoEObject *self, const char *name, int (*fn)(void *arg, a2amm_error *err), call_args *a,
+                          a2amm_error *err, int *rc)
+{
+    self->busy = 1;
+    int interrupted = comm_collective(self->comm, name, fn, a, err, rc);
+    self->busy = 0;
+    return interrupted;
+}
+
+/* A collective call's outcome: res (the result array), or NULL with the exception: a refused argument
+ * (!ok: the error set, and the communicator failed for it, as the others are in this call), Ctrl-C, or the
+ * library's error. */
+static PyObject *call_result(MoEObject *self, int ok, int interrupted, int rc, const a2amm_error *err, PyObject *res)
+{
+    if (!ok) comm_fail_for_error(self->comm);
+    if (ok && !interrupted && !rc) return res;
+    Py_XDECREF(res);
+    return ok && !interrupted ? ext_raise(rc, err) : NULL;
+}
+
 /* _run(x [T, H] u8, sx [T, >= H/32] u8, idx [T, k] int32, w [T, k] float32, out [T, H] uint16 or None) -> out:
  * collective. A bad argument fails the communicator (the others are in this call). */
 static PyObject *moe_run(MoEObject *self, PyObject *args)
@@ -219,30 +270,12 @@ static PyObject *moe_run(MoEObject *self, PyObject *args)
     a2amm_error err = {0, ""};
     int rc = 0, interrupted = 0;
     if (ok) {
-        call_guard g;
-        self->busy = 1;
-        comm_call_begin(self->comm, "MoE call", 1);
-        guard_enter(&g, self->comm->comm);
-        Py_BEGIN_ALLOW_THREADS
-        rc = lib_moe_run(self->moe, T, (const uint8_t *)in.x.ptr, (const uint8_t *)in.sx.ptr, in.sx.ld,
-                         (const int32_t *)in.idx.ptr, (const float *)in.w.ptr, (uint16_t *)out.ptr, &err);
-        Py_END_ALLOW_THREADS
-        comm_call_end(self->comm, 1);
-        self->busy = 0;
-        interrupted = guard_leave(&g) < 0;
+        call_args a = {self->moe, &in, (uint16_t *)out.ptr, NULL, NULL};
+        interrupted = moe_collective(self, "MoE call", do_run, &a, &err, &rc) < 0;
         release_tokens(&in);
     }
     matrix_release(&out);
-    if (!ok) {
-        Py_XDECREF(res);
-        comm_fail_for_error(self->comm);
-        return NULL;
-    }
-    if (interrupted || rc) {
-        Py_XDECREF(res);
-        return interrupted ? NULL : ext_raise(rc, &err);
-    }
-    return res;
+    return call_result(self, ok, interrupted, rc, &err, res);
 }
 
 /* _c_loop(x, sx, idx, w, out, iters) -> [seconds]: the library's call alone, each after a barrier, timed, for
@@ -359,20 +392,12 @@ static PyObject *moe_dispatch(MoEObject *self, PyObject *args)
         return NULL;
     }
     a2amm_error err = {0, ""};
-    a2amm_moe_batch *b = NULL;
+    call_args a = {self->moe, &in, NULL, NULL, NULL};
     int rc;
-    call_guard g;
-    self->busy = 1;
-    comm_call_begin(self->comm, "dispatch", 1);
-    guard_enter(&g, self->comm->comm);
-    Py_BEGIN_ALLOW_THREADS
-    rc = lib_moe_dispatch(self->moe, in.T, (const uint8_t *)in.x.ptr, (const uint8_t *)in.sx.ptr, in.sx.ld,
-                          (const int32_t *)in.idx.ptr, (const float *)in.w.ptr, &b, &err);
-    Py_END_ALLOW_THREADS
-    comm_call_end(self->comm, 1);
-    self->busy = 0;
+    int interrupted = moe_collective(self, "dispatch", do_dispatch, &a, &err, &rc) < 0;
     release_tokens(&in);
-    if (guard_leave(&g) < 0) {
+    a2amm_moe_batch *b = a.batch;
+    if (interrupted) {
         lib_moe_batch_destroy(b);
         return NULL;
     }
@@ -446,16 +471,8 @@ static PyObject *moe_combine(MoEObject *self, PyObject *args)
     a2amm_error err = {0, ""};
     int rc = 0, interrupted = 0;
     if (ok) {
-        call_guard g;
-        self->busy = 1;
-        comm_call_begin(self->comm, "combine", 1);
-        guard_enter(&g, self->comm->comm);
-        Py_BEGIN_ALLOW_THREADS
-        rc = lib_moe_combine(self->moe, batch->b, yp, (uint16_t *)out.ptr, &err);
-        Py_END_ALLOW_THREADS
-        comm_call_end(self->comm, 1);
-        self->busy = 0;
-        interrupted = guard_leave(&g) < 0;
+        call_args a = {self->moe, NULL, (uint16_t *)out.ptr, batch->b, yp};
+        interrupted = moe_collective(self, "combine", do_combine, &a, &err, &rc) < 0;
         lib_moe_batch_destroy(batch->b); /* combined once */
         batch->b = NULL;
     }
@@ -463,16 +480,7 @@ static PyObject *moe_combine(MoEObject *self, PyObject *args)
     matrix_release(&out);
     free(ys), free(yp);
     Py_XDECREF(fast);
-    if (!ok) {
-        Py_XDECREF(res);
-        comm_fail_for_error(self->comm);
-        return NULL;
-    }
-    if (interrupted || rc) {
-        Py_XDECREF(res);
-        return interrupted ? NULL : ext_raise(rc, &err);
-    }
-    return res;
+    return call_result(self, ok, interrupted, rc, &err, res);
 }
 
 static int moe_traverse(MoEObject *self, visitproc visit, void *arg)
