@@ -308,6 +308,66 @@ static void test_dispatch_combine(void)
     munmap(rep, 2 * sizeof *rep);
 }
 
+/* NULLs and out-of-range values of one rank's local calls and of a call refused before it is collective. */
+static int rank_nulls(a2amm_comm *comm, void *arg)
+{
+    int *failed = arg;
+    a2amm_error err = {0, ""};
+    a2amm_moe *m = NULL;
+    a2amm_moe_config bad = A2AMM_MOE_CONFIG_INIT;
+    struct {
+        int rc;
+        const char *text;
+    } cases[8];
+    int n = 0;
+    cases[n].rc = a2amm_moe_create(comm, NULL, &m, &err), cases[n++].text = "must not be NULL";
+    bad.experts = 2, bad.topk = 33, bad.hidden = 64, bad.inter = 32, bad.max_tokens = 4;
+    cases[n].rc = a2amm_moe_create(comm, &bad, &m, &err), cases[n++].text = "topk must be 1 to 32";
+    for (int i = 0; i < n; i++)
+        if (cases[i].rc != A2AMM_E_INVAL || !strstr(i + 1 == n ? err.msg : cases[i].text, cases[i].text))
+            failed[0]++, fprintf(stderr, "create case %d: status %d: %s\n", i, cases[i].rc, err.msg);
+    return 0;
+}
+
+static int rank_null_calls(a2amm_comm *comm, void *arg)
+{
+    int *failed = arg;
+    const moe_case *c = &MC_CASES[0];
+    a2amm_error err = {0, ""};
+    a2amm_moe *m = NULL;
+    int rc = mc_make(comm, c, 0, 30, &m, &err);
+    uint8_t w[64] = {0};
+    if (rc) failed[0]++, fprintf(stderr, "make: %s\n", err.msg);
+    if (!rc && (a2amm_moe_set_weights(m, NULL, w, 2, w, w, 1, &err) != A2AMM_E_INVAL ||
+                !strstr(err.msg, "must not be NULL")))
+        failed[0]++, fprintf(stderr, "set_weights NULL: %s\n", err.msg);
+    if (!rc && (a2amm_moe_set_weights(m, w, w, 1, w, w, 1, &err) != A2AMM_E_INVAL || !strstr(err.msg, "ld13")))
+        failed[0]++, fprintf(stderr, "set_weights ld13: %s\n", err.msg);
+    int64_t rows;
+    if (a2amm_moe_batch_rows(NULL, 0, &rows, NULL, NULL, &err) != A2AMM_E_INVAL)
+        failed[0]++, fprintf(stderr, "batch_rows NULL accepted\n");
+    if (a2amm_moe_run(NULL, 0, NULL, NULL, 0, NULL, NULL, NULL, &err) != A2AMM_E_INVAL)
+        failed[0]++, fprintf(stderr, "run on NULL accepted\n");
+    a2amm_moe_batch_destroy(NULL);
+    /* a call with tokens and NULL arrays: refused on this rank, naming them (and failing the communicator) */
+    if (!rc && (a2amm_moe_run(m, 2, NULL, NULL, 2, NULL, NULL, NULL, &err) != A2AMM_E_INVAL ||
+                !strstr(err.msg, "must not be NULL with 2 tokens")))
+        failed[0]++, fprintf(stderr, "run with NULL arrays: %s\n", err.msg);
+    a2amm_moe_destroy(m);
+    return 0;
+}
+
+static void test_nulls(void)
+{
+    int *failed = mmap(NULL, sizeof *failed, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    *failed = 0;
+    a2amm_error err = {0, ""};
+    a2amm_launch(1, rank_nulls, failed, NULL, &err);
+    a2amm_launch(1, rank_null_calls, failed, NULL, &err);
+    CHECK(*failed == 0, "%d NULL or out-of-range arguments were not refused as expected (above)", *failed);
+    munmap(failed, sizeof *failed);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "digests")) return print_digests();
@@ -316,5 +376,6 @@ int main(int argc, char **argv)
     test_room();
     test_faults();
     test_dispatch_combine();
+    test_nulls();
     return check_summary("test_moe");
 }
