@@ -238,8 +238,10 @@ static void caller_expert(const moe_case *c, int e, int64_t n, const uint8_t *co
                 a[i * I + k] = mx_bf16_to_f32(mx_f32_to_bf16(mx_silu(gu[i * 2 * I + k]) * gu[i * 2 * I + I + k]));
             ys[i] = y + i * H;
         }
-        moe_shape s = {c->R, 0, c->E, c->E / c->R, c->k, H, I, c->a_type, c->b_type};
-        moe_down_rows(&s, a, n, w2, s2, ys);
+        uint8_t *packed = malloc(moe_down_bytes(H, I));
+        moe_down_pack(H, I, c->b_type, w2, I, s2, I / 32, packed);
+        moe_down_portable(H, I, c->b_type, a, n, packed, ys); /* a level's bits are the portable one's */
+        free(packed);
     }
     gemm_b_free(b);
     free(w13), free(s13), free(w2), free(s2), free(gu), free(a), free(ys);

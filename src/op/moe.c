@@ -92,11 +92,12 @@ int moe_weights_prepare(const moe_shape *s, gemm_isa isa, int64_t max_rows, cons
                         a2amm_error *err)
 {
     memset(out, 0, sizeof *out);
-    const int64_t H = s->H, I = s->I, sw2 = I / 32;
+    const int64_t H = s->H, I = s->I;
+    const size_t down_bytes = moe_down_bytes(H, I);
     out->w13 = calloc((size_t)s->local, sizeof *out->w13);
-    out->w2 = malloc((size_t)(s->local * H * I));
-    out->s2 = malloc((size_t)(s->local * H * sw2));
-    int rc = out->w13 && out->w2 && out->s2
+    out->w2 = malloc(down_bytes * (size_t)s->local);
+    out->down = moe_down_for(isa);
+    int rc = out->w13 && out->w2
                  ? A2AMM_OK
                  : a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: out of memory for %d experts' weights", s->me, s->local);
     for (int le = 0; !rc && le < s->local; le++)
@@ -104,9 +105,9 @@ int moe_weights_prepare(const moe_shape *s, gemm_isa isa, int64_t max_rows, cons
                                 s13 + (size_t)le * (size_t)(2 * I * ld13), 2 * I, H, ld13, s->b_type, max_rows,
                                 &out->w13[le], err);
     if (!rc) {
-        memcpy(out->w2, w2, (size_t)(s->local * H * I));
-        for (int64_t row = 0; row < s->local * H; row++)
-            memcpy(out->s2 + row * sw2, s2 + row * ld2, (size_t)sw2);
+        for (int le = 0; le < s->local; le++)
+            moe_down_pack(H, I, s->b_type, w2 + (size_t)le * (size_t)(H * I), I, s2 + (size_t)le * (size_t)(H * ld2), ld2,
+                          out->w2 + (size_t)le * down_bytes);
     } else {
         moe_weights_free(s, out);
     }
@@ -116,43 +117,8 @@ int moe_weights_prepare(const moe_shape *s, gemm_isa isa, int64_t max_rows, cons
 void moe_weights_free(const moe_shape *s, moe_weights *w)
 {
     for (int le = 0; w->w13 && le < s->local; le++) gemm_b_free(w->w13[le]);
-    free(w->w13), free(w->w2), free(w->s2);
+    free(w->w13), free(w->w2);
     memset(w, 0, sizeof *w);
-}
-
-int moe_down_rows(const moe_shape *s, const float *a, int64_t n, const uint8_t *w2, const uint8_t *s2,
-                  float *const *ys)
-{
-    const int64_t H = s->H, I = s->I, sw2 = I / 32;
-    /* 8 output columns at a time: their rows of W2 widened once for all the rows of a (read in order, kept
-     * in L2: [block][t][8]), then each row's 8 sums side by side, block by block as the rule says */
-    float value[256], *wg = malloc(sizeof *wg * (size_t)(8 * I));
-    double *scale = malloc(sizeof *scale * (size_t)(8 * sw2));
-    if (!wg || !scale) {
-        free(wg), free(scale);
-        return -1;
-    }
-    for (int c = 0; c < 256; c++) value[c] = mx_fp8_to_f32((uint8_t)c, s->b_type);
-    for (int64_t g = 0; g < H / 8; g++) {
-        for (int l = 0; l < 8; l++) {
-            const uint8_t *codes = w2 + (g * 8 + l) * I, *sc = s2 + (g * 8 + l) * sw2;
-            for (int64_t k = 0; k < I; k++) wg[k * 8 + l] = value[codes[k]];
-            for (int64_t b = 0; b < sw2; b++) scale[b * 8 + l] = mx_e8m0_to_f64(sc[b]);
-        }
-        for (int64_t i = 0; i < n; i++) {
-            const float *ai = a + i * I;
-            float acc[8] = {0};
-            for (int64_t b = 0; b < sw2; b++) {
-                float sums[8] = {0}; /* bf16 times fp8: exact in fp32; each column's sum in t order */
-                for (int t = 0; t < 32; t++)
-                    for (int l = 0; l < 8; l++) sums[l] += ai[b * 32 + t] * wg[(b * 32 + t) * 8 + l];
-                for (int l = 0; l < 8; l++) acc[l] = (float)((double)acc[l] + (double)sums[l] * scale[b * 8 + l]);
-            }
-            for (int l = 0; l < 8; l++) ys[i][g * 8 + l] = acc[l];
-        }
-    }
-    free(wg), free(scale);
-    return 0;
 }
 
 /* A received record's parts. */
@@ -244,7 +210,7 @@ typedef struct experts_job {
 } experts_job;
 
 /* One expert on its rows: x rows gathered, g and u by the kernel level's matmul, a = bf16(silu(g) u), then
- * y by the portable down projection, into the rows of its pairs. */
+ * y by the down projection's level, into the rows of its pairs. */
 static void expert_task(void *arg, int le)
 {
     experts_job *j = arg;
@@ -264,8 +230,7 @@ static void expert_task(void *arg, int le)
             for (int64_t k = 0; k < I; k++) act[i * I + k] = mx_bf16_to_f32(mx_f32_to_bf16(mx_silu(g[k]) * u[k]));
             ys[i] = j->y + j->g->pair[j->g->start[le] + i] * H;
         }
-        ok = moe_down_rows(s, act, n, j->w->w2 + (size_t)le * (size_t)(H * I),
-                           j->w->s2 + (size_t)le * (size_t)(H * (I / 32)), ys) == 0;
+        j->w->down(H, I, s->b_type, act, n, j->w->w2 + (size_t)le * moe_down_bytes(H, I), ys);
     }
     if (!ok) atomic_store(&j->failed, 1);
     free(xa), free(xs), free(c), free(act), free(ys);

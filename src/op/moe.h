@@ -18,6 +18,7 @@
 #include "a2amm.h"
 #include "common/pool.h"
 #include "gemm/gemm.h"
+#include "op/moe_down.h"
 
 typedef struct moe_shape {
     int R, me;       /* ranks, this rank */
@@ -41,10 +42,11 @@ void moe_pack(const moe_shape *s, int64_t T, const uint8_t *x, const uint8_t *sx
               const float *w, uint8_t *send, const size_t *first);
 
 /* This rank's experts, prepared: the gate and up rows (W1, W3) for the kernel level's matmul, the down
- * projection (W2) as its codes and scales. */
+ * projection (W2) packed for the down projection's level that goes with it (moe_down.h). */
 typedef struct moe_weights {
-    gemm_b **w13;       /* [local]: [2I, H] each */
-    uint8_t *w2, *s2;   /* [local][H][I] codes, [local][H][I/32] scales */
+    gemm_b **w13;      /* [local]: [2I, H] each */
+    uint8_t *w2;       /* [local]: moe_down_bytes(H, I) each */
+    moe_down_fn *down; /* the down projection's level */
 } moe_weights;
 
 /* max_rows: the most rows an expert can get in a call (R * max_tokens: a token reaches an owner once):
@@ -82,12 +84,5 @@ void moe_partials(const moe_shape *s, const uint8_t *recv, const moe_groups *g, 
  * partials + first[o] elements, in the order of the records sent there); zeros for a token with none. */
 int moe_combine(const moe_shape *s, int64_t T, const int32_t *idx, const uint16_t *partials, const size_t *first,
                 uint16_t *out, a2amm_error *err);
-
-/* y = a x W2 for n rows of the portable down projection: ys[i][c] for c < H from a [n][I] (bf16 values)
- * and W2's codes [H][I], scales [H][I/32]: by 32-blocks of I, each block's exact products summed in fp32
- * (ascending), times its scale, added with one rounding (as the reference kernel level does). W2 is
- * widened once for the n rows, 8 columns at a time. 0, or -1 out of memory. */
-int moe_down_rows(const moe_shape *s, const float *a, int64_t n, const uint8_t *w2, const uint8_t *s2,
-                  float *const *ys);
 
 #endif

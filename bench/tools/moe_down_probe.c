@@ -1,0 +1,92 @@
+/*
+ * moe_down_probe: the MoE op's down projection alone, every level this CPU
+ * runs, one thread, for docs/performance.md:
+ *
+ *   build/tools/moe_down_probe H I N [ITERS]
+ *
+ * y = a x W2 for N rows (a: bf16 values, W2: [H, I] E4M3 codes, scales
+ * near 1), W2 packed once; each level's best of ITERS calls, and beside it
+ * in the same run a read of W2's packed bytes once (the floor for few rows):
+ * GB/s of W2 and the ratio call / read.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "common/cpu.h"
+#include "op/moe_down.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static uint64_t read_all(const uint8_t *p, size_t n)
+{
+    const uint64_t *w = (const uint64_t *)p;
+    uint64_t s = 0;
+    for (size_t i = 0; i < n / 8; i += 8) s += w[i] ^ w[i + 1] ^ w[i + 2] ^ w[i + 3] ^ w[i + 4] ^ w[i + 5] ^ w[i + 6] ^ w[i + 7];
+    return s;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 4 || argc > 5) {
+        fprintf(stderr, "usage: moe_down_probe H I N [ITERS]   (H, I multiples of 32; N rows >= 1)\n");
+        return 2;
+    }
+    const int64_t H = atoll(argv[1]), I = atoll(argv[2]), n = atoll(argv[3]);
+    const int iters = argc > 4 ? atoi(argv[4]) : 10;
+    if (H < 32 || I < 32 || H % 32 || I % 32 || n < 1 || iters < 1) {
+        fprintf(stderr, "moe_down_probe: H and I must be multiples of 32, N and ITERS at least 1\n");
+        return 2;
+    }
+    uint8_t *w2 = malloc((size_t)(H * I)), *s2 = malloc((size_t)(H * I / 32)), *packed = malloc(moe_down_bytes(H, I));
+    float *a = malloc(sizeof *a * (size_t)(n * I)), *y = malloc(sizeof *y * (size_t)(n * H));
+    float **ys = malloc(sizeof *ys * (size_t)n);
+    if (!w2 || !s2 || !packed || !a || !y || !ys) return fprintf(stderr, "moe_down_probe: out of memory\n"), 1;
+    uint64_t seed = 88172645463325252ull;
+    for (int64_t i = 0; i < H * I; i++) {
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        w2[i] = (uint8_t)(seed & 0xF7); /* no NaN code */
+    }
+    for (int64_t i = 0; i < H * I / 32; i++) s2[i] = (uint8_t)(120 + i % 8);
+    for (int64_t i = 0; i < n * I; i++) a[i] = (float)((i % 13) - 6) / 8.0f;
+    for (int64_t i = 0; i < n; i++) ys[i] = y + i * H;
+    moe_down_pack(H, I, A2AMM_E4M3, w2, I, s2, I / 32, packed);
+    const size_t bytes = moe_down_bytes(H, I);
+    static const struct {
+        const char *name;
+        moe_down_fn *fn;
+        int ok;
+    } levels[] = {{"portable", moe_down_portable, 1}, {"avx2", moe_down_avx2, 2}, {"avx512", moe_down_avx512, 3}};
+    printf("moe_down_probe H=%lld I=%lld N=%lld: W2 %.2f MB packed, one thread, best of %d\n", (long long)H,
+           (long long)I, (long long)n, (double)bytes / 1e6, iters);
+    uint64_t sink = 0;
+    for (size_t l = 0; l < sizeof levels / sizeof *levels; l++) {
+        int runs = levels[l].ok == 1 || (levels[l].ok == 2 && cpu_has(CPU_AVX2) && cpu_has(CPU_FMA)) ||
+                   (levels[l].ok == 3 && cpu_has(CPU_AVX512F));
+        if (!runs) {
+            printf("  %-8s not run: this CPU lacks it\n", levels[l].name);
+            continue;
+        }
+        double best = 1e30, best_read = 1e30;
+        for (int it = 0; it < iters; it++) {
+            double t0 = now_s();
+            sink += read_all(packed, bytes);
+            double t1 = now_s();
+            levels[l].fn(H, I, A2AMM_E4M3, a, n, packed, ys);
+            double t2 = now_s();
+            if (t1 - t0 < best_read) best_read = t1 - t0;
+            if (t2 - t1 < best) best = t2 - t1;
+        }
+        printf("  %-8s %8.3f ms  %6.2f GB/s of W2   read %.3f ms (%.2f GB/s)   call / read %.2f\n", levels[l].name,
+               best * 1e3, (double)bytes / best / 1e9, best_read * 1e3, (double)bytes / best_read / 1e9,
+               best / best_read);
+    }
+    printf("(sink %llu)\n", (unsigned long long)(sink & 1) + (unsigned long long)(y[0] != y[0]));
+    free(w2), free(s2), free(packed), free(a), free(y), free(ys);
+    return 0;
+}

@@ -1,0 +1,365 @@
+/* The MoE op's down projection: the packing and its levels (see moe_down.h). */
+#include "op/moe_down.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "mx/mx.h"
+
+enum {
+    NR = MOE_DOWN_NR,
+    HEAD = 16,            /* bytes before a panel's blocks: bit c of its first two, column c has a NaN code */
+    BLOCK = NR + 32 * NR, /* bytes of a panel's 32-block: 16 scales, then 32 rows of 16 codes */
+    ROWS_512 = 8,         /* rows the avx512 level keeps in registers at once */
+    ROWS_256 = 4,         /* and the avx2 level */
+    SUMS_IN_FLIGHT = 8    /* vectors of sums a level keeps (panels side by side x rows, x halves on avx2) */
+};
+
+static int nan_code(uint8_t code, a2amm_fp8_type type)
+{
+    return type == A2AMM_E4M3 ? (code & 0x7F) == 0x7F : (code & 0x7F) > 0x7C;
+}
+
+static size_t panel_bytes(int64_t I) { return HEAD + (size_t)(I / 32) * BLOCK; }
+
+size_t moe_down_bytes(int64_t H, int64_t I) { return (size_t)(H / NR) * panel_bytes(I); }
+
+void moe_down_pack(int64_t H, int64_t I, a2amm_fp8_type b_type, const uint8_t *w2, int64_t ldw, const uint8_t *s2,
+                   int64_t lds, uint8_t *packed)
+{
+    const int64_t nkb = I / 32;
+    for (int64_t p = 0; p < H / NR; p++) {
+        uint8_t *panel = packed + (size_t)p * panel_bytes(I);
+        unsigned nan_columns = 0;
+        for (int64_t b = 0; b < nkb; b++) {
+            uint8_t *blk = panel + HEAD + (size_t)b * BLOCK;
+            for (int c = 0; c < NR; c++) {
+                const int64_t col = p * NR + c;
+                blk[c] = s2[col * lds + b];
+                for (int t = 0; t < 32; t++) {
+                    uint8_t code = w2[col * ldw + b * 32 + t];
+                    blk[NR + t * NR + c] = code;
+                    if (nan_code(code, b_type)) nan_columns |= 1u << c;
+                }
+            }
+        }
+        memset(panel, 0, HEAD);
+        panel[0] = (uint8_t)nan_columns, panel[1] = (uint8_t)(nan_columns >> 8);
+    }
+}
+
+/* 2^(scale - 127) for a scale byte, NaN for 0xFF (mx_e8m0_to_f64's values), built from its bits: ldexp
+ * per block and column cost more than the block's products. */
+static double scale_value(uint8_t s)
+{
+    uint64_t bits = (uint64_t)(s + 1023 - 127) << 52;
+    double v;
+    memcpy(&v, &bits, sizeof v);
+    return s == 0xFF ? NAN : v;
+}
+
+static float canonical(float v) { return isnan(v) ? NAN : v; }
+
+void moe_down_portable(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
+                       const uint8_t *packed, float *const *ys)
+{
+    const int64_t nkb = I / 32;
+    float value[256];
+    for (int c = 0; c < 256; c++) value[c] = mx_fp8_to_f32((uint8_t)c, b_type);
+    for (int64_t p = 0; p < H / NR; p++) {
+        const uint8_t *panel = packed + (size_t)p * panel_bytes(I) + HEAD;
+        for (int64_t i = 0; i < n; i++) {
+            const float *ai = a + i * I;
+            float acc[NR] = {0};
+            for (int64_t b = 0; b < nkb; b++) {
+                const uint8_t *blk = panel + (size_t)b * BLOCK;
+                float sums[NR] = {0};
+                for (int t = 0; t < 32; t++)
+                    for (int c = 0; c < NR; c++) {
+                        float product = ai[b * 32 + t] * value[blk[NR + t * NR + c]]; /* its own rounding */
+                        sums[c] = sums[c] + product;
+                    }
+                for (int c = 0; c < NR; c++) acc[c] = (float)((double)acc[c] + (double)sums[c] * scale_value(blk[c]));
+            }
+            for (int c = 0; c < NR; c++) ys[i][p * NR + c] = canonical(acc[c]);
+        }
+    }
+}
+
+/*
+ * Whether an FMA gives the rule's bits for these rows: a bf16 value times an
+ * fp8 one is exact in fp32 (12 significant bits, the lowest at 2^-142 or
+ * above) unless it overflows, so fma(a, w, sum) rounds once what the
+ * multiply and the add round once. No product overflows while every finite
+ * |a| is below 2^(127 - 9) (E4M3's largest value, and the 480 its NaN code
+ * widens to, are below 2^9) or 2^(127 - 16) (E5M2: 57344); NaN and Inf in a
+ * give the same with either.
+ */
+static int products_in_range(const float *a, int rows, int64_t I, a2amm_fp8_type b_type)
+{
+    const float limit = b_type == A2AMM_E4M3 ? 0x1p118f : 0x1p111f;
+    int ok = 1;
+    for (int64_t i = 0; i < rows * I; i++) ok &= !(fabsf(a[i]) >= limit) || isinf(a[i]);
+    return ok;
+}
+
+/* The 16 scale bytes of a block as doubles. */
+static void block_scales(const uint8_t *blk, double *out)
+{
+    for (int c = 0; c < NR; c++) out[c] = scale_value(blk[c]);
+}
+
+/* ---- the vector levels' widening ------------------------------------------------------------------ */
+
+#define AVX2_TARGET __attribute__((target("avx2,fma,f16c"))) /* F16C: every AVX2 CPU has it */
+#define AVX2_INLINE static inline __attribute__((always_inline)) AVX2_TARGET
+#define AVX512_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
+#define AVX512_INLINE static inline __attribute__((always_inline)) AVX512_TARGET
+
+/*
+ * 16 codes as fp16 bits: E5M2 is fp16's top byte (its Inf and NaN are
+ * fp16's); E4M3's magnitude bits go 7 places up (an fp16 of 2^-8 the value,
+ * subnormals as fp16 subnormals: exact) and its sign to fp16's (the code
+ * sign-extended to 16 bits, shifted 7, bit 14 cleared). E4M3's NaN codes
+ * widen to 480 here: a column with one is NaN whatever else, which the
+ * panel's NaN columns say at the end. Widening fp16 with vcvtph2ps never
+ * meets an fp32 subnormal: building the value as a float times 2^120 did,
+ * and each subnormal operand cost a microcode assist (0.5 GB/s of W2).
+ */
+AVX2_INLINE __m256i fp16_bits(const uint8_t *codes, int e4m3)
+{
+    const __m128i raw = _mm_loadu_si128((const __m128i *)codes);
+    if (e4m3)
+        return _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(raw), 7), _mm256_set1_epi16((short)0xBF80));
+    return _mm256_slli_epi16(_mm256_cvtepu8_epi16(raw), 8);
+}
+
+/* The panel's NaN columns (its head). */
+static unsigned nan_columns(const uint8_t *panel) { return panel[0] | (unsigned)panel[1] << 8; }
+
+/* 8 bits to 8 lanes of all ones or zeros. */
+AVX2_INLINE __m256 column_mask_avx2(unsigned bits)
+{
+    __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    __m256i set = _mm256_and_si256(_mm256_set1_epi32((int)(bits & 0xFF)), bit);
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(set, bit));
+}
+
+/* 16 codes to their fp32 values. */
+AVX512_INLINE __m512 widen16_avx512(const uint8_t *codes, int e4m3)
+{
+    __m512 x = _mm512_cvtph_ps(fp16_bits(codes, e4m3));
+    return e4m3 ? _mm512_mul_ps(x, _mm512_set1_ps(256.0f)) : x;
+}
+
+/* 16 codes to their fp32 values, 8 in each half. */
+AVX2_INLINE void widen16_avx2(const uint8_t *codes, int e4m3, __m256 *lo, __m256 *hi)
+{
+    __m256i h = fp16_bits(codes, e4m3);
+    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+    if (e4m3) *lo = _mm256_mul_ps(*lo, _mm256_set1_ps(256.0f)), *hi = _mm256_mul_ps(*hi, _mm256_set1_ps(256.0f));
+}
+
+/* ---- avx512 ---------------------------------------------------------------------------------------- */
+
+/* float(acc + sums * scale), each column in double (the portable level's expression, lane by lane). */
+AVX512_INLINE __m512 add_block_avx512(__m512 acc, __m512 sums, __m512d scale_lo, __m512d scale_hi)
+{
+    __m512d acc_lo = _mm512_cvtps_pd(_mm512_castps512_ps256(acc));
+    __m512d acc_hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+    __m512d sum_lo = _mm512_cvtps_pd(_mm512_castps512_ps256(sums));
+    __m512d sum_hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sums), 1)));
+    __m256 lo = _mm512_cvtpd_ps(_mm512_add_pd(acc_lo, _mm512_mul_pd(sum_lo, scale_lo)));
+    __m256 hi = _mm512_cvtpd_ps(_mm512_add_pd(acc_hi, _mm512_mul_pd(sum_hi, scale_hi)));
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+
+/* `rows` rows of `np` panels side by side (both constants where inlined): rows x np independent sums in
+ * flight, as a row's sum over a block is a chain of dependent adds (its order is the rule's). */
+AVX512_INLINE void panels_avx512(int rows, int np, int fma, int64_t I, int e4m3, const float *a,
+                                 const uint8_t *panel, float *const *ys, int64_t col)
+{
+    /* sums and acc of panel q, row r at q * rows + r: at most 8 of each, indexed by constants once inlined
+     * and unrolled, so they live in registers (a [panels][rows] array of 64 did not) */
+    const size_t stride = panel_bytes(I);
+    __m512 acc[SUMS_IN_FLIGHT];
+    for (int i = 0; i < np * rows; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < I / 32; b++) {
+        const uint8_t *blk = panel + HEAD + (size_t)b * BLOCK;
+        __m512 sums[SUMS_IN_FLIGHT];
+        for (int i = 0; i < np * rows; i++) sums[i] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+        for (int t = 0; t < 32; t++)
+#pragma GCC unroll 8
+            for (int q = 0; q < np; q++) {
+                __m512 w = widen16_avx512(blk + q * stride + NR + t * NR, e4m3);
+#pragma GCC unroll 8
+                for (int r = 0; r < rows; r++) {
+                    __m512 ar = _mm512_set1_ps(a[r * I + b * 32 + t]);
+                    sums[q * rows + r] = fma ? _mm512_fmadd_ps(ar, w, sums[q * rows + r])
+                                             : _mm512_add_ps(sums[q * rows + r], _mm512_mul_ps(ar, w));
+                }
+            }
+#pragma GCC unroll 8
+        for (int q = 0; q < np; q++) {
+            double scale[NR];
+            block_scales(blk + q * stride, scale);
+            __m512d scale_lo = _mm512_loadu_pd(scale), scale_hi = _mm512_loadu_pd(scale + 8);
+#pragma GCC unroll 8
+            for (int r = 0; r < rows; r++)
+                acc[q * rows + r] = add_block_avx512(acc[q * rows + r], sums[q * rows + r], scale_lo, scale_hi);
+        }
+    }
+    for (int q = 0; q < np; q++)
+        for (int r = 0; r < rows; r++) {
+            __m512 v = acc[q * rows + r];
+            __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) | nan_columns(panel + q * stride);
+            _mm512_storeu_ps(ys[r] + col + q * NR, _mm512_mask_mov_ps(v, nan, _mm512_set1_ps(NAN)));
+        }
+}
+
+/* The panels a group of rows takes at once: 8 sums in flight, or as near as the rows allow. */
+static int panels_at_once_512(int rows) { return rows == 1 ? 8 : rows == 2 ? 4 : rows <= 4 ? 2 : 1; }
+
+/* The rows in groups of ROWS_512 (the last group smaller), each group over every panel: a group reads
+ * W2 once. */
+AVX512_TARGET void moe_down_avx512(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
+                                   const uint8_t *packed, float *const *ys)
+{
+    const int e4m3 = b_type == A2AMM_E4M3;
+    const int64_t panels = H / NR;
+    for (int64_t r0 = 0; r0 < n; r0 += ROWS_512) {
+        const int rows = n - r0 < ROWS_512 ? (int)(n - r0) : ROWS_512;
+        const float *ar = a + r0 * I;
+        const int fma = products_in_range(ar, rows, I, b_type);
+        for (int64_t p = 0; p < panels;) {
+            const int np = panels - p >= panels_at_once_512(rows) ? panels_at_once_512(rows) : 1;
+            const int key = (rows * 16 + np) * 2 + fma;
+            const uint8_t *panel = packed + (size_t)p * panel_bytes(I);
+            switch (key) { /* a copy for each: the sums stay in registers */
+#define CASE(k, q)                                                                        \
+    case (k * 16 + q) * 2:                                                                \
+        if (e4m3) panels_avx512(k, q, 0, I, 1, ar, panel, ys + r0, p * NR);               \
+        else panels_avx512(k, q, 0, I, 0, ar, panel, ys + r0, p * NR);                    \
+        break;                                                                            \
+    case (k * 16 + q) * 2 + 1:                                                            \
+        if (e4m3) panels_avx512(k, q, 1, I, 1, ar, panel, ys + r0, p * NR);               \
+        else panels_avx512(k, q, 1, I, 0, ar, panel, ys + r0, p * NR);                    \
+        break;
+                CASE(1, 8) CASE(2, 4) CASE(3, 2) CASE(4, 2) CASE(1, 1) CASE(2, 1) CASE(3, 1) CASE(4, 1) CASE(5, 1)
+                CASE(6, 1) CASE(7, 1) CASE(8, 1)
+#undef CASE
+            }
+            p += np;
+        }
+    }
+}
+
+/* ---- avx2 ------------------------------------------------------------------------------------------ */
+
+AVX2_INLINE __m256 add_block_avx2(__m256 acc, __m256 sums, __m256d scale_lo, __m256d scale_hi)
+{
+    __m256d acc_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(acc)), acc_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(acc, 1));
+    __m256d sum_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(sums));
+    __m256d sum_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(sums, 1));
+    __m128 lo = _mm256_cvtpd_ps(_mm256_add_pd(acc_lo, _mm256_mul_pd(sum_lo, scale_lo)));
+    __m128 hi = _mm256_cvtpd_ps(_mm256_add_pd(acc_hi, _mm256_mul_pd(sum_hi, scale_hi)));
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+}
+
+AVX2_INLINE void panels_avx2(int rows, int np, int fma, int64_t I, int e4m3, const float *a, const uint8_t *panel,
+                             float *const *ys, int64_t col)
+{
+    /* half h of panel q, row r at (q * rows + r) * 2 + h: at most 8, in registers as in panels_avx512 */
+    const size_t stride = panel_bytes(I);
+    __m256 acc[SUMS_IN_FLIGHT];
+    for (int i = 0; i < np * rows * 2; i++) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < I / 32; b++) {
+        const uint8_t *blk = panel + HEAD + (size_t)b * BLOCK;
+        __m256 sums[SUMS_IN_FLIGHT];
+        for (int i = 0; i < np * rows * 2; i++) sums[i] = _mm256_setzero_ps();
+#pragma GCC unroll 2
+        for (int t = 0; t < 32; t++)
+#pragma GCC unroll 4
+            for (int q = 0; q < np; q++) {
+                __m256 w[2];
+                widen16_avx2(blk + q * stride + NR + t * NR, e4m3, &w[0], &w[1]);
+#pragma GCC unroll 4
+                for (int r = 0; r < rows; r++) {
+                    __m256 ar = _mm256_broadcast_ss(a + r * I + b * 32 + t);
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++) {
+                        __m256 *sum = &sums[(q * rows + r) * 2 + h];
+                        *sum = fma ? _mm256_fmadd_ps(ar, w[h], *sum) : _mm256_add_ps(*sum, _mm256_mul_ps(ar, w[h]));
+                    }
+                }
+            }
+#pragma GCC unroll 4
+        for (int q = 0; q < np; q++) {
+            double scale[NR];
+            block_scales(blk + q * stride, scale);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256d scale_lo = _mm256_loadu_pd(scale + 8 * h), scale_hi = _mm256_loadu_pd(scale + 8 * h + 4);
+#pragma GCC unroll 4
+                for (int r = 0; r < rows; r++) {
+                    const int i = (q * rows + r) * 2 + h;
+                    acc[i] = add_block_avx2(acc[i], sums[i], scale_lo, scale_hi);
+                }
+            }
+        }
+    }
+    for (int q = 0; q < np; q++)
+        for (int r = 0; r < rows; r++)
+            for (int h = 0; h < 2; h++) {
+                __m256 v = acc[(q * rows + r) * 2 + h];
+                __m256 nan = _mm256_or_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q),
+                                          column_mask_avx2(nan_columns(panel + q * stride) >> (8 * h)));
+                _mm256_storeu_ps(ys[r] + col + q * NR + 8 * h, _mm256_blendv_ps(v, _mm256_set1_ps(NAN), nan));
+            }
+}
+
+static int panels_at_once_256(int rows) { return rows == 1 ? 4 : rows == 2 ? 2 : 1; } /* x rows x 2 <= 8 */
+
+AVX2_TARGET void moe_down_avx2(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
+                               const uint8_t *packed, float *const *ys)
+{
+    const int e4m3 = b_type == A2AMM_E4M3;
+    const int64_t panels = H / NR;
+    for (int64_t r0 = 0; r0 < n; r0 += ROWS_256) {
+        const int rows = n - r0 < ROWS_256 ? (int)(n - r0) : ROWS_256;
+        const float *ar = a + r0 * I;
+        const int fma = products_in_range(ar, rows, I, b_type);
+        for (int64_t p = 0; p < panels;) {
+            const int np = panels - p >= panels_at_once_256(rows) ? panels_at_once_256(rows) : 1;
+            const int key = (rows * 16 + np) * 2 + fma;
+            const uint8_t *panel = packed + (size_t)p * panel_bytes(I);
+            switch (key) {
+#define CASE(k, q)                                                                      \
+    case (k * 16 + q) * 2:                                                              \
+        if (e4m3) panels_avx2(k, q, 0, I, 1, ar, panel, ys + r0, p * NR);               \
+        else panels_avx2(k, q, 0, I, 0, ar, panel, ys + r0, p * NR);                    \
+        break;                                                                          \
+    case (k * 16 + q) * 2 + 1:                                                          \
+        if (e4m3) panels_avx2(k, q, 1, I, 1, ar, panel, ys + r0, p * NR);               \
+        else panels_avx2(k, q, 1, I, 0, ar, panel, ys + r0, p * NR);                    \
+        break;
+                CASE(1, 4) CASE(2, 2) CASE(1, 1) CASE(2, 1) CASE(3, 1) CASE(4, 1)
+#undef CASE
+            }
+            p += np;
+        }
+    }
+}
+
+moe_down_fn *moe_down_for(gemm_isa isa)
+{
+    switch (isa) {
+    case GEMM_ISA_AVX2: return moe_down_avx2;
+    case GEMM_ISA_AVX512:
+    case GEMM_ISA_AMX: return moe_down_avx512;
+    default: return moe_down_portable;
+    }
+}

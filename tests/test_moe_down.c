@@ -1,0 +1,204 @@
+/*
+ * The MoE op's down projection (src/op/moe_down.c): the portable level
+ * against the rule written out here on W2 as given (codes [H][I], scales
+ * [H][I/32], before the packing), and every vector level against the
+ * portable one, bit for bit: all fp8 codes of both types, every scale
+ * (NaN's 0xFF too), products that underflow and sums that overflow, NaN and
+ * Inf in a, and shapes from one 32-block to a DeepSeek-V2-Lite expert, with
+ * every row count up to past two groups of rows.
+ *
+ * test_moe_down [avx2|avx512]: one level (the suite runs each as a test of
+ * its own); a level this CPU lacks is reported skipped (exit 77).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common/cpu.h"
+#include "mx/mx.h"
+#include "op/moe_down.h"
+
+/* One problem: a [n][I] bf16 values, W2 codes [H][I] and scales [H][I/32]. */
+typedef struct problem {
+    int64_t H, I, n;
+    a2amm_fp8_type type;
+    float *a;
+    uint8_t *w2, *s2, *packed;
+} problem;
+
+/* A bf16 value with a random sign, exponent in [lo, hi] and mantissa; sometimes zero. */
+static float random_bf16(int lo, int hi)
+{
+    uint64_t r = rng();
+    if (r % 37 == 0) return 0.0f;
+    float v = ldexpf(1.0f + (float)((r >> 8) & 0x7F) / 128.0f, lo + (int)((r >> 16) % (uint64_t)(hi - lo + 1)));
+    return mx_bf16_to_f32(mx_f32_to_bf16((r >> 32) & 1 ? -v : v));
+}
+
+static int special_code(uint8_t code, a2amm_fp8_type type)
+{
+    return type == A2AMM_E4M3 ? (code & 0x7F) == 0x7F : (code & 0x7F) >= 0x7C;
+}
+
+/* Every code appears (H * I >= 256); the specials (NaN, Inf) only where `specials`, and then in about a
+ * third of the columns, once each (a special anywhere in a column makes all of it NaN or Inf). */
+static void problem_make_codes(problem *p, int64_t H, int64_t I, int64_t n, a2amm_fp8_type type, int a_lo, int a_hi,
+                               int s_lo, int s_hi, int specials)
+{
+    p->H = H, p->I = I, p->n = n, p->type = type;
+    p->a = malloc(sizeof *p->a * (size_t)(n * I + 1));
+    p->w2 = malloc((size_t)(H * I)), p->s2 = malloc((size_t)(H * I / 32));
+    p->packed = malloc(moe_down_bytes(H, I));
+    for (int64_t i = 0; i < n * I; i++) p->a[i] = random_bf16(a_lo, a_hi);
+    uint64_t start = rng();
+    for (int64_t i = 0; i < H * I; i++) {
+        uint8_t code = (uint8_t)(start + (uint64_t)i * 73);
+        p->w2[i] = special_code(code, type) ? code ^ 0x08 : code; /* a finite code instead */
+    }
+    static const uint8_t special[2][4] = {{0x7F, 0xFF, 0x7F, 0xFF}, {0x7C, 0xFC, 0x7D, 0xFF}}; /* NaN; +-Inf, NaN */
+    for (int64_t c = 0; specials && c < H; c++)
+        if (rng() % 3 == 0) p->w2[c * I + (int64_t)(rng() % (uint64_t)I)] = special[type == A2AMM_E5M2][rng() % 4];
+    for (int64_t i = 0; i < H * I / 32; i++) p->s2[i] = (uint8_t)(s_lo + (int)(rng() % (uint64_t)(s_hi - s_lo + 1)));
+    moe_down_pack(H, I, type, p->w2, I, p->s2, I / 32, p->packed);
+}
+
+static void problem_make(problem *p, int64_t H, int64_t I, int64_t n, a2amm_fp8_type type, int a_lo, int a_hi,
+                         int s_lo, int s_hi)
+{
+    problem_make_codes(p, H, I, n, type, a_lo, a_hi, s_lo, s_hi, 0);
+}
+
+static void problem_free(problem *p) { free(p->a), free(p->w2), free(p->s2), free(p->packed); }
+
+/* The rule (moe_down.h) on the unpacked W2, one column at a time. */
+static void rule(const problem *p, float *y)
+{
+    for (int64_t i = 0; i < p->n; i++)
+        for (int64_t c = 0; c < p->H; c++) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < p->I / 32; b++) {
+                float sum = 0.0f;
+                for (int t = 0; t < 32; t++) {
+                    float product = p->a[i * p->I + b * 32 + t] * mx_fp8_to_f32(p->w2[c * p->I + b * 32 + t], p->type);
+                    sum = sum + product;
+                }
+                acc = (float)((double)acc + (double)sum * mx_e8m0_to_f64(p->s2[c * (p->I / 32) + b]));
+            }
+            y[i * p->H + c] = isnan(acc) ? NAN : acc;
+        }
+}
+
+static void run_level(moe_down_fn *fn, const problem *p, float *y)
+{
+    float **ys = malloc(sizeof *ys * (size_t)(p->n + 1));
+    for (int64_t i = 0; i < p->n; i++) ys[i] = y + i * p->H;
+    fn(p->H, p->I, p->type, p->a, p->n, p->packed, ys);
+    free(ys);
+}
+
+/* want vs got for the problem, bit for bit: the first difference named. */
+static void compare(const char *what, const char *level, const problem *p, const float *want, const float *got)
+{
+    int64_t bad = -1;
+    for (int64_t i = 0; bad < 0 && i < p->n * p->H; i++)
+        if (f2u(want[i]) != f2u(got[i])) bad = i;
+    CHECK(bad < 0, "%s, %s, %s, H %lld I %lld n %lld: row %lld column %lld: %a (0x%08x), expected %a (0x%08x)", what,
+          level, p->type == A2AMM_E4M3 ? "e4m3" : "e5m2", (long long)p->H, (long long)p->I, (long long)p->n,
+          (long long)(bad / p->H), (long long)(bad % p->H), (double)got[bad < 0 ? 0 : bad],
+          f2u(got[bad < 0 ? 0 : bad]), (double)want[bad < 0 ? 0 : bad], f2u(want[bad < 0 ? 0 : bad]));
+}
+
+/* One problem through the portable level (against the rule, where `rule_too`) and through fn. */
+static void check_problem(const char *what, const char *level, moe_down_fn *fn, const problem *p, int rule_too)
+{
+    size_t bytes = sizeof(float) * (size_t)(p->n * p->H + 1);
+    float *want = malloc(bytes), *portable = malloc(bytes), *got = malloc(bytes);
+    memset(got, 0xA5, bytes);
+    run_level(moe_down_portable, p, portable);
+    if (rule_too) {
+        rule(p, want);
+        compare(what, "portable", p, want, portable);
+    }
+    if (fn) {
+        run_level(fn, p, got);
+        compare(what, level, p, portable, got);
+    }
+    free(want), free(portable), free(got);
+}
+
+static void check_level(const char *level, moe_down_fn *fn)
+{
+    static const struct {
+        int64_t H, I;
+    } shapes[] = {{32, 32}, {32, 64}, {64, 96}, {96, 1408}};
+    for (int type = 0; type < 2; type++) {
+        a2amm_fp8_type ty = type ? A2AMM_E5M2 : A2AMM_E4M3;
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (int64_t n = 0; n <= 17; n += s < 2 ? 1 : 5) {
+                problem p;
+                problem_make(&p, shapes[s].H, shapes[s].I, n, ty, -10, 10, 118, 136);
+                check_problem("all codes", level, fn, &p, s < 3);
+                problem_free(&p);
+            }
+        struct {
+            const char *what;
+            int a_lo, a_hi, s_lo, s_hi;
+        } ranges[] = {
+            {"any scale, NaN's too", -20, 20, 0, 255},
+            {"products that underflow", -133, -110, 0, 20},   /* fp32 subnormal products: rounded twice */
+            {"sums that overflow", 100, 127, 240, 254},       /* Inf, and Inf - Inf = NaN */
+            {"cancelling large sums", 60, 70, 180, 200},
+        };
+        for (size_t r = 0; r < sizeof ranges / sizeof *ranges; r++) {
+            problem p;
+            problem_make(&p, 64, 256, 11, ty, ranges[r].a_lo, ranges[r].a_hi, ranges[r].s_lo, ranges[r].s_hi);
+            check_problem(ranges[r].what, level, fn, &p, 1);
+            problem_free(&p);
+        }
+        problem p;
+        problem_make_codes(&p, 64, 128, 9, ty, -6, 6, 118, 136, 1);
+        check_problem("NaN and Inf codes", level, fn, &p, 1);
+        problem_free(&p);
+        /* NaN and Inf in a */
+        problem_make(&p, 32, 64, 9, ty, -5, 5, 120, 134);
+        for (int64_t i = 0; i < p.n * p.I; i += 13) p.a[i] = (i / 13) % 3 == 0 ? NAN : (i / 13) % 3 == 1 ? INFINITY : -INFINITY;
+        check_problem("NaN and Inf in a", level, fn, &p, 1);
+        problem_free(&p);
+        problem_make(&p, 2048, 1408, 3, ty, -8, 8, 120, 134); /* a DeepSeek-V2-Lite expert's W2 */
+        check_problem("a DeepSeek-V2-Lite expert", level, fn, &p, 0);
+        problem_free(&p);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *only = argc > 1 ? argv[1] : NULL;
+    if (argc > 2 || (only && strcmp(only, "avx2") && strcmp(only, "avx512"))) {
+        fprintf(stderr, "usage: test_moe_down [avx2|avx512]\n");
+        return 2;
+    }
+    rng_state = 0x5DEECE66Dull;
+    CHECK(moe_down_for(GEMM_ISA_REF) == moe_down_portable && moe_down_for(GEMM_ISA_AVX2) == moe_down_avx2 &&
+              moe_down_for(GEMM_ISA_AVX512) == moe_down_avx512 && moe_down_for(GEMM_ISA_AMX) == moe_down_avx512,
+          "each kernel level's down projection");
+    int skipped = 0;
+    if (!only) check_level("portable only", NULL);
+    if (!only || !strcmp(only, "avx2")) {
+        if (cpu_has(CPU_AVX2) && cpu_has(CPU_FMA))
+            check_level("avx2", moe_down_avx2);
+        else
+            printf("SKIP: the avx2 down projection: this CPU has no AVX2 and FMA (or A2AMM_CPU_HIDE hides them)\n"),
+                skipped++;
+    }
+    if (!only || !strcmp(only, "avx512")) {
+        if (cpu_has(CPU_AVX512F))
+            check_level("avx512", moe_down_avx512);
+        else
+            printf("SKIP: the avx512 down projection: this CPU has no AVX-512F (or A2AMM_CPU_HIDE hides it)\n"),
+                skipped++;
+    }
+    int rc = check_summary("test_moe_down");
+    return rc == 0 && skipped ? 77 : rc;
+}
