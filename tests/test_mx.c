@@ -893,6 +893,38 @@ static void test_random_blocks(void)
     }
 }
 
+/* The quantizer's fast encoder against the generic one: a spread of every float's bit patterns, and around
+ * each fp8 value and midpoint (there, one float ulp either side), both signs, both types. */
+static void test_f32_to_fp8_sat(void)
+{
+    long bad = 0;
+    for (int ty = 0; ty < 2; ty++) {
+        a2amm_fp8_type type = ty ? A2AMM_E5M2 : A2AMM_E4M3;
+        for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 4099) {
+            float x = u2f((uint32_t)u);
+            uint8_t want = mx_f64_to_fp8((double)x, type, 1), got = mx_f32_to_fp8_sat(x, type);
+            if (want != got && bad++ < 5)
+                CHECK(0, "%s: %a (0x%08x): 0x%02x, expected 0x%02x", ty ? "e5m2" : "e4m3", (double)x, (unsigned)u, got,
+                      want);
+        }
+        for (int c = 0; c < 0x7F; c++) {
+            float v = mx_fp8_to_f32((uint8_t)c, type), next = mx_fp8_to_f32((uint8_t)(c + 1), type);
+            if (isnan(v)) continue;
+            float mid = isnan(next) || isinf(next) ? v * 1.0625f : (v + next) / 2; /* exact: few bits */
+            float probes[] = {v, mid, nextafterf(mid, 0.0f), nextafterf(mid, INFINITY), nextafterf(v, INFINITY)};
+            for (size_t i = 0; i < sizeof probes / sizeof *probes; i++)
+                for (int neg = 0; neg < 2; neg++) {
+                    float x = neg ? -probes[i] : probes[i];
+                    uint8_t want = mx_f64_to_fp8((double)x, type, 1), got = mx_f32_to_fp8_sat(x, type);
+                    if (want != got && bad++ < 10)
+                        CHECK(0, "%s near code 0x%02x: %a: 0x%02x, expected 0x%02x", ty ? "e5m2" : "e4m3", c,
+                              (double)x, got, want);
+                }
+        }
+    }
+    CHECK(bad == 0, "mx_f32_to_fp8_sat differs from mx_f64_to_fp8 on %ld floats", bad);
+}
+
 static void test_quantize_row(void)
 {
     static const size_t lens[] = {0, 1, 31, 32, 33, 64, 103, 200, 256};
@@ -1085,6 +1117,7 @@ int main(void)
     test_vectors();
     test_dot_example();
     test_random_blocks();
+    test_f32_to_fp8_sat();
     test_quantize_row();
     test_dequant();
     test_scale_mode();

@@ -387,8 +387,8 @@ class MoE(_a2amm.MoE):
         self._set_weights(c13, s13, c2, s2)
 
     def __call__(self, x, topk_idx, topk_w, *, out=None):
-        """Collective: one call. x [T, hidden] (float32 or bfloat16, quantized here with the op's mode; or
-        an MX pair (codes, scales)); topk_idx [T, topk] int32 or int64 (an expert in [0, experts), or -1
+        """Collective: one call. x [T, hidden] (float32 or bfloat16, quantized with the op's mode inside the
+        call's C code, the GIL released; or an MX pair (codes, scales)); topk_idx [T, topk] int32 or int64 (an expert in [0, experts), or -1
         for an unused slot; an expert at most once a token); topk_w [T, topk] float32, finite. T is this
         rank's own (0 to max_tokens). Returns bf16 [T, hidden]: a torch.bfloat16 tensor for torch x,
         numpy uint16 bits otherwise; or writes out. A bad argument raises here (ArgumentError naming the
@@ -397,14 +397,9 @@ class MoE(_a2amm.MoE):
                 and type(topk_idx) is _ndarray and topk_idx.dtype == _np.int32 and type(topk_w) is _ndarray
                 and (out is None or type(out) is _ndarray)):
             return self._run(x[0], x[1], topk_idx, topk_w, out)  # numpy MX pairs: straight to the extension
-        if (type(x) is _ndarray and x.dtype == _np.float32 and x.ndim == 2 and type(topk_idx) is _ndarray
+        if (type(x) is _ndarray and x.dtype == _np.float32 and type(topk_idx) is _ndarray
                 and topk_idx.dtype == _np.int32 and type(topk_w) is _ndarray and (out is None or type(out) is _ndarray)):
-            try:  # numpy float32 x: quantized in C, then the call
-                codes, scales = _a2amm.quantize(x, self.a_fmt, self.mode)
-            except BaseException as e:
-                self.comm.fail("%s: %s" % (type(e).__name__, e))
-                raise
-            return self._run(codes, scales, topk_idx, topk_w, out)
+            return self._run(x, self.mode, topk_idx, topk_w, out)  # numpy float32 x: quantized in the C call
         codes, scales, ids, w, torch_in = self._tokens(x, topk_idx, topk_w)
         if out is None and torch_in:
             out = _bf16_out(codes.shape[0], self.hidden)
@@ -414,11 +409,15 @@ class MoE(_a2amm.MoE):
         return self._run(codes, scales, ids, w, out)
 
     def _tokens(self, x, topk_idx, topk_w):
-        """The call's arrays as the extension takes them (x quantized if need be, ids int32, weights
-        float32); a bad one fails the communicator (the others are in this collective call) and raises."""
+        """The call's arrays as the extension takes them: x's codes and scales (an MX pair), or x's values
+        and the op's mode (the extension quantizes them in the call); ids int32, weights float32. A bad one
+        fails the communicator (the others are in this collective call) and raises."""
         first = x[0] if isinstance(x, tuple) and x else x
         try:
-            codes, scales = self._mx(x, "x", self.a_fmt, (int(getattr(first, "shape", (0,))[0]), self.hidden))
+            if isinstance(x, tuple):
+                codes, scales = self._mx(x, "x", self.a_fmt, (int(getattr(first, "shape", (0,))[0]), self.hidden))
+            else:
+                codes, scales = _array(x, "x"), self.mode
             ids = _np.asarray(_array(topk_idx, "topk_idx"))
             if ids.dtype != _np.int32:
                 if ids.dtype.kind not in "iu":

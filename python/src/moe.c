@@ -155,28 +155,86 @@ static PyObject *moe_set_weights(MoEObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* A call's token arrays, checked: x [T, H] u8, sx [T, >= H/32] u8, idx [T, k] int32, w [T, k] float32. */
+/* A call's token arrays, checked: x [T, H] u8 with sx [T, >= H/32] u8, or x [T, H] float32 / bf16 values
+ * quantized here (into codes and scales of its own); idx [T, k] int32, w [T, k] float32. */
 typedef struct tokens_in {
     matrix x, sx, idx, w;
     int64_t T;
+    const uint8_t *codes, *scales; /* x's codes and scales: the caller's, or `owned` */
+    int64_t ldsx;
+    uint8_t *owned;                /* the quantized x's codes [T, H] then scales [T, H/32] */
 } tokens_in;
 
 static void release_tokens(tokens_in *in)
 {
     matrix_release(&in->x), matrix_release(&in->sx), matrix_release(&in->idx), matrix_release(&in->w);
+    free(in->owned);
+    in->owned = NULL;
 }
 
+/* x as values (float32, or bf16 bits), quantized with `mode` ("rceil" or "floor") in C, the GIL released:
+ * the call's own quantization, not a Python step before it. 0, or -1 with the error set. */
+static int quantize_tokens(const MoEObject *self, PyObject *xo, PyObject *modeo, tokens_in *in)
+{
+    const int64_t H = self->o.hidden, sw = H / 32;
+    const char *mode = PyUnicode_AsUTF8(modeo);
+    a2amm_scale_mode smode;
+    if (!mode || lib_mode_parse(mode, &smode) != A2AMM_OK) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "mode must be \"rceil\" or \"floor\"; got %R", modeo);
+        return -1;
+    }
+    int bf16 = 0;
+    Py_buffer peek;
+    if (PyObject_CheckBuffer(xo) && PyObject_GetBuffer(xo, &peek, PyBUF_STRIDES | PyBUF_FORMAT) == 0) {
+        bf16 = peek.itemsize == 2;
+        PyBuffer_Release(&peek);
+    } else {
+        PyErr_Clear();
+    }
+    if (matrix_get(xo, "x", bf16 ? EL_BF16 : EL_F32, MAT_ROWS, &in->x) < 0) return -1;
+    if (in->x.cols != H) return matrix_shape_error("x", &in->x, "[tokens, hidden] = [tokens, %lld]", (long long)H);
+    const int64_t T = in->T = in->x.rows;
+    in->owned = malloc((size_t)(T * (H + sw)) + 1);
+    if (!in->owned) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    a2amm_error err = {0, ""};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = bf16 ? lib_quantize_bf16((const uint16_t *)in->x.ptr, T, H, in->x.ld, self->o.a_type, smode, in->owned, H,
+                                  in->owned + T * H, sw, &err)
+              : lib_quantize_f32((const float *)in->x.ptr, T, H, in->x.ld, self->o.a_type, smode, in->owned, H,
+                                 in->owned + T * H, sw, &err);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        ext_raise(rc, &err);
+        return -1;
+    }
+    in->codes = in->owned, in->scales = in->owned + T * H, in->ldsx = sw;
+    return 0;
+}
+
+/* sxo: x's scales, or the mode (a str) when x holds values to quantize. */
 static int take_tokens(const MoEObject *self, PyObject *xo, PyObject *sxo, PyObject *io, PyObject *wo, tokens_in *in)
 {
     memset(in, 0, sizeof *in);
     const int64_t H = self->o.hidden, k = self->o.topk;
-    int ok = matrix_get(xo, "x codes", EL_U8, MAT_CONTIGUOUS, &in->x) == 0;
-    const int64_t T = in->T = ok ? in->x.rows : 0;
-    if (ok && in->x.cols != H)
-        ok = matrix_shape_error("x codes", &in->x, "[tokens, hidden] = [tokens, %lld]", (long long)H) == 0;
-    if (ok) ok = matrix_get(sxo, "x scales", EL_U8, MAT_ROWS, &in->sx) == 0;
-    if (ok && (in->sx.rows != T || in->sx.cols < H / 32))
-        ok = matrix_shape_error("x scales", &in->sx, "[%lld, >= %lld]", (long long)T, (long long)(H / 32)) == 0;
+    int ok;
+    if (PyUnicode_Check(sxo)) {
+        ok = quantize_tokens(self, xo, sxo, in) == 0;
+    } else {
+        ok = matrix_get(xo, "x codes", EL_U8, MAT_CONTIGUOUS, &in->x) == 0;
+        in->T = ok ? in->x.rows : 0;
+        if (ok && in->x.cols != H)
+            ok = matrix_shape_error("x codes", &in->x, "[tokens, hidden] = [tokens, %lld]", (long long)H) == 0;
+        if (ok) ok = matrix_get(sxo, "x scales", EL_U8, MAT_ROWS, &in->sx) == 0;
+        if (ok && (in->sx.rows != in->T || in->sx.cols < H / 32))
+            ok = matrix_shape_error("x scales", &in->sx, "[%lld, >= %lld]", (long long)in->T, (long long)(H / 32)) == 0;
+        if (ok) in->codes = (const uint8_t *)in->x.ptr, in->scales = (const uint8_t *)in->sx.ptr, in->ldsx = in->sx.ld;
+    }
+    const int64_t T = in->T;
     if (ok) ok = matrix_get(io, "topk_idx", EL_I32, MAT_CONTIGUOUS, &in->idx) == 0;
     if (ok && (in->idx.rows != T || in->idx.cols != k))
         ok = matrix_shape_error("topk_idx", &in->idx, "[tokens, topk] = [%lld, %lld]", (long long)T, (long long)k) == 0;
@@ -208,15 +266,15 @@ typedef struct call_args {
 static int do_run(void *p, a2amm_error *err)
 {
     call_args *a = p;
-    return lib_moe_run(a->moe, a->in->T, (const uint8_t *)a->in->x.ptr, (const uint8_t *)a->in->sx.ptr, a->in->sx.ld,
+    return lib_moe_run(a->moe, a->in->T, a->in->codes, a->in->scales, a->in->ldsx,
                        (const int32_t *)a->in->idx.ptr, (const float *)a->in->w.ptr, a->out, err);
 }
 
 static int do_dispatch(void *p, a2amm_error *err)
 {
     call_args *a = p;
-    return lib_moe_dispatch(a->moe, a->in->T, (const uint8_t *)a->in->x.ptr, (const uint8_t *)a->in->sx.ptr,
-                            a->in->sx.ld, (const int32_t *)a->in->idx.ptr, (const float *)a->in->w.ptr, &a->batch, err);
+    return lib_moe_dispatch(a->moe, a->in->T, a->in->codes, a->in->scales, a->in->ldsx,
+                            (const int32_t *)a->in->idx.ptr, (const float *)a->in->w.ptr, &a->batch, err);
 }
 
 static int do_combine(void *p, a2amm_error *err)
@@ -248,7 +306,7 @@ static PyObject *call_result(MoEObject *self, int ok, int interrupted, int rc, c
 }
 
 /* _run(x [T, H] u8, sx [T, >= H/32] u8, idx [T, k] int32, w [T, k] float32, out [T, H] uint16 or None) -> out:
- * collective. A bad argument fails the communicator (the others are in this call). */
+ * collective. With sx a mode ("rceil" or "floor"), x is float32 or bf16 values, quantized in this call. A bad argument fails the communicator (the others are in this call). */
 static PyObject *moe_run(MoEObject *self, PyObject *args)
 {
     PyObject *xo, *sxo, *io, *wo, *outo;
@@ -313,7 +371,7 @@ static PyObject *moe_c_loop(MoEObject *self, PyObject *args)
     for (int i = 0; !rc && i < iters; i++) {
         rc = lib_comm_barrier(self->comm->comm, self->o.timeout_s > 0 ? self->o.timeout_s : 60, &err);
         double t0 = now_s();
-        if (!rc) rc = lib_moe_run(self->moe, in.T, (const uint8_t *)in.x.ptr, (const uint8_t *)in.sx.ptr, in.sx.ld,
+        if (!rc) rc = lib_moe_run(self->moe, in.T, in.codes, in.scales, in.ldsx,
                                   (const int32_t *)in.idx.ptr, (const float *)in.w.ptr, (uint16_t *)out.ptr, &err);
         t[i] = now_s() - t0;
     }
@@ -380,7 +438,7 @@ static PyObject *u8_copy(const uint8_t *p, int64_t rows, int64_t cols)
     return a;
 }
 
-/* _dispatch(x, sx, idx, w) -> (batch, [(codes [n, H], scales [n, H/32]) per local expert]): collective. */
+/* _dispatch(x, sx or mode, idx, w) -> (batch, [(codes [n, H], scales [n, H/32]) per local expert]): collective. */
 static PyObject *moe_dispatch(MoEObject *self, PyObject *args)
 {
     PyObject *xo, *sxo, *io, *wo;

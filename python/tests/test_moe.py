@@ -115,6 +115,59 @@ def test_mx_pairs_and_float_give_the_same_bits():
         np.testing.assert_array_equal(from_float, from_pairs)
 
 
+@pytest.mark.parametrize("mode", ["rceil", "floor"])
+def test_values_are_quantized_in_the_call_with_the_ops_mode(mode):
+    """float32 and bf16 x go to the C call as values and are quantized there with the op's mode: the bits of
+    the same call on the MX pair a2amm.quantize makes with that mode; dispatch's rows too."""
+    R, E, k = 2, 4, 2
+    w13, w2 = expert_weights(E)
+
+    def rank(comm):
+        r, L = comm.rank, E // R
+        x, ids, w = rank_tokens(r, R, E, k, 0)
+        ids = ids.astype(np.int32)
+        bf16 = a2amm.float32_to_bf16(x)
+        with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T, mode=mode) as moe:
+            moe.set_weights(w13[r * L:(r + 1) * L], w2[r * L:(r + 1) * L])
+            same = [np.array_equal(moe(x, ids, w), moe(a2amm.quantize(x, "e4m3", mode), ids, w)),
+                    np.array_equal(moe(bf16, ids, w), moe(a2amm.quantize(bf16, "e4m3", mode), ids, w))]
+            rows, handle = moe.dispatch(x, ids, w)
+            rows_q, handle_q = moe.dispatch(a2amm.quantize(x, "e4m3", mode), ids, w)
+            same.append(all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(rows, rows_q)))
+            moe.combine(handle, [None if c.shape[0] == 0 else np.zeros((c.shape[0], H), np.float32) for c, _ in rows])
+            moe.combine(handle_q, [None if c.shape[0] == 0 else np.zeros((c.shape[0], H), np.float32)
+                                   for c, _ in rows_q])
+        return same
+
+    for same in a2amm.launch(R, rank):
+        assert same == [True, True, True]
+
+
+@pytest.mark.parametrize("bad,error", [(lambda x: x.astype(np.float64), "TypeError|x must be float32"),
+                                       (lambda x: x[:, :32].copy(), "ValueError|x must have shape")],
+                         ids=["float64", "width"])
+def test_a_bad_x_is_refused_on_its_rank_and_the_others_told(bad, error):
+    """x values of the wrong type or width: refused by the call on that rank, naming x; the other rank's
+    call ends with PeerError naming it."""
+    R, E, k = 2, 4, 2
+    said = shared_text(R)
+
+    def rank(comm):
+        try:
+            with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
+                moe.set_weights(*(v[comm.rank * 2:comm.rank * 2 + 2] for v in expert_weights(E)))
+                x = np.ones((5, H), np.float32)
+                moe(bad(x) if comm.rank == 1 else x, np.array([[0, 1]] * 5, np.int32), np.full((5, k), 0.5, np.float32))
+        except BaseException as e:
+            said.put(comm.rank, "%s|%s" % (type(e).__name__, e))
+            raise
+
+    with pytest.raises(a2amm.Error):
+        a2amm.launch(R, rank)
+    assert said.get(1).startswith(error), said.get(1)
+    assert said.get(0).startswith("PeerError|") and "rank 1" in said.get(0), said.get(0)
+
+
 @needs_torch
 def test_moe_on_torch_tensors():
     import torch

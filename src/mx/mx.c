@@ -114,6 +114,26 @@ uint8_t mx_f32_to_fp8(float x, a2amm_fp8_type type, int saturate)
     return mx_f64_to_fp8((double)x, type, saturate);
 }
 
+uint8_t mx_f32_to_fp8_sat(float x, a2amm_fp8_type type)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    const uint8_t sign = (uint8_t)(u >> 24 & 0x80);
+    const uint32_t a = u & 0x7FFFFFFFu;
+    const int e4m3 = type == A2AMM_E4M3, mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+    if (a > 0x7F800000u) return MX_FP8_NAN;
+    if (a >= (e4m3 ? 0x43E00000u : 0x47600000u)) return sign | (e4m3 ? 0x7E : 0x7B); /* >= 448 / 57344, Inf */
+    if (a < (uint32_t)(127 + 1 - bias) << 23) {   /* below the smallest normal: k x 2^(1 - bias - mbits) */
+        float k = fabsf(x) * (e4m3 ? 0x1p9f : 0x1p16f); /* exact: a power of two times a float this small */
+        return sign | (uint8_t)lrintf(k);         /* the default rounding: to nearest, ties to even */
+    }
+    /* normal: the mantissa rounded to mbits at its bit (nearest, ties to even; a carry moves the exponent
+     * up, as it should), then fp32's exponent bias replaced by the format's */
+    const int drop = 23 - mbits;
+    uint32_t r = a + ((1u << (drop - 1)) - 1) + ((a >> drop) & 1);
+    return sign | (uint8_t)((r >> drop) - ((uint32_t)(127 - bias) << mbits));
+}
+
 double mx_e8m0_to_f64(uint8_t b)
 {
     return b == MX_E8M0_NAN ? NAN : ldexp(1.0, (int)b - 127);
@@ -219,10 +239,11 @@ void mx_quantize_block(const float *x, size_t n, a2amm_fp8_type type, mx_scale_m
         memset(codes, MX_FP8_NAN, n);
         return;
     }
-    /* Divide by the scale in double: exact, and no float subnormal rounding
-     * before the single rounding to fp8. */
-    for (size_t i = 0; i < n; i++)
-        codes[i] = mx_f64_to_fp8((double)x[i] * pow2(127 - (int)b), type, 1);
+    /* Divide by the scale in fp32: exact where the quotient is at least 2^-126, and below that (far under
+     * half of fp8's smallest subnormal) every rounding gives a zero of x's sign; then one rounding to fp8
+     * (mx_f32_to_fp8_sat: the bits of mx_f64_to_fp8, tests/test_mx.c, without its generic rounding). */
+    const float inv = (float)pow2(127 - (int)b); /* 2^-127 .. 2^127: each a float */
+    for (size_t i = 0; i < n; i++) codes[i] = mx_f32_to_fp8_sat(x[i] * inv, type);
 }
 
 void mx_quantize_row(const float *x, size_t len, a2amm_fp8_type type, mx_scale_mode mode,

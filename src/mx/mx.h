@@ -32,6 +32,8 @@ int mx_fp8_emax(a2amm_fp8_type type);
  */
 uint8_t mx_f64_to_fp8(double x, a2amm_fp8_type type, int saturate);
 uint8_t mx_f32_to_fp8(float x, a2amm_fp8_type type, int saturate);
+/* mx_f32_to_fp8(x, type, 1) in a few integer steps (the quantizer's inner loop). */
+uint8_t mx_f32_to_fp8_sat(float x, a2amm_fp8_type type);
 
 /* E8M0 scale: 2^(b-127) for b in 0..254 (0x00 is 2^-127, not zero); 0xFF is NaN. */
 double mx_e8m0_to_f64(uint8_t b);
