@@ -63,6 +63,8 @@ int64_t scale_width(int64_t cols);
 int64_t seed_scale_width(int64_t cols);
 /* 0 when s is [rows, either width]; else -1 with a ValueError naming it. */
 int check_scales(const char *name, const matrix *s, int64_t rows, int64_t cols, const char *rows_what);
+/* Whether obj is a buffer of 2-byte elements (bf16 bits to quantize; else float32 is expected). */
+int ext_holds_bf16(PyObject *obj);
 /* "uint8", "float32", ... of a buffer's format (for messages). */
 const char *ext_format_name(const char *format, Py_ssize_t itemsize);
 

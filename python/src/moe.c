@@ -184,14 +184,7 @@ static int quantize_tokens(const MoEObject *self, PyObject *xo, PyObject *modeo,
         PyErr_Format(PyExc_ValueError, "mode must be \"rceil\" or \"floor\"; got %R", modeo);
         return -1;
     }
-    int bf16 = 0;
-    Py_buffer peek;
-    if (PyObject_CheckBuffer(xo) && PyObject_GetBuffer(xo, &peek, PyBUF_STRIDES | PyBUF_FORMAT) == 0) {
-        bf16 = peek.itemsize == 2;
-        PyBuffer_Release(&peek);
-    } else {
-        PyErr_Clear();
-    }
+    const int bf16 = ext_holds_bf16(xo);
     if (matrix_get(xo, "x", bf16 ? EL_BF16 : EL_F32, MAT_ROWS, &in->x) < 0) return -1;
     if (in->x.cols != H) return matrix_shape_error("x", &in->x, "[tokens, hidden] = [tokens, %lld]", (long long)H);
     const int64_t T = in->T = in->x.rows;

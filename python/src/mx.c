@@ -18,6 +18,19 @@ int check_scales(const char *name, const matrix *s, int64_t rows, int64_t cols, 
                               (long long)w, (long long)rows, (long long)seed);
 }
 
+int ext_holds_bf16(PyObject *obj)
+{
+    int bf16 = 0;
+    Py_buffer peek;
+    if (PyObject_CheckBuffer(obj) && PyObject_GetBuffer(obj, &peek, PyBUF_STRIDES | PyBUF_FORMAT) == 0) {
+        bf16 = peek.itemsize == 2;
+        PyBuffer_Release(&peek);
+    } else {
+        PyErr_Clear();
+    }
+    return bf16;
+}
+
 PyObject *ext_quantize(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
@@ -37,14 +50,7 @@ PyObject *ext_quantize(PyObject *self, PyObject *args, PyObject *kw)
     }
     /* float32, or bf16 bits (uint16) */
     matrix x;
-    int bf16 = 0;
-    Py_buffer peek;
-    if (PyObject_CheckBuffer(xo) && PyObject_GetBuffer(xo, &peek, PyBUF_STRIDES | PyBUF_FORMAT) == 0) {
-        bf16 = peek.itemsize == 2;
-        PyBuffer_Release(&peek);
-    } else {
-        PyErr_Clear();
-    }
+    int bf16 = ext_holds_bf16(xo);
     if (matrix_get(xo, "x", bf16 ? EL_BF16 : EL_F32, MAT_ROWS, &x) < 0) {
         if (!bf16 && PyErr_ExceptionMatches(PyExc_TypeError) && PyObject_CheckBuffer(xo)) {
             PyErr_Clear(); /* say both choices */
