@@ -589,10 +589,13 @@ A2AMM_API void a2amm_op_destroy(a2amm_op *op);
  * This version runs the unfused schedule: the whole dispatch (each token
  * once to each rank that owns one of its experts), the experts, then the
  * whole combine; the gate and up projections on the kernel level's matmul,
- * the down projection (a bf16 operand) in portable C. Every rank's row
- * counts go to every rank first (one allgather of R numbers a rank), so a
- * call whose rows exceed a rank's room fails on every rank before any
- * output is written. The experts are shared out over the rank's threads.
+ * the down projection (a bf16 operand) on vector levels of its own. The
+ * counts travel with the rows (no collective before the exchange) at the
+ * default max_recv, where no rank can receive more than its room; with a
+ * smaller max_recv every rank's row counts go to every rank first (one
+ * allgather of R numbers a rank), so a call whose rows exceed a rank's room
+ * fails on every rank before any output is written. The experts are shared
+ * out over the rank's threads.
  * Results do not depend on the thread count or the transport.
  */
 typedef struct a2amm_moe a2amm_moe;

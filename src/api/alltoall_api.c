@@ -193,7 +193,68 @@ int api_exchangev(a2amm_comm *comm, const void *send, const comm_blocks *out, vo
     if (out->bytes[me])
         memcpy((uint8_t *)recv + in->offsets[me], (const uint8_t *)send + out->offsets[me], out->bytes[me]);
     comm_set_doing(ctx, "%s: exchanging", call);
-    return tp->exchangev(ctx, send, out, recv, in, comm_deadline_after(timeout_s), err);
+    return tp->exchangev(ctx, send, out, recv, in, NULL, comm_deadline_after(timeout_s), err);
+}
+
+/* shm: each block behind its size (8 bytes) in a cell of the stage, cells of the slot plus that; each rank
+ * reads the size of its block from every peer's cell, then as many bytes. */
+static int exchange_counted_shm(a2amm_comm *comm, const void *send, const comm_blocks *out, void *recv,
+                                const comm_blocks *in, size_t *got, size_t slot, size_t top, const char *call,
+                                double timeout_s, a2amm_error *err)
+{
+    comm_ctx *ctx = comm->ctx;
+    int me = comm_rank(ctx), R = comm_nranks(ctx);
+    size_t cell = (slot + 8 + 63) & ~(size_t)63, total = cell * (size_t)R;
+    if (cell < slot || total / (size_t)R != cell)
+        return a2amm_fail(err, A2AMM_E_OVERFLOW, "%s: %d slots of %zu bytes overflow", call, R, slot);
+    int rc = stage_give_back_if_small(comm, total) ? stage_make(comm, total, top, err) : A2AMM_OK;
+    uint8_t *stage = comm->stage;
+    for (int p = 0; !rc && p < R; p++) {
+        if (out->bytes[p] > slot)
+            return a2amm_fail(err, A2AMM_E_SIZE, "%s: rank %d sends %zu bytes to rank %d, over the %zu a rank may "
+                              "send another", call, me, out->bytes[p], p, slot);
+        uint64_t n = out->bytes[p];
+        memcpy(stage + (size_t)p * cell, &n, sizeof n);
+        if (n) memcpy(stage + (size_t)p * cell + 8, (const uint8_t *)send + out->offsets[p], (size_t)n);
+    }
+    comm_set_doing(ctx, "%s: waiting for every rank's blocks", call);
+    if (!rc) rc = comm_barrier(ctx, comm_deadline_after(timeout_s), err);
+    const uint8_t *mine = stage + (size_t)me * cell; /* where every peer put my block, in its own stage */
+    for (int k = 0; !rc && k < R; k++) {
+        int src = (me + k) % R;
+        uint64_t n = 0;
+        if (src == me) memcpy(&n, mine, sizeof n);
+        else rc = comm_get(ctx, &n, mine, sizeof n, src, err);
+        if (!rc && n > in->bytes[src])
+            rc = a2amm_fail(err, A2AMM_E_SIZE, "%s: rank %d sent rank %d %llu bytes, over its room of %zu for it",
+                            call, src, me, (unsigned long long)n, in->bytes[src]);
+        if (!rc) got[src] = (size_t)n;
+        if (!rc && n) {
+            uint8_t *dst = (uint8_t *)recv + in->offsets[src];
+            if (src == me) memcpy(dst, mine + 8, (size_t)n);
+            else rc = comm_get(ctx, dst, mine + 8, (size_t)n, src, err);
+        }
+    }
+    comm_set_doing(ctx, "%s: waiting for every rank to finish reading", call);
+    if (!rc) rc = comm_barrier(ctx, comm_deadline_after(timeout_s), err);
+    return rc;
+}
+
+int api_exchange_counted(a2amm_comm *comm, const void *send, const comm_blocks *out, void *recv, const comm_blocks *in,
+                         size_t *got, size_t slot, size_t top, const char *call, double timeout_s, a2amm_error *err)
+{
+    comm_ctx *ctx = comm->ctx;
+    const comm_transport *tp = comm_transport_of(ctx);
+    if (!tp->exchangev) return exchange_counted_shm(comm, send, out, recv, in, got, slot, top, call, timeout_s, err);
+    int me = comm_rank(ctx);
+    if (out->bytes[me] > in->bytes[me])
+        return a2amm_fail(err, A2AMM_E_SIZE, "%s: rank %d keeps %zu bytes, over its room of %zu", call, me,
+                          out->bytes[me], in->bytes[me]);
+    if (out->bytes[me])
+        memcpy((uint8_t *)recv + in->offsets[me], (const uint8_t *)send + out->offsets[me], out->bytes[me]);
+    got[me] = out->bytes[me];
+    comm_set_doing(ctx, "%s: exchanging", call);
+    return tp->exchangev(ctx, send, out, recv, in, got, comm_deadline_after(timeout_s), err);
 }
 
 int a2amm_comm_alltoallv(a2amm_comm *comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,

@@ -38,6 +38,13 @@ struct a2amm_weights {
  */
 int api_exchangev(a2amm_comm *comm, const void *send, const comm_blocks *out, void *recv, const comm_blocks *in,
                   size_t slot, size_t top, const char *call, double timeout_s, a2amm_error *err);
+/*
+ * As api_exchangev, but each block's size travels with it (no collective first): in.bytes[p] is the room
+ * for rank p's block, got[p] what came (p = this rank included). slot: the most any rank sends another
+ * (every rank passes the same). A block over slot or its room: A2AMM_E_SIZE naming both ranks.
+ */
+int api_exchange_counted(a2amm_comm *comm, const void *send, const comm_blocks *out, void *recv, const comm_blocks *in,
+                         size_t *got, size_t slot, size_t top, const char *call, double timeout_s, a2amm_error *err);
 
 /* ---- collective.c: what every collective call does first ------------------ */
 

@@ -1,10 +1,16 @@
 /*
  * The public MoE op (a2amm.h, "Expert parallelism"): made once per
  * communicator, weights set locally, one collective call per step. A call:
- * its checks, the agreement, every rank's row counts to every rank (one
- * allgather: each rank checks every receiver's room, so all fail alike
- * before anything moves), the dispatch of records (api_exchangev), the
- * experts (op/moe.c), the partials back (api_exchangev), the combine.
+ * its checks, the agreement, the dispatch of records, the experts
+ * (op/moe.c), the partials back (api_exchangev), the combine.
+ *
+ * The dispatch's counts travel with the records (api_exchange_counted: a
+ * size ahead of each block, no collective first) where no receiver can
+ * overflow: a token goes to an owner once, so a rank sends another at most
+ * max_tokens records and receives at most R * max_tokens, the default
+ * max_recv. Only a smaller max_recv gathers every rank's counts first (one
+ * allgather), so that each rank checks every receiver's room and a call
+ * over it is refused on every rank alike before anything moves.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -210,7 +216,8 @@ struct a2amm_moe_batch {
     a2amm_moe *m;
     int64_t T, sent, got; /* this rank's tokens, its records out, the records it received */
     int32_t *idx;         /* [T, k]: the routing of this rank's tokens */
-    int64_t *all;         /* [R, R]: records rank i sent rank j */
+    int64_t *to, *from;   /* [R] each: records this rank sent each owner, received from each source */
+    int64_t slot_rows;    /* the most records of any pair of the call (its stage slots on shm) */
     uint8_t *recv;        /* the records received, in source order */
     moe_groups g;
     uint8_t *codes, *scales; /* every local expert's rows, in expert order: [pairs, H], [pairs, H/32] */
@@ -220,12 +227,77 @@ void a2amm_moe_batch_destroy(a2amm_moe_batch *b)
 {
     if (!b) return;
     moe_groups_free(&b->g);
-    free(b->idx), free(b->all), free(b->recv), free(b->codes), free(b->scales);
+    free(b->idx), free(b->to), free(b->recv), free(b->codes), free(b->scales);
     free(b);
 }
 
-/* The dispatch after its checks and agreement (top: the heap's agreed top): every rank's record counts,
- * the rooms (*alike: refused on every rank alike), the records to their owners, grouped by expert. */
+/* Whether the call gathers every rank's counts first: only where max_recv is below the worst case. */
+static int counts_first(const a2amm_moe *m) { return m->cfg.max_recv < (int64_t)m->s.R * m->cfg.max_tokens; }
+
+/* The records' exchange with every rank's counts gathered first (counts_first): the rooms checked on
+ * every rank alike (*alike), b->from and b->slot_rows from the counts, then the records. */
+static int exchange_after_counts(a2amm_moe *m, a2amm_moe_batch *b, const uint8_t *send, size_t top, int *alike,
+                                 a2amm_error *err)
+{
+    const int R = m->s.R, me = m->s.me;
+    const size_t rb = moe_record_bytes(&m->s);
+    int64_t *all = malloc(sizeof *all * (size_t)R * R);
+    size_t *z = malloc(sizeof *z * (size_t)R * 4);
+    int rc = all && z ? A2AMM_OK : a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe: rank %d: out of memory", me);
+    comm_set_doing(m->ctx, "a2amm_moe of op %lld: every rank's row counts", (long long)m->id);
+    if (!rc) rc = comm_allgather(m->ctx, b->to, all, sizeof *all * (size_t)R, comm_deadline_after(m->cfg.timeout_s), err);
+    if (!rc) *alike = (rc = check_rooms(m, all, err)) != 0; /* every rank's own verdict, the same */
+    if (!rc) {
+        size_t *sb = z, *so = z + R, *rbytes = z + 2 * R, *ro = z + 3 * R;
+        for (int p = 0; p < R; p++) b->from[p] = all[(size_t)p * R + me], b->got += b->from[p];
+        b->slot_rows = (int64_t)(largest_pair(all, R, rb) / rb);
+        blocks_of(b->to, 1, R, rb, sb, so);
+        blocks_of(b->from, 1, R, rb, rbytes, ro);
+        b->recv = malloc(rb * (size_t)(b->got ? b->got : 1));
+        if (!b->recv)
+            rc = a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe: rank %d: out of memory for %lld rows in", me,
+                            (long long)b->got);
+        const comm_blocks out_blocks = {sb, so}, in_blocks = {rbytes, ro};
+        if (!rc)
+            rc = api_exchangev(m->comm, send, &out_blocks, b->recv, &in_blocks, (size_t)b->slot_rows * rb, top,
+                               "a2amm_moe: the dispatch", m->cfg.timeout_s, err);
+    }
+    free(all), free(z);
+    return rc;
+}
+
+/* The records' exchange with their counts travelling with them: room for max_tokens records from each
+ * rank, then what came packed in source order. */
+static int exchange_counted(a2amm_moe *m, a2amm_moe_batch *b, const uint8_t *send, size_t top, a2amm_error *err)
+{
+    const int R = m->s.R, me = m->s.me;
+    const size_t rb = moe_record_bytes(&m->s), room = rb * (size_t)m->cfg.max_tokens;
+    size_t *z = malloc(sizeof *z * (size_t)R * 5);
+    b->recv = malloc(room * (size_t)R + 1);
+    int rc = z && b->recv ? A2AMM_OK
+                          : a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe: rank %d: out of memory for %lld rows in", me,
+                                       (long long)R * m->cfg.max_tokens);
+    if (!rc) {
+        size_t *sb = z, *so = z + R, *rooms = z + 2 * R, *ro = z + 3 * R, *got = z + 4 * R;
+        blocks_of(b->to, 1, R, rb, sb, so);
+        for (int p = 0; p < R; p++) rooms[p] = room, ro[p] = (size_t)p * room;
+        const comm_blocks out_blocks = {sb, so}, in_blocks = {rooms, ro};
+        b->slot_rows = m->cfg.max_tokens;
+        rc = api_exchange_counted(m->comm, send, &out_blocks, b->recv, &in_blocks, got, room, top,
+                                  "a2amm_moe: the dispatch", m->cfg.timeout_s, err);
+        for (int p = 0; !rc && p < R; p++) { /* packed in source order: each block moves down, never up */
+            b->from[p] = (int64_t)(got[p] / rb);
+            if (got[p]) memmove(b->recv + (size_t)b->got * rb, b->recv + ro[p], got[p]);
+            b->got += b->from[p];
+        }
+    }
+    free(z);
+    return rc;
+}
+
+/* The dispatch after its checks and agreement (top: the heap's agreed top): this rank's records to their
+ * owners (their counts with them, or gathered first: *alike, refused on every rank alike), grouped by
+ * expert. */
 static int dispatch_core(a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_t *sx, int64_t ldsx,
                          const int32_t *idx, const float *w, size_t top, a2amm_moe_batch **out, int *alike,
                          a2amm_error *err)
@@ -234,38 +306,31 @@ static int dispatch_core(a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_
     const int R = s->R, me = s->me;
     const size_t rb = moe_record_bytes(s);
     a2amm_moe_batch *b = calloc(1, sizeof *b);
-    int64_t *mine = malloc(sizeof *mine * (size_t)R);
-    size_t *z = malloc(sizeof *z * (size_t)R * 4);
+    size_t *so = malloc(sizeof *so * (size_t)R), *sb = malloc(sizeof *sb * (size_t)R);
     uint8_t *send = NULL;
-    if (b) b->all = malloc(sizeof *b->all * (size_t)R * R), b->idx = malloc(sizeof *b->idx * (size_t)(T * s->k) + 4);
-    int rc = b && mine && z && b->all && b->idx ? A2AMM_OK
-                                                : a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe: rank %d: out of memory", me);
+    if (b) b->to = malloc(sizeof *b->to * (size_t)R * 2), b->idx = malloc(sizeof *b->idx * (size_t)(T * s->k) + 4);
+    int rc = b && so && sb && b->to && b->idx
+                 ? A2AMM_OK
+                 : a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe: rank %d: out of memory", me);
     if (!rc) {
-        b->m = m, b->T = T;
+        b->m = m, b->T = T, b->from = b->to + R;
         if (T) memcpy(b->idx, idx, sizeof *idx * (size_t)(T * s->k));
-        moe_count(s, T, idx, mine);
-        comm_set_doing(m->ctx, "a2amm_moe of op %lld: every rank's row counts", (long long)m->id);
-        rc = comm_allgather(m->ctx, mine, b->all, sizeof *mine * (size_t)R, comm_deadline_after(m->cfg.timeout_s), err);
+        moe_count(s, T, idx, b->to);
+        for (int p = 0; p < R; p++) b->sent += b->to[p];
+        blocks_of(b->to, 1, R, rb, sb, so);
+        send = malloc(rb * (size_t)(b->sent ? b->sent : 1));
+        if (!send)
+            rc = a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe: rank %d: out of memory for %lld rows out", me,
+                            (long long)b->sent);
     }
-    if (!rc) *alike = (rc = check_rooms(m, b->all, err)) != 0; /* every rank's own verdict, the same */
-    for (int p = 0; !rc && p < R; p++) b->sent += b->all[(size_t)me * R + p], b->got += b->all[(size_t)p * R + me];
     if (!rc) {
-        size_t *sb = z, *so = z + R, *rbytes = z + 2 * R, *ro = z + 3 * R;
-        blocks_of(b->all + (size_t)me * R, 1, R, rb, sb, so);
-        blocks_of(b->all + me, R, R, rb, rbytes, ro);
-        send = malloc(rb * (size_t)(b->sent ? b->sent : 1)), b->recv = malloc(rb * (size_t)(b->got ? b->got : 1));
-        if (!send || !b->recv)
-            rc = a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe: rank %d: out of memory for %lld rows out and %lld in", me,
-                            (long long)b->sent, (long long)b->got);
-        if (!rc) {
-            moe_pack(s, T, x, sx, ldsx, idx, w, send, so);
-            const comm_blocks out_blocks = {sb, so}, in_blocks = {rbytes, ro};
-            rc = api_exchangev(m->comm, send, &out_blocks, b->recv, &in_blocks, largest_pair(b->all, R, rb), top,
-                               "a2amm_moe: the dispatch", m->cfg.timeout_s, err);
-        }
+        moe_pack(s, T, x, sx, ldsx, idx, w, send, so);
+        comm_set_doing(m->ctx, "a2amm_moe of op %lld: the dispatch", (long long)m->id);
+        rc = counts_first(m) ? exchange_after_counts(m, b, send, top, alike, err)
+                             : exchange_counted(m, b, send, top, err);
     }
     if (!rc) rc = moe_group(s, b->recv, b->got, &b->g, err);
-    free(mine), free(z), free(send);
+    free(so), free(sb), free(send);
     if (rc) {
         a2amm_moe_batch_destroy(b);
         return rc;
@@ -289,11 +354,11 @@ static int combine_core(a2amm_moe *m, a2amm_moe_batch *b, const float *const *y,
     if (!rc) {
         size_t *pbytes = z, *po = z + R, *bbytes = z + 2 * R, *bo = z + 3 * R;
         moe_partials(s, b->recv, &b->g, y, partials);
-        blocks_of(b->all + me, R, R, pb, pbytes, po);             /* to each source, its records' partials */
-        blocks_of(b->all + (size_t)me * R, 1, R, pb, bbytes, bo); /* from each owner, mine */
+        blocks_of(b->from, 1, R, pb, pbytes, po); /* to each source, its records' partials */
+        blocks_of(b->to, 1, R, pb, bbytes, bo);   /* from each owner, mine */
         const comm_blocks out_blocks = {pbytes, po}, in_blocks = {bbytes, bo};
         comm_set_doing(m->ctx, "a2amm_moe of op %lld: the combine", (long long)m->id);
-        rc = api_exchangev(m->comm, partials, &out_blocks, back, &in_blocks, largest_pair(b->all, R, pb), top,
+        rc = api_exchangev(m->comm, partials, &out_blocks, back, &in_blocks, (size_t)b->slot_rows * pb, top,
                            "a2amm_moe: the combine", m->cfg.timeout_s, err);
         for (int p = 0; !rc && p < R; p++) bo[p] /= 2; /* in elements */
         if (!rc) rc = moe_combine(s, b->T, b->idx, back, bo, out, err);

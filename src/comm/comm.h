@@ -231,10 +231,11 @@ typedef struct comm_transport {
     int (*exchange)(comm_ctx *ctx, const void *send, void *recv, size_t stride, size_t bytes, int64_t deadline_ns,
                     a2amm_error *err);
     /* the uneven exchange: block p of send (out) goes to peer p, whose block `me` of recv (in) it
-     * becomes, in.bytes[me] long there (every rank knows what it receives); this rank's own block is not
+     * becomes, in.bytes[me] long there (every rank knows what it receives); or, with got, at most
+     * in.bytes[me] long there, the size travelling with it into got[me]; this rank's own block is not
      * moved (NULL: the caller stages through symmetric memory) */
     int (*exchangev)(comm_ctx *ctx, const void *send, const comm_blocks *out, void *recv, const comm_blocks *in,
-                     int64_t deadline_ns, a2amm_error *err);
+                     size_t *got, int64_t deadline_ns, a2amm_error *err);
     /* tells every other rank this communicator failed (NULL: the failure record is shared) */
     void (*tell_failure)(comm_ctx *ctx, int rank, int code, const char *reason);
     /* takes in another rank's failure notice into the record (comm_peer_failed); never waits (NULL: none) */

@@ -209,6 +209,7 @@ static int wait_until(mpi_state *s, wait_test holds, const void *arg, int64_t de
 typedef struct request_set {
     MPI_Request *req;
     int n;
+    MPI_Status *status; /* where their statuses go once all are done (NULL: ignored) */
 } request_set;
 
 static int requests_done(const mpi_state *s, const void *arg)
@@ -216,13 +217,13 @@ static int requests_done(const mpi_state *s, const void *arg)
     (void)s;
     const request_set *r = arg;
     int done = 0;
-    return MPI_Testall(r->n, r->req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS ? -1 : done;
+    return MPI_Testall(r->n, r->req, &done, r->status ? r->status : MPI_STATUSES_IGNORE) != MPI_SUCCESS ? -1 : done;
 }
 
 /* Waits until `n` requests are all complete. */
 static int wait_all(mpi_state *s, MPI_Request *req, int n, int64_t deadline_ns, const char *what, a2amm_error *err)
 {
-    return wait_until(s, requests_done, &(request_set){req, n}, deadline_ns, what, err);
+    return wait_until(s, requests_done, &(request_set){req, n, NULL}, deadline_ns, what, err);
 }
 
 typedef struct slot_ref {
@@ -340,9 +341,10 @@ static int chan_flush(comm_channel *ch, int64_t deadline_ns, a2amm_error *err)
 }
 
 /* One message each way per pair: block p of send (out) to peer p, block p of recv (in) from it, of the
- * sizes both sides know. This rank's own block is not moved. */
+ * sizes both sides know; or, with got, of at most in.bytes[p], its size read off the message into got[p]
+ * (a longer one: A2AMM_E_SIZE naming both ranks). This rank's own block is not moved. */
 static int exchange_blocks(comm_ctx *ctx, const void *send, const comm_blocks *out, void *recv, const comm_blocks *in,
-                           int64_t deadline_ns, a2amm_error *err)
+                           size_t *got, int64_t deadline_ns, a2amm_error *err)
 {
     mpi_state *s = state_of(ctx);
     int rc = A2AMM_OK;
@@ -352,20 +354,34 @@ static int exchange_blocks(comm_ctx *ctx, const void *send, const comm_blocks *o
     }
     if (rc) return rc;
     MPI_Request *r = malloc((size_t)s->size * 2 * sizeof *r);
-    if (!r) return a2amm_fail(err, A2AMM_E_NOMEM, "mpi: out of memory for the exchange");
+    MPI_Status *st = got ? malloc((size_t)s->size * 2 * sizeof *st) : NULL;
+    int *from_of = malloc((size_t)s->size * 2 * sizeof *from_of);
+    if (!r || !from_of || (got && !st)) {
+        free(r), free(st), free(from_of);
+        return a2amm_fail(err, A2AMM_E_NOMEM, "mpi: out of memory for the exchange");
+    }
     int n = 0;
     for (int k = 1; k < s->size; k++) {
         int from = (s->rank + s->size - k) % s->size, to = (s->rank + k) % s->size;
+        from_of[n] = from;
         MPI_Irecv((char *)recv + in->offsets[from], (int)in->bytes[from], MPI_BYTE, from, 0, s->exchange, &r[n++]);
         MPI_Isend((const char *)send + out->offsets[to], (int)out->bytes[to], MPI_BYTE, to, 0, s->exchange, &r[n++]);
     }
-    rc = wait_all(s, r, n, deadline_ns, "in the all-to-all exchange", err);
+    rc = wait_until(s, requests_done, &(request_set){r, n, st}, deadline_ns, "in the all-to-all exchange", err);
+    for (int i = 0; !rc && got && i < n; i += 2) { /* what each receive took */
+        int count = 0;
+        if (st[i].MPI_ERROR == MPI_ERR_TRUNCATE || MPI_Get_count(&st[i], MPI_BYTE, &count) != MPI_SUCCESS)
+            rc = a2amm_fail(err, A2AMM_E_SIZE, "mpi: rank %d sent rank %d more than the %zu bytes of room it has "
+                            "for it", from_of[i], s->rank, in->bytes[from_of[i]]);
+        else
+            got[from_of[i]] = (size_t)count;
+    }
     for (int i = 0; rc && i < n; i++) { /* a receive left behind must not land in recv after the call */
         if (r[i] == MPI_REQUEST_NULL) continue;
         if (i % 2 == 0) MPI_Cancel(&r[i]);
         MPI_Request_free(&r[i]);
     }
-    free(r);
+    free(r), free(st), free(from_of);
     return rc;
 }
 
@@ -378,7 +394,7 @@ static int tp_exchange(comm_ctx *ctx, const void *send, void *recv, size_t strid
     if (!sizes) return a2amm_fail(err, A2AMM_E_NOMEM, "mpi: out of memory for the exchange");
     for (int p = 0; p < R; p++) sizes[p] = bytes, sizes[R + p] = (size_t)p * stride;
     const comm_blocks blocks = {sizes, sizes + R};
-    int rc = exchange_blocks(ctx, send, &blocks, recv, &blocks, deadline_ns, err);
+    int rc = exchange_blocks(ctx, send, &blocks, recv, &blocks, NULL, deadline_ns, err);
     free(sizes);
     return rc;
 }
