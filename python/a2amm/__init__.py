@@ -439,18 +439,28 @@ class MoE(_a2amm.MoE):
     def dispatch(self, x, topk_idx, topk_w, *, dequantize=False):
         """Collective: the exchange alone, for experts of the caller's own. Takes what a call takes;
         returns (rows, handle): rows[le] is what this rank's local expert le (expert rank*E/R + le)
-        received, as an MX pair (codes [n, hidden], scales [n, hidden/32]), or with dequantize=True as
-        float32 [n, hidden] values (exact); torch tensors for torch x. Compute each expert's output for its
-        rows, in that order, and give them to combine(handle, ys)."""
+        received, as an MX pair (codes [n, hidden], scales [n, hidden/32]); with dequantize=True as bf16
+        [n, hidden] values (torch.bfloat16 for torch x, numpy uint16 bf16 bits otherwise: exact wherever
+        the value is a normal bf16), or with dequantize="float32" as float32 (exact); torch tensors for
+        torch x. Compute each expert's output for its rows, in that order, and give them to
+        combine(handle, ys)."""
+        if dequantize not in (False, True, "bfloat16", "float32"):
+            raise ValueError("dequantize must be False, True (bf16), \"bfloat16\" or \"float32\"; got %r"
+                             % (dequantize,))
         codes, scales, ids, w, torch_in = self._tokens(x, topk_idx, topk_w)
         handle, rows = self._dispatch(codes, scales, ids, w)
         handle.torch = torch_in
         if dequantize:
             rows = [_a2amm.dequantize(c, s, self.a_fmt) for c, s in rows]
+            if dequantize != "float32":
+                rows = [float32_to_bf16(r) for r in rows]
         if torch_in:
             import torch
-            rows = [torch.from_numpy(r) if dequantize else (torch.from_numpy(r[0]), torch.from_numpy(r[1]))
-                    for r in rows]
+            if dequantize and dequantize != "float32":
+                rows = [torch.from_numpy(r.view(_np.int16)).view(torch.bfloat16) for r in rows]
+            else:
+                rows = [torch.from_numpy(r) if dequantize else (torch.from_numpy(r[0]), torch.from_numpy(r[1]))
+                        for r in rows]
         return rows, handle
 
     def combine(self, handle, ys, *, out=None):

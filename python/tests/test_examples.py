@@ -158,7 +158,24 @@ def test_moe_layer_under_launch(ranks):
 
 @needs_torch
 @needs_mpi
-@pytest.mark.parametrize("transport", ["auto", "mpi"])
-def test_moe_layer_under_mpirun(transport):
-    out = run(mpirun_cmd(2) + [sys.executable, MOE_LAYER, "--skew", "--empty-rank", "--transport", transport])
-    check_moe_layer(out, 2, "mpirun, 2 ranks, transport %s" % ("shm" if transport == "auto" else "mpi"))
+@pytest.mark.parametrize("ranks,transport", [(1, "auto"), (2, "auto"), (2, "mpi"), (4, "mpi")])
+def test_moe_layer_under_mpirun(ranks, transport):
+    extra = ["--skew"] + (["--empty-rank"] if ranks > 1 else [])
+    out = run(mpirun_cmd(ranks) + [sys.executable, MOE_LAYER, "--transport", transport] + extra)
+    check_moe_layer(out, ranks, "mpirun, %d ranks, transport %s" % (ranks, "shm" if transport == "auto" else "mpi"))
+    if ranks > 1:
+        assert "rank %d: 0 tokens" % (ranks - 1) in out, out
+
+
+@needs_torch
+@needs_mpi
+def test_moe_layer_across_two_hosts():
+    """The example's ranks on two network-namespace hosts (MPI messages between them): skewed routing, the
+    second rank with no tokens."""
+    import shlex
+    hosts = os.environ.get("A2AMM_TEST_HOSTS_MPIRUN")
+    if not hosts:
+        pytest.skip("no namespace hosts (tests/test_python.sh makes them as root)")
+    out = run(shlex.split(hosts) + [sys.executable, MOE_LAYER, "--skew", "--empty-rank"])
+    check_moe_layer(out, 2, "mpirun, 2 ranks, transport mpi")
+    assert "rank 1: 0 tokens" in out, out

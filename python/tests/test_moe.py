@@ -252,7 +252,7 @@ def test_dispatch_and_combine_with_experts_of_ones_own(R, E, k):
         r, L = comm.rank, E // R
         x, ids, w = rank_tokens(r, R, E, k, 0, empty_rank=empty)
         with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
-            rows, handle = moe.dispatch(x, ids, w, dequantize=True)
+            rows, handle = moe.dispatch(x, ids, w, dequantize="float32")
             ys = [numpy_expert(v, w13[r * L + le], w2[r * L + le]) if len(v) else None for le, v in enumerate(rows)]
             return moe.combine(handle, ys), [len(v) for v in rows]
 
@@ -266,6 +266,33 @@ def test_dispatch_and_combine_with_experts_of_ones_own(R, E, k):
         check(results[r][0], x, ids, w, w13, w2, R, "dispatch + combine, rank %d" % r)
 
 
+def test_dispatch_dequantizes_to_bf16_or_float32_on_request():
+    """dequantize=True: bf16 rows (numpy uint16 bits; torch.bfloat16 for torch), the MX values exactly;
+    "float32": the same values as float32; the pairs otherwise; anything else refused."""
+    R, E, k = 2, 4, 2
+
+    def rank(comm):
+        r = comm.rank
+        x, ids, w = rank_tokens(r, R, E, k, 0)
+        with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
+            pairs, h0 = moe.dispatch(x, ids, w)
+            bf16, h1 = moe.dispatch(x, ids, w, dequantize=True)
+            f32, h2 = moe.dispatch(x, ids, w, dequantize="float32")
+            for h, rows in ((h0, pairs), (h1, bf16), (h2, f32)):
+                moe.combine(h, [None if len(v) == 0 else np.zeros((len(v), H), np.float32)
+                                for v in (p[0] if isinstance(p, tuple) else p for p in rows)])
+            with pytest.raises(ValueError, match="dequantize must be"):
+                moe.dispatch(x, ids, w, dequantize="fp8")
+        return [(a2amm.dequantize(c, s), b, f) for (c, s), b, f in zip(pairs, bf16, f32)]
+
+    for rows in a2amm.launch(R, rank):
+        assert any(len(f) for _, _, f in rows)
+        for exact, b, f in rows:
+            assert b.dtype == np.uint16 and f.dtype == np.float32
+            np.testing.assert_array_equal(f, exact)
+            np.testing.assert_array_equal(a2amm.bf16_to_float32(b), exact)
+
+
 def test_a_batch_is_combined_once():
     w13, w2 = expert_weights(2)
 
@@ -273,7 +300,8 @@ def test_a_batch_is_combined_once():
         with a2amm.MoE(comm, experts=2, topk=1, hidden=H, inter=I, max_tokens=MAX_T) as moe:
             x, ids, w = rank_tokens(0, 1, 2, 1, 0)
             rows, handle = moe.dispatch(x, ids, w, dequantize=True)
-            ys = [numpy_expert(v, w13[le], w2[le]) if len(v) else None for le, v in enumerate(rows)]
+            ys = [numpy_expert(a2amm.bf16_to_float32(v), w13[le], w2[le]) if len(v) else None
+                  for le, v in enumerate(rows)]
             moe.combine(handle, ys)
             moe.combine(handle, ys)
 
@@ -293,6 +321,11 @@ def test_dispatch_and_combine_on_torch():
         with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
             rows, handle = moe.dispatch(torch.from_numpy(x), torch.from_numpy(ids), torch.from_numpy(w))
             assert all(isinstance(c, torch.Tensor) and c.dtype == torch.uint8 for c, _ in rows)
+            bf16, h = moe.dispatch(torch.from_numpy(x), torch.from_numpy(ids), torch.from_numpy(w), dequantize=True)
+            assert all(v.dtype == torch.bfloat16 for v in bf16)
+            for v, (c, s) in zip(bf16, rows):
+                np.testing.assert_array_equal(v.float().numpy(), a2amm.dequantize(c.numpy(), s.numpy()))
+            moe.combine(h, [None if len(v) == 0 else torch.zeros((len(v), H)) for v in bf16])
             ys = [torch.from_numpy(numpy_expert(a2amm.dequantize(c.numpy(), s.numpy()), w13[r * L + le],
                                                 w2[r * L + le])).bfloat16() for le, (c, s) in enumerate(rows)]
             out = moe.combine(handle, ys)
