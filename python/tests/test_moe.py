@@ -2,12 +2,16 @@
 the contract's rules (docs/op-contract.md, "The MoE op") within its bound, on numpy and torch inputs, int32
 and int64 expert ids, float weights quantized inside and MX pairs (the same bits), ranks with no tokens; bad
 arguments refused on their rank naming token and slot, the others told (PeerError)."""
+import os
+import signal
+import time
+
 import numpy as np
 import pytest
 
 import a2amm
 import mx_model
-from conftest import needs_torch, shared_text
+from conftest import needs_torch, shared_floats, shared_text
 
 H, I, MAX_T = 64, 32, 12
 
@@ -73,7 +77,8 @@ def check(got_bits, x, ids, w, w13, w2, R, what):
         what, bad.sum(), bad.size, np.argwhere(bad)[0], got[bad][0], ref[bad][0])
 
 
-@pytest.mark.parametrize("R,E,k", [(1, 2, 1), (2, 4, 2), (2, 8, 8), (4, 8, 3)])
+@pytest.mark.parametrize("R,E,k", [(1, 2, 1), (2, 4, 2), (2, 8, 8), (4, 8, 3), (1, 8, 4), (2, 8, 5), (4, 8, 6),
+                                   (2, 8, 7)])
 def test_moe_against_fp64(R, E, k):
     w13, w2 = expert_weights(E)
     calls = 2
@@ -338,3 +343,40 @@ def test_dispatch_and_combine_on_torch():
         # the contract's bound, and one more bf16 rounding of each expert output (the ys went through bf16)
         bound = 2.0 ** -8 * np.abs(ref) + 3 * 2.0 ** -8 * tol1 + H * 2.0 ** -24 * tol2 + 1e-30
         assert np.all(np.abs(got - ref) <= bound), np.max(np.abs(got - ref) / bound)
+
+
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_a_rank_that_raises_or_dies_stops_the_others_within_seconds(how):
+    """Every rank calls the MoE in a loop; rank 1 raises or is killed after its first call: the others'
+    calls end with PeerError naming it within seconds (and nothing is left in /dev/shm: conftest)."""
+    R, E, k = 3, 6, 2
+    said, when = shared_text(R), shared_floats(R)
+    w13, w2 = expert_weights(E)
+
+    def rank(comm):
+        r, L = comm.rank, E // R
+        x, ids, w = rank_tokens(r, R, E, k, 0)
+        with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
+            moe.set_weights(w13[r * L:(r + 1) * L], w2[r * L:(r + 1) * L])
+            moe(x, ids, w)
+            t0 = time.monotonic()
+            if r == 1:
+                if how == "raise":
+                    raise ValueError("rank 1 gives up")
+                os.kill(os.getpid(), signal.SIGKILL)
+            try:
+                while time.monotonic() - t0 < 30:
+                    moe(x, ids, w)
+            except BaseException as e:
+                when[r] = time.monotonic() - t0
+                said.put(r, "%s|%s" % (type(e).__name__, e))
+                raise
+
+    t0 = time.monotonic()
+    with pytest.raises(a2amm.Error) as info:
+        a2amm.launch(R, rank)
+    assert time.monotonic() - t0 < 20 and info.value.rank == 1, info.value
+    for r in (0, 2):
+        kind, text = said.get(r).split("|", 1)
+        assert kind == "PeerError" and "rank 1" in text, said.get(r)
+        assert when[r] < 5, "rank %d stopped %.1f s later" % (r, when[r])
