@@ -25,6 +25,7 @@ static const bench_entry BENCHES[] = {
     {"op", "M K N R", "the fused run against the unfused run, the matmuls alone and the oneDNN baseline",
      cmd_bench_op},
     {"api", "M K N R", "the public API's in-memory call against a2amm run, and setting weights", cmd_bench_api},
+    {"moe", "R T H I E K", "the MoE op against its experts alone and the gather + reduce-scatter way", cmd_bench_moe},
     /* a new benchmark: one line here, its own file, its declaration in bench.h */
 };
 #define NBENCH (int)(sizeof BENCHES / sizeof BENCHES[0])
@@ -39,7 +40,7 @@ static void bench_usage(FILE *f)
             "\n"
             "benchmarks:\n");
     for (int i = 0; i < NBENCH; i++)
-        fprintf(f, "  %-5s %-8s %s\n", BENCHES[i].name, BENCHES[i].args, BENCHES[i].what);
+        fprintf(f, "  %-5s %-11s %s\n", BENCHES[i].name, BENCHES[i].args, BENCHES[i].what);
     fprintf(f,
             "\n"
             "example:\n"
@@ -48,7 +49,7 @@ static void bench_usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && (!strcmp(argv[1], "op") || !strcmp(argv[1], "api")))
+    if (argc > 1 && (!strcmp(argv[1], "op") || !strcmp(argv[1], "api") || !strcmp(argv[1], "moe")))
         cli_without_blas_threads(argv); /* they fork ranks */
     if (argc < 2 || cli_is_help(argv[1])) {
         bench_usage(argc < 2 ? stderr : stdout);

@@ -313,4 +313,22 @@ assert abs(o['call_over_run'] - o['call_median_s'] / o['run_median_s']) <= 1e-3 
 expect_fail "bench api: bad shape" "K / R must be a multiple of 32" "$A2AMM" bench api 40 100 24 2
 check "bench api left no temporary folder" test -z "$(ls -A "$TMPDIR")"
 
+# --- bench moe: the MoE op beside its experts alone, the gather + reduce-scatter way, a read of the experts
+expect_ok "bench moe --help" "$A2AMM" bench moe --help
+expect_output "bench moe --help has an example" "a2amm bench moe 2 16 2048 1408 64 6"
+for args in "2 6 64 32 4 2" "3 5 96 64 6 3 --skew" "1 4 64 32 2 1"; do
+    # shellcheck disable=SC2086
+    expect_ok "bench moe $args" "$A2AMM" bench moe $args --iters 2
+    for row in "a2amm MoE call" "experts alone" "gather + reduce-scatter" "read of the experts' fp8 codes" \
+        "call / experts alone"; do
+        expect_output "bench moe $args: $row" "$row"
+    done
+    # the baseline computes what the op does by another route: the same bits, or the bench fails
+    expect_output "bench moe $args: the baseline gives the op's bits" "gives the op's bits on every rank: yes"
+done
+expect_fail "bench moe: E not a multiple of R" "E a multiple of R" "$A2AMM" bench moe 3 4 64 32 4 2
+expect_fail "bench moe: H not a multiple of 32" "H and I must be multiples of 32" "$A2AMM" bench moe 2 4 48 32 4 2
+expect_fail "bench moe: too few arguments" "expected R T H I E K, got 3" "$A2AMM" bench moe 2 4 64
+expect_fail "bench moe: unknown option" "unknown option '--bogus'" "$A2AMM" bench moe 2 4 64 32 4 2 --bogus
+
 finish

@@ -209,31 +209,43 @@ typedef struct experts_job {
     _Atomic int failed; /* a task ran out of memory */
 } experts_job;
 
-/* One expert on its rows: x rows gathered, g and u by the kernel level's matmul, a = bf16(silu(g) u), then
- * y by the down projection's level, into the rows of its pairs. */
+int moe_expert_rows(const moe_shape *s, const moe_weights *w, int le, const uint8_t *codes, const uint8_t *scales,
+                    int64_t n, float *const *ys)
+{
+    const int64_t H = s->H, I = s->I;
+    if (n == 0) return 0;
+    float *c = malloc(sizeof *c * (size_t)(n * 2 * I)), *act = malloc(sizeof *act * (size_t)(n * I));
+    int ok = c && act;
+    if (ok) {
+        gemm_a_slab slab = {codes, scales, H, H / 32, s->a_type};
+        gemm_multiply(w->w13[le], &slab, n, 0, H, 0, 2 * I, c, 2 * I);
+        for (int64_t i = 0; i < n; i++) {
+            const float *g = c + i * 2 * I, *u = g + I;
+            for (int64_t k = 0; k < I; k++) act[i * I + k] = mx_bf16_to_f32(mx_f32_to_bf16(mx_silu(g[k]) * u[k]));
+        }
+        w->down(H, I, s->b_type, act, n, w->w2 + (size_t)le * moe_down_bytes(H, I), ys);
+    }
+    free(c), free(act);
+    return ok ? 0 : -1;
+}
+
+/* One expert on its rows, gathered from the records, into the rows of its pairs. */
 static void expert_task(void *arg, int le)
 {
     experts_job *j = arg;
     const moe_shape *s = j->s;
-    const int64_t n = j->g->start[le + 1] - j->g->start[le], H = s->H, I = s->I, sw = H / 32;
+    const int64_t n = j->g->start[le + 1] - j->g->start[le], H = s->H, sw = H / 32;
     if (n == 0) return;
     uint8_t *xa = malloc((size_t)(n * H)), *xs = malloc((size_t)(n * sw));
-    float *c = malloc(sizeof *c * (size_t)(n * 2 * I)), *act = malloc(sizeof *act * (size_t)(n * I));
     float **ys = malloc(sizeof *ys * (size_t)n);
-    int ok = xa && xs && c && act && ys;
+    int ok = xa && xs && ys;
     if (ok) {
         moe_gather_rows(s, j->recv, j->g, le, xa, xs);
-        gemm_a_slab slab = {xa, xs, H, sw, s->a_type};
-        gemm_multiply(j->w->w13[le], &slab, n, 0, H, 0, 2 * I, c, 2 * I);
-        for (int64_t i = 0; i < n; i++) {
-            const float *g = c + i * 2 * I, *u = g + I;
-            for (int64_t k = 0; k < I; k++) act[i * I + k] = mx_bf16_to_f32(mx_f32_to_bf16(mx_silu(g[k]) * u[k]));
-            ys[i] = j->y + j->g->pair[j->g->start[le] + i] * H;
-        }
-        j->w->down(H, I, s->b_type, act, n, j->w->w2 + (size_t)le * moe_down_bytes(H, I), ys);
+        for (int64_t i = 0; i < n; i++) ys[i] = j->y + j->g->pair[j->g->start[le] + i] * H;
+        ok = moe_expert_rows(s, j->w, le, xa, xs, n, ys) == 0;
     }
     if (!ok) atomic_store(&j->failed, 1);
-    free(xa), free(xs), free(c), free(act), free(ys);
+    free(xa), free(xs), free(ys);
 }
 
 int moe_experts(const moe_shape *s, const moe_weights *w, pool *workers, const uint8_t *recv, const moe_groups *g,

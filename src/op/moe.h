@@ -72,6 +72,10 @@ void moe_groups_free(moe_groups *g);
 /* Expert le's rows (its entries' x) into codes [n, H] and scales [n, H/32]. */
 void moe_gather_rows(const moe_shape *s, const uint8_t *recv, const moe_groups *g, int le, uint8_t *codes,
                      uint8_t *scales);
+/* Local expert le on n rows of x (codes [n, H], scales [n, H/32]): g and u by the kernel level's matmul, a =
+ * bf16(silu(g) u), y by the down projection's level, into ys[i] (H floats each). 0, or -1 out of memory. */
+int moe_expert_rows(const moe_shape *s, const moe_weights *w, int le, const uint8_t *codes, const uint8_t *scales,
+                    int64_t n, float *const *ys);
 /* Every expert on its rows, shared out over the pool's threads (the same bits on any number): y [pairs, H]. */
 int moe_experts(const moe_shape *s, const moe_weights *w, pool *workers, const uint8_t *recv, const moe_groups *g,
                 float *y, a2amm_error *err);
