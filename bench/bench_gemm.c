@@ -97,6 +97,9 @@ static void gemm_usage(FILE *f)
             "  --warmup N    untimed runs of each before them (default 1)\n"
             "  --no-flush    do not flush the caches before each repetition\n"
             "  --json        print the figures as one JSON object, nothing else on stdout\n"
+            "  --sweep       M = 1, 2, 4, 8, 16, 32, 64 and 128 in turn at N K (default the seed's\n"
+            "                3584 8192; give N K only): a line each, a2amm against oneDNN and B's\n"
+            "                fp8 bytes against the streaming read (a2amm bench gemm --sweep)\n"
             "  --quiet       no progress line (it shows only when stderr is a terminal)\n"
             "\n"
             "A2AMM_ISA=ref|avx2|avx512|amx forces a2amm's kernel level (default: the best this CPU\n"
@@ -112,15 +115,19 @@ static void gemm_usage(FILE *f)
 
 typedef struct gemm_opts {
     int64_t M, N, K;
-    int threads, iters, warmup, flush, json, quiet;
+    int threads, iters, warmup, flush, json, quiet, sweep;
 } gemm_opts;
+
+/* --sweep: these M at one N and K (the seed's, 3584 and 8192, unless given). */
+static const int64_t SWEEP_M[] = {1, 2, 4, 8, 16, 32, 64, 128};
+#define SWEEP_COUNT (int)(sizeof SWEEP_M / sizeof SWEEP_M[0])
 
 /* Parses the arguments; 0 to go on, else the exit code (0 after --help). */
 static int gemm_parse(int argc, char **argv, gemm_opts *o, int *exit_code)
 {
     const char *pos[3];
     int npos = 0;
-    *o = (gemm_opts){0, 0, 0, pool_cpu_count(), 10, 1, 1, 0, 0};
+    *o = (gemm_opts){0, 0, 0, pool_cpu_count(), 10, 1, 1, 0, 0, 0};
     *exit_code = 2;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -143,6 +150,7 @@ static int gemm_parse(int argc, char **argv, gemm_opts *o, int *exit_code)
         } else if (!strcmp(argv[i], "--no-flush")) o->flush = 0;
         else if (!strcmp(argv[i], "--json")) o->json = 1;
         else if (!strcmp(argv[i], "--quiet")) o->quiet = 1;
+        else if (!strcmp(argv[i], "--sweep")) o->sweep = 1;
         else if (argv[i][0] == '-' && argv[i][1] != '\0' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             fprintf(stderr, "a2amm bench gemm: unknown option '%s' (see a2amm bench gemm --help)\n", argv[i]);
             return -1;
@@ -152,15 +160,21 @@ static int gemm_parse(int argc, char **argv, gemm_opts *o, int *exit_code)
             return -1;
         }
     }
-    if (npos != 3) {
+    if (o->sweep && npos != 0 && npos != 2) {
+        fprintf(stderr, "a2amm bench gemm --sweep: expected N K or nothing (the seed's 3584 8192), got %d "
+                        "numbers\n", npos);
+        return -1;
+    }
+    if (!o->sweep && npos != 3) {
         fprintf(stderr, "a2amm bench gemm: expected M N K, got %d of them\n", npos);
         gemm_usage(stderr);
         return -1;
     }
     static const char *names[3] = {"M", "N", "K"};
-    int64_t d[3];
-    for (int i = 0; i < 3; i++)
-        if (cli_parse_i64("bench gemm", names[i], pos[i], 1, INT32_MAX, &d[i])) return -1;
+    int64_t d[3] = {SWEEP_M[SWEEP_COUNT - 1], 3584, 8192};
+    for (int i = 0; i < npos; i++)
+        if (cli_parse_i64("bench gemm", names[i + (o->sweep ? 1 : 0)], pos[i], 1, INT32_MAX, &d[i + (o->sweep ? 1 : 0)]))
+            return -1;
     o->M = d[0], o->N = d[1], o->K = d[2];
     if (o->K % 32 != 0) {
         fprintf(stderr,
@@ -953,29 +967,115 @@ static void gemm_teardown(gemm_bench *g)
     free(g->t);
 }
 
+/* One whole run at g->r.o's shape: set-up, the ceiling before and after (or `known`'s, measured by a run
+ * before), the contenders, the check. */
+static int gemm_one(gemm_bench *g, int print_header, const bench_ceiling *known, a2amm_error *err)
+{
+    const gemm_opts *o = &g->r.o;
+    int rc = gemm_setup(g, err);
+    if (!rc && print_header && !o->json) gemm_print_header(&g->r);
+    /* The ceiling before any library has threads of its own, and again at
+     * the end: on a shared machine the less disturbed probe counts. */
+    if (!rc && known) g->r.ceil_first = *known;
+    else if (!rc) rc = measure_ceiling(&g->r, CEILING_PROBE_S, &g->r.ceil_first, err);
+    cli_progress progress;
+    cli_progress_start(&progress, o->quiet, o->json);
+    measure_show_progress(progress.on ? &progress : NULL, "a2amm bench gemm");
+    if (!rc) rc = gemm_time_contenders(g, err);
+    measure_show_progress(NULL, NULL);
+    cli_progress_end(&progress);
+    if (!rc && known) g->r.ceil_last = *known;
+    else if (!rc) rc = measure_ceiling(&g->r, CEILING_PROBE_S, &g->r.ceil_last, err);
+    if (!rc) {
+        gemm_set_ceiling(&g->r);
+        gemm_check(g);
+    }
+    return rc;
+}
+
+/* One M of a sweep: what its line shows. */
+typedef struct sweep_line {
+    int64_t M;
+    double a2amm_s, peer_s, b_gbs, read_gbs, paired_read;
+    int peer_ok, agree;
+    char peer[64];
+} sweep_line;
+
+static sweep_line sweep_line_of(const gemm_report *r)
+{
+    const gemm_row *a = &r->rows[ROW_A2AMM], *d = &r->rows[ROW_ONEDNN];
+    sweep_line l = {r->o.M, a->t.median, d->ok ? d->t.median : NAN, b_fp8_gbs(r), r->ceil.read_gbs,
+                    r->paired_read.median, d->ok, agrees(d) && r->a2amm_vs_fp64 <= CHECK_LIMIT, ""};
+    snprintf(l.peer, sizeof l.peer, "%s", d->ok ? d->label : "oneDNN (not measured)");
+    return l;
+}
+
+static void print_sweep(const gemm_opts *o, const sweep_line *l, int n)
+{
+    if (o->json) {
+        printf("{\"command\":\"bench gemm --sweep\",\"N\":%lld,\"K\":%lld,\"threads\":%d,\"rows\":[",
+               (long long)o->N, (long long)o->K, o->threads);
+        for (int i = 0; i < n; i++)
+            printf("%s{\"M\":%lld,\"a2amm_median_s\":%.6g,\"onednn_median_s\":%.6g,\"speedup\":%.4g,"
+                   "\"b_fp8_gbs\":%.4g,\"read_gbs\":%.4g,\"read_fraction\":%.4g,\"paired_read\":%.4g,"
+                   "\"agrees\":%s}", i ? "," : "", (long long)l[i].M, l[i].a2amm_s, l[i].peer_s,
+                   l[i].peer_s / l[i].a2amm_s, l[i].b_gbs, l[i].read_gbs, l[i].b_gbs / l[i].read_gbs,
+                   l[i].paired_read, l[i].agree ? "true" : "false");
+        printf("]}\n");
+        return;
+    }
+    printf("\na2amm bench gemm --sweep: N=%lld K=%lld, %d threads; B in fp8 %.1f MB; medians of %d calls\n",
+           (long long)o->N, (long long)o->K, o->threads, b_fp8_bytes(o) / 1e6, o->iters);
+    printf("  %5s %11s %11s %9s %10s %10s %9s %8s  %s\n", "M", "a2amm ms", "oneDNN ms", "speed-up", "B GB/s",
+           "read GB/s", "of read", "paired", "oneDNN as");
+    for (int i = 0; i < n; i++)
+        printf("  %5lld %11.3f %11.3f %8.2fx %10.1f %10.1f %9.2f %8.2f  %s%s\n", (long long)l[i].M,
+               l[i].a2amm_s * 1e3, l[i].peer_s * 1e3, l[i].peer_s / l[i].a2amm_s, l[i].b_gbs, l[i].read_gbs,
+               l[i].b_gbs / l[i].read_gbs, l[i].paired_read, l[i].peer, l[i].agree ? "" : " (RESULTS DISAGREE)");
+    printf("  speed-up: oneDNN's median over a2amm's; of read: B's fp8 bytes over a2amm's median call against\n"
+           "  the streaming read probe (the limit where M is small); paired: the same, each call over its own\n"
+           "  round's probe\n");
+}
+
+static int bench_gemm_sweep(gemm_opts base)
+{
+    sweep_line lines[SWEEP_COUNT];
+    int n = 0, rc = 0;
+    a2amm_error err = {0, ""};
+    bench_ceiling ceiling; /* the first M's probes before and after (their peak), for every M after it */
+    for (int i = 0; !rc && i < SWEEP_COUNT; i++) {
+        gemm_bench g;
+        memset(&g, 0, sizeof g);
+        g.r.o = base;
+        g.r.o.M = SWEEP_M[i];
+        if (!base.json && !base.quiet) fprintf(stderr, "a2amm bench gemm --sweep: M = %lld\n", (long long)SWEEP_M[i]);
+        rc = gemm_one(&g, 0, i ? &ceiling : NULL, &err);
+        if (!rc && i == 0) ceiling = bench_ceiling_peak(&g.r.ceil_first, &g.r.ceil_last);
+        if (!rc) {
+            lines[n++] = sweep_line_of(&g.r);
+            gemm_warn(&g.r);
+        }
+        gemm_teardown(&g);
+    }
+    if (rc) {
+        cli_print_error("bench gemm", &err);
+        return 1;
+    }
+    print_sweep(&base, lines, n);
+    return 0;
+}
+
 int cmd_bench_gemm(int argc, char **argv)
 {
     gemm_bench g;
     memset(&g, 0, sizeof g);
     int code;
     if (gemm_parse(argc, argv, &g.r.o, &code)) return code;
+    if (g.r.o.sweep) return bench_gemm_sweep(g.r.o);
     const gemm_opts *o = &g.r.o;
     a2amm_error err = {0, ""};
-    int rc = gemm_setup(&g, &err);
-    if (!rc && !o->json) gemm_print_header(&g.r);
-    /* The ceiling before any library has threads of its own, and again at
-     * the end: on a shared machine the less disturbed probe counts. */
-    if (!rc) rc = measure_ceiling(&g.r, CEILING_PROBE_S, &g.r.ceil_first, &err);
-    cli_progress progress;
-    cli_progress_start(&progress, o->quiet, o->json);
-    measure_show_progress(progress.on ? &progress : NULL, "a2amm bench gemm");
-    if (!rc) rc = gemm_time_contenders(&g, &err);
-    measure_show_progress(NULL, NULL);
-    cli_progress_end(&progress);
-    if (!rc) rc = measure_ceiling(&g.r, CEILING_PROBE_S, &g.r.ceil_last, &err);
+    int rc = gemm_one(&g, 1, NULL, &err);
     if (!rc) {
-        gemm_set_ceiling(&g.r);
-        gemm_check(&g);
         if (o->json) print_json(&g.r);
         else print_table(&g.r);
         gemm_warn(&g.r);
@@ -987,4 +1087,3 @@ int cmd_bench_gemm(int argc, char **argv)
     }
     return 0;
 }
-
