@@ -110,6 +110,38 @@ static void block_scales(const uint8_t *blk, double *out)
     for (int c = 0; c < NR; c++) out[c] = scale_value(blk[c]);
 }
 
+/* ---- the vector levels' driver ------------------------------------------------------------------- */
+
+/* `rows` rows of `np` panels from `panel` on (a level's copy for that count): ys[r][col ..]. */
+typedef void panels_fn(int64_t I, int e4m3, const float *a, const uint8_t *panel, float *const *ys, int64_t col);
+
+/* A vector level: rows a group keeps in registers, panels a group of `rows` takes at once, and its copy for
+ * each count (and FMA or not). */
+typedef struct down_level {
+    int max_rows;
+    int (*panels_at_once)(int rows);
+    panels_fn *(*pick)(int rows, int np, int fma);
+} down_level;
+
+/* The rows in groups of max_rows (the last group smaller), each group over every panel: a group reads W2
+ * once. */
+static void down_rows(const down_level *level, int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a,
+                      int64_t n, const uint8_t *packed, float *const *ys)
+{
+    const int e4m3 = b_type == A2AMM_E4M3;
+    const int64_t panels = H / NR;
+    for (int64_t r0 = 0; r0 < n; r0 += level->max_rows) {
+        const int rows = n - r0 < level->max_rows ? (int)(n - r0) : level->max_rows;
+        const float *ar = a + r0 * I;
+        const int fma = products_in_range(ar, rows, I, b_type), most = level->panels_at_once(rows);
+        for (int64_t p = 0; p < panels;) {
+            const int np = panels - p >= most ? most : 1;
+            level->pick(rows, np, fma)(I, e4m3, ar, packed + (size_t)p * panel_bytes(I), ys + r0, p * NR);
+            p += np;
+        }
+    }
+}
+
 /* ---- the vector levels' widening ------------------------------------------------------------------ */
 
 #define AVX2_TARGET __attribute__((target("avx2,fma,f16c"))) /* F16C: every AVX2 CPU has it */
@@ -190,7 +222,6 @@ AVX512_INLINE void panels_avx512(int rows, int np, int fma, int64_t I, int e4m3,
         const uint8_t *blk = panel + HEAD + (size_t)b * BLOCK;
         __m512 sums[SUMS_IN_FLIGHT];
         for (int i = 0; i < np * rows; i++) sums[i] = _mm512_setzero_ps();
-#pragma GCC unroll 2
         for (int t = 0; t < 32; t++)
 #pragma GCC unroll 8
             for (int q = 0; q < np; q++) {
@@ -223,38 +254,39 @@ AVX512_INLINE void panels_avx512(int rows, int np, int fma, int64_t I, int e4m3,
 /* The panels a group of rows takes at once: 8 sums in flight, or as near as the rows allow. */
 static int panels_at_once_512(int rows) { return rows == 1 ? 8 : rows == 2 ? 4 : rows <= 4 ? 2 : 1; }
 
-/* The rows in groups of ROWS_512 (the last group smaller), each group over every panel: a group reads
- * W2 once. */
-AVX512_TARGET void moe_down_avx512(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
-                                   const uint8_t *packed, float *const *ys)
-{
-    const int e4m3 = b_type == A2AMM_E4M3;
-    const int64_t panels = H / NR;
-    for (int64_t r0 = 0; r0 < n; r0 += ROWS_512) {
-        const int rows = n - r0 < ROWS_512 ? (int)(n - r0) : ROWS_512;
-        const float *ar = a + r0 * I;
-        const int fma = products_in_range(ar, rows, I, b_type);
-        for (int64_t p = 0; p < panels;) {
-            const int np = panels - p >= panels_at_once_512(rows) ? panels_at_once_512(rows) : 1;
-            const int key = (rows * 16 + np) * 2 + fma;
-            const uint8_t *panel = packed + (size_t)p * panel_bytes(I);
-            switch (key) { /* a copy for each: the sums stay in registers */
-#define CASE(k, q)                                                                        \
-    case (k * 16 + q) * 2:                                                                \
-        if (e4m3) panels_avx512(k, q, 0, I, 1, ar, panel, ys + r0, p * NR);               \
-        else panels_avx512(k, q, 0, I, 0, ar, panel, ys + r0, p * NR);                    \
-        break;                                                                            \
-    case (k * 16 + q) * 2 + 1:                                                            \
-        if (e4m3) panels_avx512(k, q, 1, I, 1, ar, panel, ys + r0, p * NR);               \
-        else panels_avx512(k, q, 1, I, 0, ar, panel, ys + r0, p * NR);                    \
-        break;
-                CASE(1, 8) CASE(2, 4) CASE(3, 2) CASE(4, 2) CASE(1, 1) CASE(2, 1) CASE(3, 1) CASE(4, 1) CASE(5, 1)
-                CASE(6, 1) CASE(7, 1) CASE(8, 1)
-#undef CASE
-            }
-            p += np;
-        }
+/* One copy of panels_avx512 a function for each (rows, panels, fma): the sums stay in registers,
+ * and each copy is a function of its own size (one function holding them all took clang with ASan and
+ * UBSan a quarter of an hour to compile). */
+#define DEFINE_512(k, q, f)                                                                                    \
+    static AVX512_TARGET __attribute__((noinline)) void panels512_##k##_##q##_##f(int64_t I, int e4m3, const float *a, \
+                                                                  const uint8_t *panel, float *const *ys,  \
+                                                                  int64_t col)                             \
+    {                                                                                                     \
+        panels_avx512(k, q, f, I, e4m3, a, panel, ys, col);                                                   \
     }
+#define VARIANTS(M, k, q) M(k, q, 0) M(k, q, 1)
+#define CASES_512(M)                                                                                           \
+    VARIANTS(M, 1, 8) VARIANTS(M, 2, 4) VARIANTS(M, 3, 2) VARIANTS(M, 4, 2) VARIANTS(M, 1, 1) VARIANTS(M, 2, 1) \
+    VARIANTS(M, 3, 1) VARIANTS(M, 4, 1) VARIANTS(M, 5, 1) VARIANTS(M, 6, 1) VARIANTS(M, 7, 1) VARIANTS(M, 8, 1)
+CASES_512(DEFINE_512)
+#define PICK(k, q, f)                                                                                          \
+    case (k * 16 + q) * 2 + f:                                                                                 \
+        return panels512_##k##_##q##_##f;
+
+static panels_fn *pick_512(int rows, int np, int fma)
+{
+    switch ((rows * 16 + np) * 2 + fma) {
+        CASES_512(PICK)
+    }
+    return NULL;
+}
+#undef PICK
+
+void moe_down_avx512(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
+                     const uint8_t *packed, float *const *ys)
+{
+    const down_level level = {ROWS_512, panels_at_once_512, pick_512};
+    down_rows(&level, H, I, b_type, a, n, packed, ys);
 }
 
 /* ---- avx2 ------------------------------------------------------------------------------------------ */
@@ -280,7 +312,6 @@ AVX2_INLINE void panels_avx2(int rows, int np, int fma, int64_t I, int e4m3, con
         const uint8_t *blk = panel + HEAD + (size_t)b * BLOCK;
         __m256 sums[SUMS_IN_FLIGHT];
         for (int i = 0; i < np * rows * 2; i++) sums[i] = _mm256_setzero_ps();
-#pragma GCC unroll 2
         for (int t = 0; t < 32; t++)
 #pragma GCC unroll 4
             for (int q = 0; q < np; q++) {
@@ -323,35 +354,34 @@ AVX2_INLINE void panels_avx2(int rows, int np, int fma, int64_t I, int e4m3, con
 
 static int panels_at_once_256(int rows) { return rows == 1 ? 4 : rows == 2 ? 2 : 1; } /* x rows x 2 <= 8 */
 
-AVX2_TARGET void moe_down_avx2(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
-                               const uint8_t *packed, float *const *ys)
-{
-    const int e4m3 = b_type == A2AMM_E4M3;
-    const int64_t panels = H / NR;
-    for (int64_t r0 = 0; r0 < n; r0 += ROWS_256) {
-        const int rows = n - r0 < ROWS_256 ? (int)(n - r0) : ROWS_256;
-        const float *ar = a + r0 * I;
-        const int fma = products_in_range(ar, rows, I, b_type);
-        for (int64_t p = 0; p < panels;) {
-            const int np = panels - p >= panels_at_once_256(rows) ? panels_at_once_256(rows) : 1;
-            const int key = (rows * 16 + np) * 2 + fma;
-            const uint8_t *panel = packed + (size_t)p * panel_bytes(I);
-            switch (key) {
-#define CASE(k, q)                                                                      \
-    case (k * 16 + q) * 2:                                                              \
-        if (e4m3) panels_avx2(k, q, 0, I, 1, ar, panel, ys + r0, p * NR);               \
-        else panels_avx2(k, q, 0, I, 0, ar, panel, ys + r0, p * NR);                    \
-        break;                                                                          \
-    case (k * 16 + q) * 2 + 1:                                                          \
-        if (e4m3) panels_avx2(k, q, 1, I, 1, ar, panel, ys + r0, p * NR);               \
-        else panels_avx2(k, q, 1, I, 0, ar, panel, ys + r0, p * NR);                    \
-        break;
-                CASE(1, 4) CASE(2, 2) CASE(1, 1) CASE(2, 1) CASE(3, 1) CASE(4, 1)
-#undef CASE
-            }
-            p += np;
-        }
+#define DEFINE_256(k, q, f)                                                                                    \
+    static AVX2_TARGET __attribute__((noinline)) void panels256_##k##_##q##_##f(int64_t I, int e4m3, const float *a, \
+                                                                  const uint8_t *panel, float *const *ys,  \
+                                                                  int64_t col)                             \
+    {                                                                                                     \
+        panels_avx2(k, q, f, I, e4m3, a, panel, ys, col);                                                   \
     }
+#define CASES_256(M)                                                                                           \
+    VARIANTS(M, 1, 4) VARIANTS(M, 2, 2) VARIANTS(M, 1, 1) VARIANTS(M, 2, 1) VARIANTS(M, 3, 1) VARIANTS(M, 4, 1)
+CASES_256(DEFINE_256)
+#define PICK(k, q, f)                                                                                          \
+    case (k * 16 + q) * 2 + f:                                                                                 \
+        return panels256_##k##_##q##_##f;
+
+static panels_fn *pick_256(int rows, int np, int fma)
+{
+    switch ((rows * 16 + np) * 2 + fma) {
+        CASES_256(PICK)
+    }
+    return NULL;
+}
+#undef PICK
+
+void moe_down_avx2(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n, const uint8_t *packed,
+                   float *const *ys)
+{
+    const down_level level = {ROWS_256, panels_at_once_256, pick_256};
+    down_rows(&level, H, I, b_type, a, n, packed, ys);
 }
 
 moe_down_fn *moe_down_for(gemm_isa isa)
