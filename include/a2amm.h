@@ -595,7 +595,11 @@ A2AMM_API void a2amm_op_destroy(a2amm_op *op);
  * smaller max_recv every rank's row counts go to every rank first (one
  * allgather of R numbers a rank), so a call whose rows exceed a rank's room
  * fails on every rank before any output is written. The experts are shared
- * out over the rank's threads.
+ * out over the rank's threads. On shared memory the exchanges go through
+ * the communicator's stage in its symmetric memory, sized for the worst
+ * case: about R * max_tokens * 2 * hidden bytes a rank (the partials; the
+ * records take R * max_tokens * (hidden + hidden/32 + 8 * topk + 8)):
+ * count it in heap_bytes.
  * Results do not depend on the thread count or the transport.
  */
 typedef struct a2amm_moe a2amm_moe;
