@@ -1,6 +1,7 @@
 /* MX number formats: fp8 E4M3/E5M2, E8M0, bf16, and block quantization. */
 #include "mx/mx.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 #include <strings.h>
@@ -114,25 +115,34 @@ uint8_t mx_f32_to_fp8(float x, a2amm_fp8_type type, int saturate)
     return mx_f64_to_fp8((double)x, type, saturate);
 }
 
-uint8_t mx_f32_to_fp8_sat(float x, a2amm_fp8_type type)
+/* mx_f32_to_fp8_sat without a branch on the value (the quantizer's inner loop: a branch there mispredicts on
+ * every mix of small and large values): the normal, the subnormal and the saturated code all made, the
+ * right one picked. */
+static inline uint8_t encode_sat(float x, int e4m3)
 {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
-    const uint8_t sign = (uint8_t)(u >> 24 & 0x80);
     const uint32_t a = u & 0x7FFFFFFFu;
-    const int e4m3 = type == A2AMM_E4M3, mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
-    if (a > 0x7F800000u) return MX_FP8_NAN;
-    if (a >= (e4m3 ? 0x43E00000u : 0x47600000u)) return sign | (e4m3 ? 0x7E : 0x7B); /* >= 448 / 57344, Inf */
-    if (a < (uint32_t)(127 + 1 - bias) << 23) {   /* below the smallest normal: k x 2^(1 - bias - mbits) */
-        float k = fabsf(x) * (e4m3 ? 0x1p9f : 0x1p16f); /* exact: a power of two times a float this small */
-        return sign | (uint8_t)lrintf(k);         /* the default rounding: to nearest, ties to even */
-    }
+    const int mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15, drop = 23 - mbits;
     /* normal: the mantissa rounded to mbits at its bit (nearest, ties to even; a carry moves the exponent
      * up, as it should), then fp32's exponent bias replaced by the format's */
-    const int drop = 23 - mbits;
-    uint32_t r = a + ((1u << (drop - 1)) - 1) + ((a >> drop) & 1);
-    return sign | (uint8_t)((r >> drop) - ((uint32_t)(127 - bias) << mbits));
+    const uint32_t r = a + ((1u << (drop - 1)) - 1) + ((a >> drop) & 1);
+    const uint8_t normal = (uint8_t)((r >> drop) - ((uint32_t)(127 - bias) << mbits));
+    /* below the smallest normal: k x 2^(1 - bias - mbits), k = |x| 2^(bias - 1 + mbits) (exact) rounded to
+     * an integer by adding 2^23 (nearest, ties to even, in the default rounding) */
+    float ax, t;
+    memcpy(&ax, &a, sizeof ax);
+    t = ax * (e4m3 ? 0x1p9f : 0x1p16f) + 0x1p23f;
+    uint32_t tb;
+    memcpy(&tb, &t, sizeof tb);
+    const uint8_t sub = (uint8_t)(tb - 0x4B000000u);
+    const uint8_t code = a >= (e4m3 ? 0x43E00000u : 0x47600000u) ? (e4m3 ? 0x7E : 0x7B) /* >= 448 / 57344, Inf */
+                         : a < (uint32_t)(127 + 1 - bias) << 23 ? sub
+                                                                : normal;
+    return a > 0x7F800000u ? (uint8_t)MX_FP8_NAN : (uint8_t)((u >> 24 & 0x80) | code);
 }
+
+uint8_t mx_f32_to_fp8_sat(float x, a2amm_fp8_type type) { return encode_sat(x, type == A2AMM_E4M3); }
 
 double mx_e8m0_to_f64(uint8_t b)
 {
@@ -207,11 +217,13 @@ static int clamp_scale_exponent(int e)
 uint8_t mx_block_scale(const float *x, size_t n, a2amm_fp8_type type, mx_scale_mode mode)
 {
     float amax = 0.0f;
+    int special = 0; /* a NaN or an Inf in the block; no early exit: a loop without branches on the values */
     for (size_t i = 0; i < n; i++) {
-        if (!isfinite(x[i])) return MX_E8M0_NAN;
         float a = fabsf(x[i]);
-        if (a > amax) amax = a;
+        special |= !(a <= FLT_MAX);
+        amax = a > amax ? a : amax;
     }
+    if (special) return MX_E8M0_NAN;
     if (amax == 0.0f) return 0;
     if (mode == MX_SCALE_FLOOR) {
         uint32_t u;
@@ -243,7 +255,8 @@ void mx_quantize_block(const float *x, size_t n, a2amm_fp8_type type, mx_scale_m
      * half of fp8's smallest subnormal) every rounding gives a zero of x's sign; then one rounding to fp8
      * (mx_f32_to_fp8_sat: the bits of mx_f64_to_fp8, tests/test_mx.c, without its generic rounding). */
     const float inv = (float)pow2(127 - (int)b); /* 2^-127 .. 2^127: each a float */
-    for (size_t i = 0; i < n; i++) codes[i] = mx_f32_to_fp8_sat(x[i] * inv, type);
+    const int e4m3 = type == A2AMM_E4M3;
+    for (size_t i = 0; i < n; i++) codes[i] = encode_sat(x[i] * inv, e4m3);
 }
 
 void mx_quantize_row(const float *x, size_t len, a2amm_fp8_type type, mx_scale_mode mode,
