@@ -678,6 +678,17 @@ A2AMM_API int a2amm_moe_combine(a2amm_moe *moe, a2amm_moe_batch *batch, const fl
                                 a2amm_error *err);
 /* Local. Frees a batch (after its combine; NULL is fine). */
 A2AMM_API void a2amm_moe_batch_destroy(a2amm_moe_batch *batch);
+/*
+ * Local. The op's own computation of this rank's local expert le (expert
+ * rank*E/R + le, from the weights set) on `rows` rows of x: codes [rows,
+ * hidden] and scales (ldsx a row, >= hidden/32): y [rows, hidden] fp32
+ * (ldy a row), the bits a2amm_moe_run computes for those rows (g and u in
+ * fp32 as the matmul sums them, a = bf16(silu(g) u), y = a x W2). With
+ * a2amm_moe_dispatch and a2amm_moe_combine it gives a2amm_moe_run's bits;
+ * a caller may put its own work between. On the calling thread.
+ */
+A2AMM_API int a2amm_moe_expert(a2amm_moe *moe, int local_expert, int64_t rows, const uint8_t *codes,
+                               const uint8_t *scales, int64_t ldsx, float *y, int64_t ldy, a2amm_error *err);
 
 /* Local. Frees it; NULL is fine. Not while another thread is in a call of it. */
 A2AMM_API void a2amm_moe_destroy(a2amm_moe *moe);

@@ -248,7 +248,7 @@ static void caller_expert(const moe_case *c, int e, int64_t n, const uint8_t *co
 }
 
 typedef struct pair_report {
-    int rc, same, rows_ok;
+    int rc, same, rows_ok, expert_same;
     char msg[1100];
 } pair_report;
 
@@ -270,7 +270,7 @@ static int rank_pair(a2amm_comm *comm, void *arg)
     if (!rc) rc = a2amm_moe_run(m, T, x, sx, H / 32, idx, w, by_run, &err);
     if (!rc) rc = a2amm_moe_dispatch(m, T, x, sx, H / 32, idx, w, &batch, &err);
     int64_t total = 0;
-    rep->rows_ok = 1;
+    rep->rows_ok = 1, rep->expert_same = 1;
     for (int le = 0; !rc && le < local; le++) {
         int64_t n = 0;
         const uint8_t *codes = NULL, *scales = NULL;
@@ -279,6 +279,12 @@ static int rank_pair(a2amm_comm *comm, void *arg)
         if (!rc && n) {
             y[le] = malloc(sizeof *y[le] * (size_t)(n * H));
             caller_expert(c, r * local + le, n, codes, scales, y[le]);
+            /* the public a2amm_moe_expert: the same bits (the op's level against the portable down projection) */
+            float *y2 = malloc(sizeof *y2 * (size_t)(n * H));
+            a2amm_error e2 = {0, ""};
+            rep->expert_same &= y2 && a2amm_moe_expert(m, le, n, codes, scales, H / 32, y2, H, &e2) == 0 &&
+                                !memcmp(y2, y[le], sizeof *y2 * (size_t)(n * H));
+            free(y2);
         }
     }
     a2amm_error bad = {0, ""};
@@ -306,6 +312,7 @@ static void test_dispatch_combine(void)
         CHECK(rep[r].rc == 0, "dispatch + combine, rank %d: %s", r, rep[r].msg);
         CHECK(rep[r].same, "rank %d: dispatch, the caller's experts and combine gave other bits than a2amm_moe_run", r);
         CHECK(rep[r].rows_ok, "rank %d: a batch's rows of an expert the rank does not hold were not refused", r);
+        CHECK(rep[r].expert_same, "rank %d: a2amm_moe_expert gave other bits than the op's expert computation", r);
     }
     munmap(rep, 2 * sizeof *rep);
 }
@@ -351,6 +358,11 @@ static int rank_null_calls(a2amm_comm *comm, void *arg)
     if (a2amm_moe_run(NULL, 0, NULL, NULL, 0, NULL, NULL, NULL, &err) != A2AMM_E_INVAL)
         failed[0]++, fprintf(stderr, "run on NULL accepted\n");
     a2amm_moe_batch_destroy(NULL);
+    float y[64];
+    if (a2amm_moe_expert(NULL, 0, 0, NULL, NULL, 0, NULL, 0, &err) != A2AMM_E_INVAL)
+        failed[0]++, fprintf(stderr, "expert on NULL accepted\n");
+    if (!rc && (a2amm_moe_expert(m, 0, 1, w, w, 1, y, 64, &err) != A2AMM_E_INVAL || !strstr(err.msg, "no weights")))
+        failed[0]++, fprintf(stderr, "expert before weights: %s\n", err.msg);
     /* a call with tokens and NULL arrays: refused on this rank, naming them (and failing the communicator) */
     if (!rc && (a2amm_moe_run(m, 2, NULL, NULL, 2, NULL, NULL, NULL, &err) != A2AMM_E_INVAL ||
                 !strstr(err.msg, "must not be NULL with 2 tokens")))

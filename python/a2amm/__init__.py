@@ -463,6 +463,19 @@ class MoE(_a2amm.MoE):
                         for r in rows]
         return rows, handle
 
+    def expert(self, local_expert, rows):
+        """Local: the op's own computation of this rank's local expert (expert rank*E/R + local_expert) on
+        rows, an MX pair (codes [n, hidden], scales [n, hidden/32]) as dispatch gives them: float32 [n,
+        hidden] (a torch tensor for torch codes), the bits a call computes for those rows, so that
+        dispatch, expert for each local expert, then combine give the call's bits."""
+        if not isinstance(rows, tuple) or len(rows) != 2:
+            raise TypeError("rows must be an MX pair (codes, scales) as dispatch gives them")
+        y = self._expert(int(local_expert), _array(rows[0], "codes"), _array(rows[1], "scales"))
+        if _torch_tensor(rows[0]):
+            import torch
+            return torch.from_numpy(y)
+        return y
+
     def combine(self, handle, ys, *, out=None):
         """Collective: the return of dispatch's rows. ys[le]: the output of local expert le for the rows
         dispatch gave it, float32 (or bfloat16) [n, hidden] (None for none). Returns bf16 [T, hidden] on

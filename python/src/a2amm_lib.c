@@ -237,3 +237,9 @@ int lib_moe_combine(a2amm_moe *moe, a2amm_moe_batch *batch, const float *const *
 }
 
 void lib_moe_batch_destroy(a2amm_moe_batch *batch) { a2amm_moe_batch_destroy(batch); }
+
+int lib_moe_expert(a2amm_moe *moe, int local_expert, int64_t rows, const uint8_t *codes, const uint8_t *scales,
+                   int64_t ldsx, float *y, int64_t ldy, a2amm_error *err)
+{
+    return a2amm_moe_expert(moe, local_expert, rows, codes, scales, ldsx, y, ldy, err);
+}

@@ -120,6 +120,8 @@ int lib_moe_dispatch(a2amm_moe *moe, int64_t tokens, const uint8_t *x, const uin
 int lib_moe_batch_rows(const a2amm_moe_batch *batch, int expert, int64_t *rows, const uint8_t **codes,
                        const uint8_t **scales, a2amm_error *err);
 int lib_moe_combine(a2amm_moe *moe, a2amm_moe_batch *batch, const float *const *y, uint16_t *out, a2amm_error *err);
+int lib_moe_expert(a2amm_moe *moe, int local_expert, int64_t rows, const uint8_t *codes, const uint8_t *scales,
+                   int64_t ldsx, float *y, int64_t ldy, a2amm_error *err);
 void lib_moe_batch_destroy(a2amm_moe_batch *batch);
 
 #endif

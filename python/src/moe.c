@@ -475,6 +475,47 @@ static PyObject *moe_dispatch(MoEObject *self, PyObject *args)
     return Py_BuildValue("(NN)", (PyObject *)bo, rows);
 }
 
+/* _expert(le, codes [n, H] u8, scales [n, >= H/32] u8) -> y [n, H] float32: local, the op's own computation of
+ * local expert le on those rows (a2amm_moe_expert), the GIL released. */
+static PyObject *moe_expert(MoEObject *self, PyObject *args)
+{
+    int le;
+    PyObject *co, *so;
+    if (!PyArg_ParseTuple(args, "iOO:_expert", &le, &co, &so)) return NULL;
+    if (moe_usable(self, "expert") < 0) return NULL;
+    const int64_t H = self->o.hidden;
+    matrix c, s;
+    memset(&c, 0, sizeof c), memset(&s, 0, sizeof s);
+    int ok = matrix_get(co, "codes", EL_U8, MAT_CONTIGUOUS, &c) == 0;
+    if (ok && c.cols != H)
+        ok = matrix_shape_error("codes", &c, "[rows, hidden] = [rows, %lld]", (long long)H) == 0;
+    if (ok) ok = matrix_get(so, "scales", EL_U8, MAT_ROWS, &s) == 0;
+    if (ok && (s.rows != c.rows || s.cols < H / 32))
+        ok = matrix_shape_error("scales", &s, "[%lld, >= %lld]", (long long)c.rows, (long long)(H / 32)) == 0;
+    PyObject *y = ok ? ext_new_array(ext_np_f32, c.rows, H) : NULL;
+    matrix ym;
+    memset(&ym, 0, sizeof ym);
+    ok = y && matrix_get(y, "y", EL_F32, MAT_CONTIGUOUS | MAT_WRITABLE, &ym) == 0;
+    a2amm_error err = {0, ""};
+    int rc = 0;
+    if (ok) {
+        self->busy = 1;
+        comm_call_begin(self->comm, "expert", 0);
+        Py_BEGIN_ALLOW_THREADS
+        rc = lib_moe_expert(self->moe, le, c.rows, (const uint8_t *)c.ptr, (const uint8_t *)s.ptr, s.ld,
+                            (float *)ym.ptr, H, &err);
+        Py_END_ALLOW_THREADS
+        comm_call_end(self->comm, 0);
+        self->busy = 0;
+    }
+    matrix_release(&ym), matrix_release(&c), matrix_release(&s);
+    if (!ok || rc) {
+        Py_XDECREF(y);
+        return ok ? ext_raise(rc, &err) : NULL;
+    }
+    return y;
+}
+
 /* _combine(batch, ys, out) -> out: collective. ys: per local expert, float32 [n, H] (None where n is 0). */
 static PyObject *moe_combine(MoEObject *self, PyObject *args)
 {
@@ -605,6 +646,7 @@ static PyMethodDef MOE_METHODS[] = {
     {"_dispatch", (PyCFunction)moe_dispatch, METH_VARARGS, NULL},
     {"_c_loop", (PyCFunction)moe_c_loop, METH_VARARGS, NULL},
     {"_combine", (PyCFunction)moe_combine, METH_VARARGS, NULL},
+    {"_expert", (PyCFunction)moe_expert, METH_VARARGS, NULL},
     {"close", (PyCFunction)moe_close, METH_NOARGS, "close(): local; frees it (refused while a call of it runs)."},
     {"__enter__", moe_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)moe_exit, METH_VARARGS, NULL},

@@ -298,6 +298,34 @@ def test_dispatch_dequantizes_to_bf16_or_float32_on_request():
             np.testing.assert_array_equal(a2amm.bf16_to_float32(b), exact)
 
 
+@pytest.mark.parametrize("R,E,k", [(1, 4, 2), (2, 8, 3), (4, 8, 2)])
+def test_dispatch_the_ops_experts_and_combine_give_the_calls_bits(R, E, k):
+    """moe.expert (the op's own computation of a local expert) on the rows dispatch gives, then combine: the
+    bits of moe(x, ...) on every rank; on torch rows a torch tensor; a bad expert index refused."""
+    w13, w2 = expert_weights(E)
+    empty = 1 if R > 1 else None
+
+    def rank(comm):
+        r, L = comm.rank, E // R
+        x, ids, w = rank_tokens(r, R, E, k, 0, empty_rank=empty)
+        with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
+            moe.set_weights(w13[r * L:(r + 1) * L], w2[r * L:(r + 1) * L])
+            called = moe(x, ids, w)
+            rows, handle = moe.dispatch(x, ids, w)
+            ys = [moe.expert(le, pair) for le, pair in enumerate(rows)]
+            assert all(y.dtype == np.float32 and y.shape == (len(pair[0]), H) for y, pair in zip(ys, rows))
+            by_parts = moe.combine(handle, ys)
+            with pytest.raises(a2amm.ArgumentError, match="local_expert must be one of the local experts"):
+                moe.expert(L, rows[0])
+            with pytest.raises(TypeError, match="rows must be an MX pair"):
+                moe.expert(0, rows[0][0])
+        return np.array_equal(called, by_parts), sum(len(p[0]) for p in rows)
+
+    results = a2amm.launch(R, rank)
+    assert all(same for same, _ in results), results
+    assert sum(n for _, n in results) > 0, results
+
+
 def test_a_batch_is_combined_once():
     w13, w2 = expert_weights(2)
 

@@ -461,6 +461,37 @@ int a2amm_moe_dispatch(a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_t 
     return moe_call(m, API_MOE_DISPATCH, "a2amm_moe_dispatch", check_tokens, dispatch_body, &t, err);
 }
 
+int a2amm_moe_expert(a2amm_moe *m, int le, int64_t rows, const uint8_t *codes, const uint8_t *scales, int64_t ldsx,
+                     float *y, int64_t ldy, a2amm_error *err)
+{
+    static const char *call = "a2amm_moe_expert";
+    if (!m) return a2amm_fail(err, A2AMM_E_INVAL, "%s: moe is NULL", call);
+    const int64_t H = m->s.H, sw = H / 32;
+    if (!m->has_weights)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: rank %d has no weights: a2amm_moe_set_weights first", call,
+                          m->s.me);
+    if (le < 0 || le >= m->s.local)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: local_expert must be one of the local experts 0 .. %d (got %d)",
+                          call, m->s.local - 1, le);
+    if (rows < 0) return a2amm_fail(err, A2AMM_E_INVAL, "%s: rows must not be negative (got %lld)", call, (long long)rows);
+    if (rows && (!codes || !scales || !y))
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: codes, scales and y must not be NULL with %lld rows", call,
+                          (long long)rows);
+    if (rows && (ldsx < sw || ldy < H))
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: ldsx must be at least hidden/32 = %lld and ldy at least hidden = "
+                          "%lld (got %lld and %lld)", call, (long long)sw, (long long)H, (long long)ldsx, (long long)ldy);
+    if (rows == 0) return A2AMM_OK;
+    uint8_t *packed = malloc((size_t)(rows * sw)); /* the scales as the kernels read them: sw a row */
+    float **ys = malloc(sizeof *ys * (size_t)rows);
+    int rc = packed && ys ? A2AMM_OK : a2amm_fail(err, A2AMM_E_NOMEM, "%s: out of memory for %lld rows", call,
+                                                  (long long)rows);
+    for (int64_t i = 0; !rc && i < rows; i++) memcpy(packed + i * sw, scales + i * ldsx, (size_t)sw), ys[i] = y + i * ldy;
+    if (!rc && moe_expert_rows(&m->s, &m->w, le, codes, packed, rows, ys))
+        rc = a2amm_fail(err, A2AMM_E_NOMEM, "%s: out of memory for %lld rows", call, (long long)rows);
+    free(packed), free(ys);
+    return rc;
+}
+
 int a2amm_moe_batch_rows(const a2amm_moe_batch *b, int expert, int64_t *rows, const uint8_t **codes,
                          const uint8_t **scales, a2amm_error *err)
 {
