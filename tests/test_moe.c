@@ -361,8 +361,13 @@ static int rank_null_calls(a2amm_comm *comm, void *arg)
     float y[64];
     if (a2amm_moe_expert(NULL, 0, 0, NULL, NULL, 0, NULL, 0, &err) != A2AMM_E_INVAL)
         failed[0]++, fprintf(stderr, "expert on NULL accepted\n");
-    if (!rc && (a2amm_moe_expert(m, 0, 1, w, w, 1, y, 64, &err) != A2AMM_E_INVAL || !strstr(err.msg, "no weights")))
-        failed[0]++, fprintf(stderr, "expert before weights: %s\n", err.msg);
+    if (!rc && (a2amm_moe_expert(m, 0, 1, w, w, 1, y, 64, &err) != A2AMM_E_INVAL || !strstr(err.msg, "ldsx must")))
+        failed[0]++, fprintf(stderr, "expert with a short ldsx: %s\n", err.msg);
+    if (!rc && (a2amm_moe_expert(m, -1, 1, w, w, 2, y, 64, &err) != A2AMM_E_INVAL ||
+                !strstr(err.msg, "local_expert must be one of the local experts")))
+        failed[0]++, fprintf(stderr, "expert -1: %s\n", err.msg);
+    if (!rc && (a2amm_moe_expert(m, 0, 1, NULL, w, 2, y, 64, &err) != A2AMM_E_INVAL || !strstr(err.msg, "NULL")))
+        failed[0]++, fprintf(stderr, "expert with NULL codes: %s\n", err.msg);
     /* a call with tokens and NULL arrays: refused on this rank, naming them (and failing the communicator) */
     if (!rc && (a2amm_moe_run(m, 2, NULL, NULL, 2, NULL, NULL, NULL, &err) != A2AMM_E_INVAL ||
                 !strstr(err.msg, "must not be NULL with 2 tokens")))
