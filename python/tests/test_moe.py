@@ -148,12 +148,9 @@ def test_values_are_quantized_in_the_call_with_the_ops_mode(mode):
         assert same == [True, True, True]
 
 
-@pytest.mark.parametrize("bad,error", [(lambda x: x.astype(np.float64), "TypeError|x must be float32"),
-                                       (lambda x: x[:, :32].copy(), "ValueError|x must have shape")],
-                         ids=["float64", "width"])
-def test_a_bad_x_is_refused_on_its_rank_and_the_others_told(bad, error):
-    """x values of the wrong type or width: refused by the call on that rank, naming x; the other rank's
-    call ends with PeerError naming it."""
+def calls_with_one_bad_rank(bad_rank, spoil):
+    """Two ranks call the MoE on 5 tokens (experts 0 and 1, weights 0.5); on bad_rank, spoil(x, ids, w) returns
+    what that rank passes instead. What each rank's call raised, as "TypeName|message", by rank."""
     R, E, k = 2, 4, 2
     said = shared_text(R)
 
@@ -161,16 +158,26 @@ def test_a_bad_x_is_refused_on_its_rank_and_the_others_told(bad, error):
         try:
             with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
                 moe.set_weights(*(v[comm.rank * 2:comm.rank * 2 + 2] for v in expert_weights(E)))
-                x = np.ones((5, H), np.float32)
-                moe(bad(x) if comm.rank == 1 else x, np.array([[0, 1]] * 5, np.int32), np.full((5, k), 0.5, np.float32))
+                args = (np.ones((5, H), np.float32), np.array([[0, 1]] * 5, np.int64), np.full((5, k), 0.5, np.float32))
+                moe(*(spoil(*args) if comm.rank == bad_rank else args))
         except BaseException as e:
             said.put(comm.rank, "%s|%s" % (type(e).__name__, e))
             raise
 
     with pytest.raises(a2amm.Error):
         a2amm.launch(R, rank)
-    assert said.get(1).startswith(error), said.get(1)
-    assert said.get(0).startswith("PeerError|") and "rank 1" in said.get(0), said.get(0)
+    return [said.get(r) for r in range(R)]
+
+
+@pytest.mark.parametrize("bad,error", [(lambda x: x.astype(np.float64), "TypeError|x must be float32"),
+                                       (lambda x: x[:, :32].copy(), "ValueError|x must have shape")],
+                         ids=["float64", "width"])
+def test_a_bad_x_is_refused_on_its_rank_and_the_others_told(bad, error):
+    """x values of the wrong type or width: refused by the call on that rank, naming x; the other rank's
+    call ends with PeerError naming it."""
+    said = calls_with_one_bad_rank(1, lambda x, ids, w: (bad(x), ids, w))
+    assert said[1].startswith(error), said[1]
+    assert said[0].startswith("PeerError|") and "rank 1" in said[0], said[0]
 
 
 @needs_torch
@@ -203,27 +210,13 @@ def test_moe_on_torch_tensors():
     (lambda ids, w: w.__setitem__((3, 1), np.inf), "token 3, slot 1: the weight of expert"),
 ], ids=["range", "int64", "twice", "inf"])
 def test_a_bad_routing_is_refused_naming_token_and_slot(bad, text):
-    R, E, k = 2, 4, 2
-    said = shared_text(R)
+    def spoil(x, ids, w):
+        bad(ids, w)
+        return x, ids, w
 
-    def rank(comm):
-        try:
-            with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
-                moe.set_weights(*(v[comm.rank * 2:comm.rank * 2 + 2] for v in expert_weights(E)))
-                x = np.ones((5, H), np.float32)
-                ids = np.array([[0, 1]] * 5, np.int64)
-                w = np.full((5, k), 0.5, np.float32)
-                if comm.rank == 0:
-                    bad(ids, w)
-                moe(x, ids, w)
-        except BaseException as e:
-            said.put(comm.rank, "%s|%s" % (type(e).__name__, e))
-            raise
-
-    with pytest.raises(a2amm.Error):
-        a2amm.launch(R, rank)
-    assert said.get(0).startswith("ArgumentError|") and text in said.get(0), said.get(0)
-    assert said.get(1).startswith("PeerError|") and "rank 0" in said.get(1), said.get(1)
+    said = calls_with_one_bad_rank(0, spoil)
+    assert said[0].startswith("ArgumentError|") and text in said[0], said[0]
+    assert said[1].startswith("PeerError|") and "rank 0" in said[1], said[1]
 
 
 def test_bad_arguments_of_making_one():
