@@ -219,6 +219,26 @@ for np in 2 4; do
         bash -c "test -s '$SCRATCH/moe-mpi' && ! grep -qvxF -f '$SCRATCH/moe-shm' '$SCRATCH/moe-mpi'"
 done
 
+# the MoE op from the command line (a2amm run --op moe --transport mpi) across hosts: the same bits as
+# shm, within verify's bound, and perf mode's figures
+for np in 2 4; do
+    hosts_of=$(seq -s, -f "$P-h%g" 1 $np)
+    d="$SCRATCH/moe$np"
+    "$A2AMM" gen 10 96 64 $np --op moe --experts $((2 * np)) --topk 3 --route skewed --dir "$d" --quiet >/dev/null
+    expect_ok "run --op moe, $np ranks, shm" "$A2AMM" run 10 96 64 $np --op moe --dir "$d"
+    mkdir -p "$SCRATCH/moe-want$np"
+    for r in $(seq 0 $((np - 1))); do mv "$d/output/$r/npu_out.bin" "$SCRATCH/moe-want$np/$r"; done
+    expect_ok "run --op moe over MPI, $np ranks on $np hosts" mpirun_hosts $np "$hosts_of" "$A2AMM" run 10 96 64 $np \
+        --op moe --transport mpi --dir "$d"
+    for r in $(seq 0 $((np - 1))); do
+        check "run --op moe over MPI, rank $r of $np: the same bits as shm" cmp -s "$d/output/$r/npu_out.bin" "$SCRATCH/moe-want$np/$r"
+    done
+    expect_ok "verify --op moe after MPI, $np ranks" "$A2AMM" verify 10 96 64 $np --dir "$d"
+    expect_ok "run --op moe perf over MPI, $np ranks" mpirun_hosts $np "$hosts_of" "$A2AMM" run 10 96 64 $np perf \
+        --iters 2 --transport mpi --dir "$d"
+    expect_output "run --op moe perf over MPI: the call's time" "a2amm MoE call (dispatch, experts, combine)"
+done
+
 bash "$hosts" down "$P"
 check "the namespaces are gone" test -z "$(ip netns list | grep "^$P-")"
 check "their hosts files are gone" test ! -e "/etc/netns/$P-h1"

@@ -46,7 +46,8 @@ static void gen_usage(FILE *f)
             "\n"
             "options:\n"
             "  --dir DIR             where to write (default: .)\n"
-            "  --op alltoall-matmul|matmul-alltoall  which op (default alltoall-matmul)\n"
+            "  --op alltoall-matmul|matmul-alltoall|moe  which op (default alltoall-matmul;\n"
+            "                        moe takes T H I R: a2amm gen --op moe --help)\n"
             "  --a-type e4m3|e5m2    A's element type (default e4m3)\n"
             "  --b-type e4m3|e5m2    B's element type (default e4m3)\n"
             "  --dist NAME           value distribution (default normal):\n");
@@ -110,6 +111,7 @@ int cmd_gen(int argc, char **argv)
     op_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
     char *pos[4];
     int npos = 0, golden = 1, quiet = 0;
+    if (cli_moe_wanted(argc, argv, 0)) return cmd_gen_moe(argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *v;
         int m;

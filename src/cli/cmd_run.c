@@ -37,9 +37,10 @@ static void run_usage(FILE *f)
             "\n"
             "options:\n"
             "  --dir DIR          the folder gen wrote (default: .)\n"
-            "  --op alltoall-matmul|matmul-alltoall  the op: what gen recorded (an op that\n"
+            "  --op alltoall-matmul|matmul-alltoall|moe  the op: what gen recorded (an op that\n"
             "                     contradicts it is refused); without a meta file, alltoall-matmul\n"
-            "                     unless named (the seed's form too)\n"
+            "                     unless named (the seed's form too); moe takes T H I R:\n"
+            "                     a2amm run --op moe --help\n"
             "  --tile-m ROWS      rows of M per pipeline tile (default 512)\n"
             "  --depth SLOTS      ring slots per source on the put path (default 4; alltoall-matmul)\n"
             "  --threads T        compute threads per rank (default: cores / R, at least 1)\n"
@@ -160,6 +161,7 @@ static void print_precision_json(const char *dir, const op_shape *s, const run_o
 /* run and the seed's form (seed_form: the types default to the seed's where no meta file records them). */
 static int run_command(int argc, char **argv, int seed_form)
 {
+    if (cli_moe_wanted(argc, argv, 1)) return cmd_run_moe(argc, argv);
     run_options o;
     run_options_default(&o);
     o.path = (a2amm_path)-1; /* not given yet: its default follows --transport */

@@ -28,9 +28,10 @@ static void verify_usage(FILE *f)
             "\n"
             "options:\n"
             "  --dir DIR   the folder gen and run used (default: .)\n"
-            "  --op alltoall-matmul|matmul-alltoall  the op the data is for: what gen\n"
+            "  --op alltoall-matmul|matmul-alltoall|moe  the op the data is for: what gen\n"
             "              recorded in DIR/input/a2amm-meta.txt (an op that contradicts it is\n"
-            "              refused); without that file, alltoall-matmul unless named\n"
+            "              refused); without that file, alltoall-matmul unless named;\n"
+            "              moe takes T H I R: a2amm verify --op moe --help\n"
             "  --rtol X    relative tolerance (default 1e-2)\n"
             "  --atol X    absolute tolerance (default 1e-2)\n"
             "\n"
@@ -90,6 +91,7 @@ int cmd_verify(int argc, char **argv)
     double rtol = VERIFY_TOL, atol = VERIFY_TOL;
     char *pos[3];
     int npos = 0;
+    if (cli_moe_wanted(argc, argv, 1)) return cmd_verify_moe(argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *v;
         int m;

@@ -67,19 +67,41 @@ static _Noreturn void abort_job(a2amm_comm *comm, int rank, int rc)
     _exit(1);
 }
 
-/* Every rank's column of the times into everyone's copy (each rank wrote only its own). */
-static int share_times(a2amm_comm *comm, runner *rn, size_t tbytes, a2amm_error *err)
+int run_mpi_share(a2amm_comm *comm, double *times, size_t n, double timeout_s, a2amm_error *err)
 {
-    int R = (int)rn->s.R, me = a2amm_comm_rank(comm);
-    size_t n = tbytes / sizeof(double);
+    int R = a2amm_comm_size(comm), me = a2amm_comm_rank(comm);
+    size_t tbytes = n * sizeof(double);
     double *send = malloc(tbytes * (size_t)R), *recv = malloc(tbytes * (size_t)R);
     int rc = send && recv ? A2AMM_OK : a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the perf figures");
-    for (int r = 0; !rc && r < R; r++) memcpy(send + (size_t)r * n, rn->times, tbytes);
-    if (!rc) rc = a2amm_comm_alltoall(comm, send, recv, tbytes, rn->o.timeout_s, err);
+    for (int r = 0; !rc && r < R; r++) memcpy(send + (size_t)r * n, times, tbytes);
+    if (!rc) rc = a2amm_comm_alltoall(comm, send, recv, tbytes, timeout_s, err);
     for (size_t i = 0; !rc && i < n; i++) /* entry i belongs to rank i mod R */
-        if ((int)(i % (size_t)R) != me) rn->times[i] = recv[(i % (size_t)R) * n + i];
+        if ((int)(i % (size_t)R) != me) times[i] = recv[(i % (size_t)R) * n + i];
     free(send), free(recv);
     return rc;
+}
+
+int run_mpi_call(int R, size_t heap_bytes, int (*fn)(a2amm_comm *, void *), void *arg, int *rank, a2amm_comm **comm,
+                 a2amm_error *err)
+{
+    int inited = 0, provided = 0, size = 0;
+    *comm = NULL;
+    MPI_Initialized(&inited);
+    if (!inited) MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != R)
+        return a2amm_fail(err, A2AMM_E_INVAL, "mpirun started %d ranks, the shape's R is %d: run mpirun -np %d", size,
+                          R, R);
+    int rc = a2amm_mpi_comm_create(MPI_COMM_WORLD, heap_bytes, comm, err);
+    if (rc) return rc;
+    stopped_comm = *comm, stopped_rank = *rank;
+    signal(SIGTERM, say_stopped);
+    rc = fn(*comm, arg);
+    signal(SIGTERM, SIG_DFL);
+    stopped_comm = NULL;
+    if (rc) abort_job(*comm, *rank, rc); /* naming the rank that failed first */
+    return A2AMM_OK;
 }
 
 int run_files_mpi(runner *rn, run_result *res, size_t tbytes, int64_t *offsets, a2amm_error *err)
@@ -93,27 +115,18 @@ int run_files_mpi(runner *rn, run_result *res, size_t tbytes, int64_t *offsets, 
     if (size != rn->s.R)
         return a2amm_fail(err, A2AMM_E_INVAL, "mpirun started %d ranks, the shape's R is %lld: run mpirun -np %lld",
                           size, (long long)rn->s.R, (long long)rn->s.R);
-    if (rn->o.trace_path) run_trace_mpi_offsets(size, rank, offsets); /* before anything is timed */
+    if (rn->o.trace_path) run_trace_mpi_offsets((int)rn->s.R, rank, offsets); /* before anything is timed */
     a2amm_comm *comm = NULL;
-    int rc = a2amm_mpi_comm_create(MPI_COMM_WORLD, run_heap_bytes(rn), &comm, err);
-    if (!rc) {
-        stopped_comm = comm, stopped_rank = rank;
-        signal(SIGTERM, say_stopped);
-        rc = run_rank_main(comm, rn);
-        signal(SIGTERM, SIG_DFL);
-        stopped_comm = NULL;
-        if (rc) abort_job(comm, rank, rc); /* naming the rank that failed first */
-    }
+    int rc = run_mpi_call((int)rn->s.R, run_heap_bytes(rn), run_rank_main, rn, &rank, &comm, err);
     if (!rc && rn->o.mode == RUN_PRECISION) {
         /* every rank wrote (the end barrier): each commits its own */
         char path[IO_PATH_MAX];
         rc = io_rank_path(path, sizeof path, rn->dir, "output", rank, "npu_out.bin", err);
         if (!rc) rc = io_commit_staged(path, rn->tag, err);
     }
-    if (!rc && rn->o.mode == RUN_PERF) rc = share_times(comm, rn, tbytes, err);
+    if (!rc && rn->o.mode == RUN_PERF) rc = run_mpi_share(comm, rn->times, tbytes / sizeof(double), rn->o.timeout_s, err);
     if (comm) a2amm_comm_barrier(comm, rn->o.timeout_s, NULL);
     a2amm_comm_destroy(comm);
     for (int r = 0; !rc && r < rn->s.R; r++) res->ranks[r] = (a2amm_rank_report){.started = 1, .status = A2AMM_OK};
     return rc;
 }
-

@@ -116,4 +116,16 @@ int run_mpi_rank(void);
 /* RUN_MPI: ends MPI (after the result is printed). */
 void run_mpi_finalize(void);
 
+/*
+ * RUN_MPI, for any op's runner: MPI_Init (once), a check that the job has R
+ * ranks, this rank's communicator (heap_bytes), then fn(comm, arg) in it; a
+ * failure of fn ends the whole job naming this rank (it does not return).
+ * *comm stays for the caller's last collective steps: destroy it after.
+ */
+struct a2amm_comm;
+int run_mpi_call(int R, size_t heap_bytes, int (*fn)(a2amm_comm *, void *), void *arg, int *rank, a2amm_comm **comm,
+                 a2amm_error *err);
+/* Every rank's entries of times[n] (entry i is rank i mod R's) into every rank's copy. */
+int run_mpi_share(a2amm_comm *comm, double *times, size_t n, double timeout_s, a2amm_error *err);
+
 #endif

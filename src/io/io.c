@@ -1,5 +1,6 @@
 /* The seed's file layout: exact-size reads, atomic writes, the meta file. */
 #include "io/io.h"
+#include "io/moe_io.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -394,8 +395,10 @@ int io_set_commit(const char *dir, const char *name, int n, const char *tag, voi
 static int is_ours(const char *name, const char *ext, const char *tag, size_t *base_len)
 {
     size_t e = strlen(ext);
-    for (int i = 0; i <= IO_RANK_FILES; i++) {
-        const char *ours = i < IO_RANK_FILES ? io_rank_files[i].name : META_NAME;
+    for (int i = 0; i <= IO_RANK_FILES + MOE_IO_INPUTS; i++) { /* either op's files, and the meta file */
+        const char *ours = i < IO_RANK_FILES                   ? io_rank_files[i].name
+                           : i < IO_RANK_FILES + MOE_IO_INPUTS ? moe_io_inputs[i - IO_RANK_FILES].name
+                                                               : META_NAME;
         size_t n = strlen(ours);
         if (strncmp(name, ours, n) || name[n] != '.' || strncmp(name + n + 1, ext, e) || name[n + 1 + e] != '.')
             continue;
@@ -691,6 +694,7 @@ static const char *meta_line(const char *line, size_t len, io_meta *m, unsigned 
         return NULL;
     }
     case MK_OP:
+        if (!strcmp(v, "moe")) return "the data is for --op moe (name it: gen, run and verify take it)";
         if (op_kind_parse(v, &m->shape.kind)) return "op must be alltoall-matmul or matmul-alltoall";
         return NULL;
     default:

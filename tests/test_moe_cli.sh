@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# The MoE op from the command line (--op moe): gen, run and verify in the
+# seed's folder layout with the MoE op's files; every route, both element
+# types, K from 1 to 8, E/R from 1 to 16, R from 1 to 4, ranks without
+# tokens; verify's bound catches a wrong output; the same bits whatever the
+# threads, and with the shape from the arguments (no meta file); gen's bytes
+# fixed by the seed and expert e's weights by e (not by R); the refusals (a
+# contradiction, a missing or short file, bad routing in the files: no output
+# changed); perf mode's figures. (Over MPI across hosts: test_mpi.sh.)
+. "$(dirname "$0")/lib.sh"
+
+# same_outputs DIR R SAVED: every rank's npu_out.bin is the same bytes as SAVED.<r>
+same_outputs() {
+    local d=$1 R=$2 saved=$3 r
+    for r in $(seq 0 $((R - 1))); do cmp -s "$d/output/$r/npu_out.bin" "$saved.$r" || return 1; done
+}
+save_outputs() { local r; for r in $(seq 0 $(($2 - 1))); do cp "$1/output/$r/npu_out.bin" "$3.$r"; done; }
+
+# --- the layout: each rank's files sized by its own tokens
+d="$SCRATCH/layout"
+expect_ok "gen --op moe" "$A2AMM" gen 6 64 96 2 --op moe --experts 4 --topk 2 --tokens 6,3 --dir "$d"
+expect_output "gen names the op and the shape" "op moe, T=6 H=64 I=96 R=2, 4 experts (2 a rank), top-2"
+check "the meta file records the op" grep -qx "op moe" "$d/input/a2amm-meta.txt"
+check "the meta file records every rank's tokens" grep -qx "tokens 6,3" "$d/input/a2amm-meta.txt"
+for r in 0 1; do
+    Tr=$((r == 0 ? 6 : 3))
+    check "rank $r: x [T_r, H]" test "$(stat -c %s "$d/input/$r/input_x.bin")" -eq $((Tr * 64))
+    check "rank $r: x's scales [T_r, 2*ceil(H/64)]" test "$(stat -c %s "$d/input/$r/input_scaleX.bin")" -eq $((Tr * 2))
+    check "rank $r: topk_idx [T_r, K] int32" test "$(stat -c %s "$d/input/$r/input_topk_idx.bin")" -eq $((Tr * 2 * 4))
+    check "rank $r: topk_w [T_r, K] fp32" test "$(stat -c %s "$d/input/$r/input_topk_w.bin")" -eq $((Tr * 2 * 4))
+    check "rank $r: w13 [E/R, 2I, H]" test "$(stat -c %s "$d/input/$r/input_w13.bin")" -eq $((2 * 192 * 64))
+    check "rank $r: its scales [E/R, 2I, 2*ceil(H/64)]" test "$(stat -c %s "$d/input/$r/input_scaleW13.bin")" -eq $((2 * 192 * 2))
+    check "rank $r: w2 [E/R, H, I]" test "$(stat -c %s "$d/input/$r/input_w2.bin")" -eq $((2 * 64 * 96))
+    check "rank $r: its scales [E/R, H, 2*ceil(I/64)]" test "$(stat -c %s "$d/input/$r/input_scaleW2.bin")" -eq $((2 * 64 * 4))
+    check "rank $r: the golden [T_r, H] bf16" test "$(stat -c %s "$d/output/$r/cpu_output.bin")" -eq $((Tr * 64 * 2))
+done
+# the routing as the contract says: ids in [-1, E), none twice in a token, weights of a token summing to 1
+check "the routing: ids in range, distinct, weights summing to 1" /usr/bin/python3 - "$d" <<'EOF'
+import struct, sys
+d = sys.argv[1]
+for r, T in ((0, 6), (1, 3)):
+    ids = struct.unpack("<%di" % (T * 2), open(f"{d}/input/{r}/input_topk_idx.bin", "rb").read())
+    ws = struct.unpack("<%df" % (T * 2), open(f"{d}/input/{r}/input_topk_w.bin", "rb").read())
+    for t in range(T):
+        i, w = ids[2 * t:2 * t + 2], ws[2 * t:2 * t + 2]
+        assert all(-1 <= e < 4 for e in i) and len(set(i)) == 2, (r, t, i)
+        assert abs(sum(w) - 1) < 1e-6 and all(x > 0 for x in w), (r, t, w)
+EOF
+
+# --- every route and type pair, K = 1..8, E/R = 1..16, R = 1..4: run, then verify within the bound
+i=0
+for spec in "1 uniform 1 1 e4m3 e4m3" "2 skewed 3 4 e5m2 e4m3" "3 hot 8 16 e4m3 e5m2" "4 empty 5 2 e5m2 e5m2" \
+            "2 empty 2 1 e4m3 e4m3" "3 uniform 6 3 e4m3 e4m3" "4 skewed 4 8 e4m3 e4m3" "2 hot 7 5 e5m2 e5m2"; do
+    set -- $spec
+    R=$1 route=$2 K=$3 L=$4 at=$5 bt=$6
+    E=$((R * L)); [ "$K" -le "$E" ] || K=$E
+    d="$SCRATCH/c$i"
+    what="R=$R route $route K=$K E/R=$L $at x $bt"
+    expect_ok "$what: gen" "$A2AMM" gen 12 96 64 "$R" --op moe --experts $E --topk $K --route $route --a-type $at \
+        --b-type $bt --seed $((40 + i)) --dir "$d" --quiet
+    expect_ok "$what: run" "$A2AMM" run 12 96 64 "$R" --op moe --dir "$d"
+    expect_output "$what: run succeeds" "Status: SUCCESS"
+    expect_ok "$what: verify" "$A2AMM" verify 12 96 64 "$R" --op moe --dir "$d"
+    expect_output "$what: every rank within the bound" "[ALL PASS] All $R ranks passed verification!"
+    i=$((i + 1))
+done
+check "the empty route: the odd ranks have no tokens" grep -qx "tokens 12,0,12,0" "$SCRATCH/c3/input/a2amm-meta.txt"
+check "... and their outputs are empty files" test -f "$SCRATCH/c3/output/1/npu_out.bin" -a ! -s "$SCRATCH/c3/output/1/npu_out.bin"
+check "the empty route: some slots unused (-1)" /usr/bin/python3 -c "
+import struct; b = open('$SCRATCH/c3/input/0/input_topk_idx.bin', 'rb').read()
+assert -1 in struct.unpack('<%di' % (len(b) // 4), b)"
+check "the hot route: every token's first slot on expert 0" /usr/bin/python3 -c "
+import struct; b = open('$SCRATCH/c2/input/1/input_topk_idx.bin', 'rb').read()
+ids = struct.unpack('<%di' % (len(b) // 4), b); assert ids and all(ids[k] == 0 for k in range(0, len(ids), 8))"
+
+# --- verify's bound catches a wrong output: the largest value made 1/4 larger, one sign flipped
+d="$SCRATCH/c1"
+save_outputs "$d" 2 "$SCRATCH/c1.want"
+/usr/bin/python3 - "$d/output/1/npu_out.bin" >"$SCRATCH/where" <<'EOF'
+import sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read())
+vals = [int.from_bytes(b[2 * i:2 * i + 2], "little") for i in range(len(b) // 2)]
+i = max(range(len(vals)), key=lambda k: vals[k] & 0x7fff)
+b[2 * i:2 * i + 2] = (vals[i] + 32).to_bytes(2, "little")  # 32 of its binade's 128 steps: 1/4 larger
+open(p, "wb").write(b)
+print(f"token {i // 96}, column {i % 96}")
+EOF
+expect_fail "verify: the largest value 1/4 larger is out of the bound" \
+    "[FAIL] Rank 1: 1 values out of the contract's bound; first at $(cat "$SCRATCH/where")" \
+    "$A2AMM" verify 12 96 64 2 --op moe --dir "$d"
+expect_output "verify: the other rank passes" "[PASS] Rank 0"
+cp "$SCRATCH/c1.want.1" "$d/output/1/npu_out.bin"
+/usr/bin/python3 -c "
+p = '$d/output/0/npu_out.bin'; b = bytearray(open(p, 'rb').read()); b[2 * 7 + 1] ^= 0x80; open(p, 'wb').write(b)"
+expect_fail "verify: a flipped sign is out of the bound" "[FAIL] Rank 0" "$A2AMM" verify 12 96 64 2 --op moe --dir "$d"
+expect_fail "verify: a missing output is named" "npu_out.bin is missing" bash -c "rm '$d/output/0/npu_out.bin' && '$A2AMM' verify 12 96 64 2 --op moe --dir '$d'"
+
+# --- the same bits whatever the threads; run and verify find the op in the meta file
+d="$SCRATCH/c5"
+save_outputs "$d" 3 "$SCRATCH/c5.want"
+expect_ok "3 threads a rank" "$A2AMM" run 12 96 64 3 --op moe --dir "$d" --threads 3
+check "3 threads a rank: the same bits" same_outputs "$d" 3 "$SCRATCH/c5.want"
+expect_ok "run without --op: the meta file says moe" "$A2AMM" run 12 96 64 3 --dir "$d" --threads 1
+check "... the same bits" same_outputs "$d" 3 "$SCRATCH/c5.want"
+expect_ok "verify without --op" "$A2AMM" verify 12 96 64 3 --dir "$d"
+expect_ok "the seed's form finds the MoE data too" "$A2AMM" 12 96 64 3 --dir "$d"
+check "... the same bits" same_outputs "$d" 3 "$SCRATCH/c5.want"
+
+# --- without a meta file the arguments give the shape, and the bits are the same
+mv "$d/input/a2amm-meta.txt" "$SCRATCH/c5.meta"
+expect_ok "no meta file: the shape from the arguments" "$A2AMM" run 12 96 64 3 --op moe --experts 9 --topk 6 --dir "$d"
+expect_output "... said on stderr" "the shape comes from the arguments"
+check "... the same bits" same_outputs "$d" 3 "$SCRATCH/c5.want"
+expect_fail "no meta file, another E: the file sizes tell" "expected" "$A2AMM" run 12 96 64 3 --op moe --experts 6 --topk 6 --dir "$d"
+mv "$SCRATCH/c5.meta" "$d/input/a2amm-meta.txt"
+
+# --- refusals: contradictions, bad files, bad routing (no output changed)
+d="$SCRATCH/c0"
+save_outputs "$d" 1 "$SCRATCH/c0.want"
+expect_fail "a contradicting --experts" "--experts contradicts" "$A2AMM" run 12 96 64 1 --op moe --experts 2 --dir "$d"
+expect_fail "a contradicting T" "T contradicts" "$A2AMM" run 13 96 64 1 --op moe --dir "$d"
+expect_fail "a contradicting --tokens" "--tokens contradicts" "$A2AMM" verify 12 96 64 1 --op moe --tokens 5 --dir "$d"
+expect_fail "another op on MoE data" "the data is for --op moe" "$A2AMM" run 12 96 64 1 --op alltoall-matmul --dir "$d"
+expect_fail "H not a multiple of 32" "H and I must be positive multiples of 32" "$A2AMM" gen 4 100 64 2 --op moe --dir "$SCRATCH/bad"
+expect_fail "E not a multiple of R" "--experts must be a positive multiple of R" "$A2AMM" gen 4 64 64 3 --op moe --experts 4 --dir "$SCRATCH/bad"
+expect_fail "K over E" "--topk must be 1 to min(E, 32)" "$A2AMM" gen 4 64 64 1 --op moe --experts 2 --topk 3 --dir "$SCRATCH/bad"
+expect_fail "--tokens over T" "--tokens must be R = 2 counts from 0 to T = 4" "$A2AMM" gen 4 64 64 2 --op moe --tokens 4,5 --dir "$SCRATCH/bad"
+expect_fail "a bad route" "--route must be uniform, skewed, hot or empty" "$A2AMM" gen 4 64 64 2 --op moe --route zipf --dir "$SCRATCH/bad"
+cp "$d/input/0/input_topk_w.bin" "$SCRATCH/w.bin"
+head -c 20 "$SCRATCH/w.bin" >"$d/input/0/input_topk_w.bin"
+expect_fail "a short file: run names the rank, the file and the sizes" "rank 0: $d/input/0/input_topk_w.bin (its top-k weights, T_r = 12 tokens): expected 48 bytes, found 20 bytes (file is short)" \
+    "$A2AMM" run 12 96 64 1 --op moe --dir "$d"
+cp "$SCRATCH/w.bin" "$d/input/0/input_topk_w.bin"
+cp "$d/input/0/input_topk_idx.bin" "$SCRATCH/idx.bin"
+/usr/bin/python3 -c "
+p = '$d/input/0/input_topk_idx.bin'; b = bytearray(open(p, 'rb').read()); b[4 * 2:4 * 3] = (7).to_bytes(4, 'little', signed=True); open(p, 'wb').write(b)"
+expect_fail "an expert id out of range: refused naming token and slot" "token 2, slot 0" "$A2AMM" run 12 96 64 1 --op moe --dir "$d"
+check "... and the outputs are as they were" same_outputs "$d" 1 "$SCRATCH/c0.want"
+check "... and nothing temporary left" test -z "$(find "$d" -name '*.tmp.*')"
+cp "$SCRATCH/idx.bin" "$d/input/0/input_topk_idx.bin"
+sed -i 's/^topk .*/topk x/' "$d/input/a2amm-meta.txt"
+expect_fail "a broken meta file: the line and the rule" "a2amm-meta.txt:8: the value must be a whole number" "$A2AMM" run 12 96 64 1 --op moe --dir "$d"
+
+# --- gen's bytes: fixed by the seed; expert e's weights by e and the seed, not by R
+g1="$SCRATCH/g1" g2="$SCRATCH/g2" g4="$SCRATCH/g4"
+"$A2AMM" gen 5 64 32 2 --op moe --experts 8 --seed 9 --dir "$g1" --no-golden >/dev/null
+"$A2AMM" gen 5 64 32 2 --op moe --experts 8 --seed 9 --dir "$g2" --no-golden >/dev/null
+check "the same seed, the same bytes" diff -r "$g1/input" "$g2/input"
+"$A2AMM" gen 5 64 32 4 --op moe --experts 8 --seed 9 --dir "$g4" --no-golden >/dev/null
+check "expert e's weights do not depend on R" cmp -s "$g1/input/1/input_w13.bin" <(cat "$g4/input/2/input_w13.bin" "$g4/input/3/input_w13.bin")
+"$A2AMM" gen 5 64 32 2 --op moe --experts 8 --seed 10 --dir "$g2" --no-golden >/dev/null
+check "another seed, other bytes" bash -c "! cmp -s '$g1/input/0/input_x.bin' '$g2/input/0/input_x.bin'"
+
+# --- perf mode: the call, the experts alone, the exchange alone
+d="$SCRATCH/c6"
+expect_ok "perf mode" "$A2AMM" run 12 96 64 4 --op moe perf --iters 2 --dir "$d"
+for v in "a2amm MoE call (dispatch, experts, combine)" "experts alone (the same rows)" "exchange alone (dispatch + combine)" "call / experts alone:"; do
+    expect_output "perf mode: $v" "$v"
+done
+expect_ok "perf mode --json" "$A2AMM" run 12 96 64 4 --op moe perf --iters 2 --json --dir "$d"
+check "perf --json: figures that parse, every time positive" /usr/bin/python3 -c "
+import json; j = json.load(open('$SCRATCH/out'))
+assert j['op'] == 'moe' and j['R'] == 4 and j['tokens'] == 48, j
+assert all(j[k]['median'] > 0 for k in ('call_s', 'experts_alone_s', 'exchange_alone_s')), j"
+expect_fail "--route is gen's" "--route is gen's" "$A2AMM" run 12 96 64 4 --op moe --route hot --dir "$d"
+expect_ok "gen --op moe --help" "$A2AMM" gen --op moe --help
+expect_output "gen's help shows the layout" "input_topk_idx.bin"
+finish
