@@ -423,7 +423,7 @@ static void print_perf(const moe_io_shape *s, const moe_run_result *res, int jso
         printf("    %-46s %9.3f ms  (%.3f .. %.3f)\n", moe_variant_names[v], sum[v].median * 1e3, sum[v].min * 1e3,
                sum[v].max * 1e3);
     printf("  call / experts alone: %.2f; exposed (call - experts): %.3f ms; %.0f tokens/s over %lld tokens; "
-           "at most %lld rows received by a rank\n", call / experts, (call - experts) * 1e3, tokens / call,
+           "at most %lld expert rows (token, expert) on a rank\n", call / experts, (call - experts) * 1e3, tokens / call,
            (long long)tokens, (long long)res->rows_max);
 }
 

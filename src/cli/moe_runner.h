@@ -37,7 +37,7 @@ typedef struct moe_run_result {
     a2amm_rank_report *ranks; /* [R] */
     int iters;
     double *t[MOE_VARIANTS];  /* perf: [iters] each, the slowest rank's seconds */
-    int64_t rows_max;         /* perf: the most (token, rank) rows a rank received in a call */
+    int64_t rows_max;         /* perf: the most expert rows (token, local expert) a rank computed in a call */
 } moe_run_result;
 
 int moe_run_files(const char *dir, const moe_io_shape *s, const moe_run_options *o, moe_run_result *res,
