@@ -136,7 +136,7 @@ static void check_level(const char *level, moe_down_fn *fn)
     for (int type = 0; type < 2; type++) {
         a2amm_fp8_type ty = type ? A2AMM_E5M2 : A2AMM_E4M3;
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-            for (int64_t n = 0; n <= 17; n += s < 2 ? 1 : 5) {
+            for (int64_t n = 0; n <= 41; n += n < 17 ? (s < 2 ? 1 : 5) : 8) { /* then 17, 25, 33, 41: many rows */
                 problem p;
                 problem_make(&p, shapes[s].H, shapes[s].I, n, ty, -10, 10, 118, 136);
                 check_problem("all codes", level, fn, &p, s < 3);
@@ -151,24 +151,30 @@ static void check_level(const char *level, moe_down_fn *fn)
             {"sums that overflow", 100, 127, 240, 254},       /* Inf, and Inf - Inf = NaN */
             {"cancelling large sums", 60, 70, 180, 200},
         };
-        for (size_t r = 0; r < sizeof ranges / sizeof *ranges; r++) {
-            problem p;
-            problem_make(&p, 64, 256, 11, ty, ranges[r].a_lo, ranges[r].a_hi, ranges[r].s_lo, ranges[r].s_hi);
-            check_problem(ranges[r].what, level, fn, &p, 1);
+        for (size_t r = 0; r < sizeof ranges / sizeof *ranges; r++)
+            for (int64_t n = 11; n <= 21; n += 10) { /* a few rows, and many (a level's other loops) */
+                problem p;
+                problem_make(&p, 64, 256, n, ty, ranges[r].a_lo, ranges[r].a_hi, ranges[r].s_lo, ranges[r].s_hi);
+                check_problem(ranges[r].what, level, fn, &p, 1);
+                problem_free(&p);
+            }
+        problem p;
+        for (int64_t n = 9; n <= 19; n += 10) {
+            problem_make_codes(&p, 64, 128, n, ty, -6, 6, 118, 136, 1);
+            check_problem("NaN and Inf codes", level, fn, &p, 1);
+            problem_free(&p);
+            /* NaN and Inf in a */
+            problem_make(&p, 32, 64, n, ty, -5, 5, 120, 134);
+            for (int64_t i = 0; i < p.n * p.I; i += 13)
+                p.a[i] = (i / 13) % 3 == 0 ? NAN : (i / 13) % 3 == 1 ? INFINITY : -INFINITY;
+            check_problem("NaN and Inf in a", level, fn, &p, 1);
             problem_free(&p);
         }
-        problem p;
-        problem_make_codes(&p, 64, 128, 9, ty, -6, 6, 118, 136, 1);
-        check_problem("NaN and Inf codes", level, fn, &p, 1);
-        problem_free(&p);
-        /* NaN and Inf in a */
-        problem_make(&p, 32, 64, 9, ty, -5, 5, 120, 134);
-        for (int64_t i = 0; i < p.n * p.I; i += 13) p.a[i] = (i / 13) % 3 == 0 ? NAN : (i / 13) % 3 == 1 ? INFINITY : -INFINITY;
-        check_problem("NaN and Inf in a", level, fn, &p, 1);
-        problem_free(&p);
-        problem_make(&p, 2048, 1408, 3, ty, -8, 8, 120, 134); /* a DeepSeek-V2-Lite expert's W2 */
-        check_problem("a DeepSeek-V2-Lite expert", level, fn, &p, 0);
-        problem_free(&p);
+        for (int64_t n = 3; n <= 24; n += 21) {
+            problem_make(&p, 2048, 1408, n, ty, -8, 8, 120, 134); /* a DeepSeek-V2-Lite expert's W2 */
+            check_problem("a DeepSeek-V2-Lite expert", level, fn, &p, 0);
+            problem_free(&p);
+        }
     }
 }
 

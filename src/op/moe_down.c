@@ -282,9 +282,130 @@ static panels_fn *pick_512(int rows, int np, int fma)
 }
 #undef PICK
 
+/*
+ * Many rows (prefill): the loops above widen a panel's codes again for every
+ * group of rows, and one panel of 8 rows keeps two FMA ports waiting on the
+ * widening. Here each 32-block of two panels is widened once, into L1, for
+ * every row; a group of 8 rows then takes 16 FMAs a code row (16 sums in
+ * flight), and the blocks' sums go into ys, which holds each column's acc
+ * between blocks. Each column's order is the rule's, so the bits are the
+ * same.
+ */
+enum { MANY_ROWS = 16 /* from this many rows */, PAIR = 2 /* panels widened together */ };
+
+typedef struct widened_pair {
+    __m512 w[PAIR][32];          /* row t of each panel's block, as floats */
+    __m512 scale[PAIR];          /* each panel's 16 column scales as floats (scale_float) */
+    unsigned nan[PAIR];          /* each panel's NaN columns */
+} widened_pair;
+
+/*
+ * 2^(scale - 127) as a float (2^-127 is a subnormal, exact), NaN for 0xFF.
+ * With it one FMA, fma(sums, scale, acc), gives the rule's
+ * float((double)acc + (double)sums * 2^(scale - 127)): the product is exact
+ * in both, and a sum of two floats rounded to double (53 bits >= 2 * 24 + 2)
+ * then to float is the sum rounded once to float, which the FMA does; in
+ * float's subnormal range the double sum is exact or far below its grid.
+ */
+static float scale_float(uint8_t s)
+{
+    uint32_t bits = s == 0 ? 0x00400000u : (uint32_t)s << 23;
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    return s == 0xFF ? NAN : v;
+}
+
+AVX512_INLINE void widen_pair(const uint8_t *panel, size_t stride, int64_t b, int e4m3, widened_pair *out)
+{
+    for (int q = 0; q < PAIR; q++) {
+        const uint8_t *blk = panel + q * stride + HEAD + (size_t)b * BLOCK;
+        for (int t = 0; t < 32; t++) out->w[q][t] = widen16_avx512(blk + NR + t * NR, e4m3);
+        float scale[NR];
+        for (int c = 0; c < NR; c++) scale[c] = scale_float(blk[c]);
+        out->scale[q] = _mm512_loadu_ps(scale);
+        out->nan[q] = nan_columns(panel + q * stride);
+    }
+}
+
+/* `rows` rows (a: row 0's block, I apart) over a widened block pair: acc (ys, from 0 at the first block)
+ * gets the block's sums; the last block stores the final values (NaN canonical, NaN columns). */
+AVX512_INLINE void rows_of_pair(int rows, int fma, const widened_pair *wp, const float *a, int64_t I,
+                                float *const *ys, int64_t col, int first, int last)
+{
+    __m512 sums[PAIR * ROWS_512]; /* panel q, row r at q * ROWS_512 + r */
+    for (int r = 0; r < rows; r++) sums[r] = sums[ROWS_512 + r] = _mm512_setzero_ps();
+    for (int t = 0; t < 32; t++) {
+        const __m512 w0 = wp->w[0][t], w1 = wp->w[1][t];
+#pragma GCC unroll 8
+        for (int r = 0; r < rows; r++) {
+            __m512 ar = _mm512_set1_ps(a[r * I + t]);
+            sums[r] = fma ? _mm512_fmadd_ps(ar, w0, sums[r]) : _mm512_add_ps(sums[r], _mm512_mul_ps(ar, w0));
+            sums[ROWS_512 + r] = fma ? _mm512_fmadd_ps(ar, w1, sums[ROWS_512 + r])
+                                     : _mm512_add_ps(sums[ROWS_512 + r], _mm512_mul_ps(ar, w1));
+        }
+    }
+    for (int q = 0; q < PAIR; q++)
+#pragma GCC unroll 8
+        for (int r = 0; r < rows; r++) {
+            float *at = ys[r] + col + q * NR;
+            __m512 acc = first ? _mm512_setzero_ps() : _mm512_loadu_ps(at);
+            acc = _mm512_fmadd_ps(sums[q * ROWS_512 + r], wp->scale[q], acc);
+            if (last)
+                acc = _mm512_mask_mov_ps(acc, _mm512_cmp_ps_mask(acc, acc, _CMP_UNORD_Q) | wp->nan[q],
+                                         _mm512_set1_ps(NAN));
+            _mm512_storeu_ps(at, acc);
+        }
+}
+
+typedef void rows_of_pair_fn(const widened_pair *wp, const float *a, int64_t I, float *const *ys, int64_t col,
+                             int first, int last);
+/* One copy a (rows, fma), each a function of its own (as DEFINE_512, for the compilers' sake). */
+#define DEFINE_MANY(k, f)                                                                                      \
+    static AVX512_TARGET __attribute__((noinline)) void many512_##k##_##f(                                    \
+        const widened_pair *wp, const float *a, int64_t I, float *const *ys, int64_t col, int first, int last) \
+    {                                                                                                         \
+        rows_of_pair(k, f, wp, a, I, ys, col, first, last);                                                   \
+    }
+#define CASES_MANY(M) M(1, 0) M(1, 1) M(2, 0) M(2, 1) M(3, 0) M(3, 1) M(4, 0) M(4, 1) \
+                      M(5, 0) M(5, 1) M(6, 0) M(6, 1) M(7, 0) M(7, 1) M(8, 0) M(8, 1)
+CASES_MANY(DEFINE_MANY)
+#define PICK(k, f)                                                                                             \
+    case k * 2 + f:                                                                                            \
+        return many512_##k##_##f;
+
+static rows_of_pair_fn *pick_many(int rows, int fma)
+{
+    switch (rows * 2 + fma) {
+        CASES_MANY(PICK)
+    }
+    return NULL;
+}
+#undef PICK
+
+static AVX512_TARGET void down_many_avx512(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
+                                           const uint8_t *packed, float *const *ys)
+{
+    const int e4m3 = b_type == A2AMM_E4M3, fma = products_in_range(a, (int)n, I, b_type);
+    const size_t stride = panel_bytes(I);
+    const int64_t nkb = I / 32;
+    widened_pair wp;
+    for (int64_t p = 0; p < H / NR; p += PAIR)
+        for (int64_t b = 0; b < nkb; b++) {
+            widen_pair(packed + (size_t)p * stride, stride, b, e4m3, &wp);
+            for (int64_t r0 = 0; r0 < n; r0 += ROWS_512) {
+                const int rows = n - r0 < ROWS_512 ? (int)(n - r0) : ROWS_512;
+                pick_many(rows, fma)(&wp, a + r0 * I + b * 32, I, ys + r0, p * NR, b == 0, b == nkb - 1);
+            }
+        }
+}
+
 void moe_down_avx512(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
                      const uint8_t *packed, float *const *ys)
 {
+    if (n >= MANY_ROWS && (H / NR) % PAIR == 0) {
+        down_many_avx512(H, I, b_type, a, n, packed, ys);
+        return;
+    }
     const down_level level = {ROWS_512, panels_at_once_512, pick_512};
     down_rows(&level, H, I, b_type, a, n, packed, ys);
 }
