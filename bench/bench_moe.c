@@ -29,12 +29,14 @@
 #include "common/pool.h"
 #include "mx/mx.h"
 #include "op/moe.h"
+#include "bench/moe_dnn.h"
+#include "bench/bench_peers.h"
 
-enum { MOE_BENCH_MAX_ITERS = 1000, WAYS = 4 };
-enum { WAY_CALL, WAY_EXPERTS, WAY_GATHER, WAY_READ };
+enum { MOE_BENCH_MAX_ITERS = 1000, WAYS = 5 };
+enum { WAY_CALL, WAY_EXPERTS, WAY_GATHER, WAY_DNN, WAY_READ };
 static const char *const WAY_NAMES[WAYS] = {"a2amm MoE call (dispatch, experts, combine)",
-                                            "experts alone (the same rows)", "gather + reduce-scatter",
-                                            "read of the experts' fp8 codes"};
+                                            "experts alone (the same rows)", "(1) gather + reduce-scatter",
+                                            "(2) alltoallv + oneDNN bf16 experts", "read of the experts' fp8 codes"};
 
 typedef struct moe_bench {
     int R, E, K, iters, threads, skew;
@@ -42,6 +44,8 @@ typedef struct moe_bench {
     double timeout_s;
     double *t;        /* shared: [way][iteration][rank] */
     int *same;        /* shared: [rank] the baseline gave the op's bits */
+    double *dnn_err;  /* shared: [rank] oneDNN's out against the op's: |d|_2 / |out|_2 */
+    char *dnn_what;   /* shared: rank 0's description of oneDNN's matmuls */
     uint64_t *sink;   /* shared: [rank] */
 } moe_bench;
 
@@ -270,6 +274,23 @@ static int bench_rank(a2amm_comm *comm, void *arg)
     if (!rc) rc = a2amm_moe_run(m, T, d.x, d.sx, sw, d.idx, d.w, out, &err); /* warm-up, and the op's bits */
     if (!rc) rc = baseline_run(comm, &bl, &d, out_base, &err);
     b->same[r] = !rc && !memcmp(out, out_base, sizeof *out * (size_t)(T * H));
+    moe_dnn *dnn = NULL;
+    moe_dnn_shape ds = {R, b->E, b->K, T, H, I, cfg.max_tokens, A2AMM_E4M3, A2AMM_E4M3, cfg.threads ? cfg.threads : 1,
+                        b->timeout_s};
+    if (!b->threads) ds.threads = pool_cpu_count() / R > 0 ? pool_cpu_count() / R : 1;
+    moe_dnn_inputs din = {d.x, d.sx, d.w13, d.s13, d.w2, d.s2, d.idx, d.w};
+    if (!rc) rc = moe_dnn_create(comm, &ds, &din, &dnn, &err);
+    if (!rc) rc = moe_dnn_run(dnn, out_base, &err);
+    if (!rc) {
+        double dd = 0, oo = 0;
+        for (int64_t i = 0; i < T * H; i++) {
+            double x = mx_bf16_to_f32(out[i]), y = mx_bf16_to_f32(out_base[i]);
+            dd += (x - y) * (x - y), oo += x * x;
+        }
+        b->dnn_err[r] = oo > 0 ? sqrt(dd / oo) : sqrt(dd);
+        if (r == 0) snprintf(b->dnn_what, 200, "%s", moe_dnn_what(dnn));
+        moe_dnn_idle(dnn);
+    }
     for (int it = 0; !rc && it < b->iters; it++) {
         double *t = b->t + (size_t)it * R + r, t0;
         const size_t way = (size_t)b->iters * R;
@@ -302,6 +323,11 @@ static int bench_rank(a2amm_comm *comm, void *arg)
         t[WAY_GATHER * way] = cli_now() - t0;
         if (!rc) rc = a2amm_comm_barrier(comm, b->timeout_s, &err);
         t0 = cli_now();
+        if (!rc) rc = moe_dnn_run(dnn, out_base, &err);
+        t[WAY_DNN * way] = cli_now() - t0;
+        if (!rc) moe_dnn_idle(dnn);
+        if (!rc) rc = a2amm_comm_barrier(comm, b->timeout_s, &err);
+        t0 = cli_now();
         uint64_t sum = 0;
         const uint64_t *q13 = (const uint64_t *)d.w13, *q2 = (const uint64_t *)d.w2;
         for (size_t i = 0; i < (size_t)(local * 2 * I * H) / 8; i++) sum += q13[i];
@@ -311,6 +337,7 @@ static int bench_rank(a2amm_comm *comm, void *arg)
     }
     if (rc) fprintf(stderr, "a2amm bench moe: rank %d: %s\n", r, err.msg);
     a2amm_moe_destroy(m);
+    moe_dnn_free(dnn);
     moe_weights_free(&s, &w);
     pool_destroy(workers);
     for (int le = 0; le < local; le++) free(ys[le]);
@@ -373,14 +400,16 @@ int cmd_bench_moe(int argc, char **argv)
         return 2;
     }
     size_t tbytes = sizeof(double) * (size_t)WAYS * (size_t)b.iters * (size_t)b.R;
-    size_t shared = tbytes + sizeof(int) * (size_t)b.R + sizeof(uint64_t) * (size_t)b.R;
+    size_t shared = tbytes + sizeof(int) * (size_t)b.R + sizeof(uint64_t) * (size_t)b.R + sizeof(double) * (size_t)b.R + 200;
     uint8_t *mem = mmap(NULL, shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) {
         perror("a2amm bench moe: mmap");
         return 1;
     }
     memset(mem, 0, shared);
-    b.t = (double *)mem, b.sink = (uint64_t *)(mem + tbytes), b.same = (int *)(mem + tbytes + 8 * (size_t)b.R);
+    b.t = (double *)mem, b.sink = (uint64_t *)(mem + tbytes), b.dnn_err = (double *)(mem + tbytes + 8 * (size_t)b.R);
+    b.same = (int *)(mem + tbytes + 16 * (size_t)b.R), b.dnn_what = (char *)(mem + tbytes + 20 * (size_t)b.R);
+    bench_onednn_cap_isa(); /* oneDNN as on a CPU without what A2AMM_CPU_HIDE hides */
     a2amm_error err = {0, ""};
     a2amm_launch_options lo_opt = {.size = sizeof lo_opt};
     int rc = a2amm_launch(b.R, bench_rank, &b, &lo_opt, &err);
@@ -399,7 +428,7 @@ int cmd_bench_moe(int argc, char **argv)
         }
         sum[wy] = cli_summarize(slowest, b.iters);
     }
-    int same = 1;
+    int same = 1, dnn_ok = 0;
     for (int r = 0; r < b.R; r++) same &= b.same[r];
     const char *kernel = "?";
     a2amm_kernel(&kernel, NULL);
@@ -411,12 +440,18 @@ int cmd_bench_moe(int argc, char **argv)
         printf("  %-46s %10.3f %10.3f %10.3f %12.0f\n", WAY_NAMES[wy], sum[wy].min * 1e3, sum[wy].median * 1e3,
                sum[wy].max * 1e3, wy == WAY_READ ? 0.0 : (double)(b.T * b.R) / sum[wy].median);
     if (slowest) {
-        printf("  call / experts alone %.3f; gather + reduce-scatter / call %.3f; call / read %.3f (medians)\n",
+        printf("  call / experts alone %.3f; (1) / call %.3f; (2) / call %.3f; call / read %.3f (medians)\n",
                sum[WAY_CALL].median / sum[WAY_EXPERTS].median, sum[WAY_GATHER].median / sum[WAY_CALL].median,
-               sum[WAY_CALL].median / sum[WAY_READ].median);
-        printf("  gather + reduce-scatter gives the op's bits on every rank: %s\n", same ? "yes" : "NO");
+               sum[WAY_DNN].median / sum[WAY_CALL].median, sum[WAY_CALL].median / sum[WAY_READ].median);
+        printf("  (1) gives the op's bits on every rank: %s\n", same ? "yes" : "NO");
+        double worst = 0;
+        for (int r = 0; r < b.R; r++) worst = fmax(worst, b.dnn_err[r]);
+        printf("  (2) runs %s; its out against the op's: %.2e (|difference|_2 / |out|_2, worst rank: bf16 "
+               "roundings of g, u and y)\n", b.dnn_what, worst);
+        dnn_ok = worst < 0.05;
     }
     free(slowest);
     munmap(mem, shared);
-    return same ? 0 : 1;
+    if (!dnn_ok) fprintf(stderr, "a2amm bench moe: baseline (2) does not agree with the op (over 5%%): a bug\n");
+    return same && dnn_ok ? 0 : 1;
 }
