@@ -332,18 +332,21 @@ expect_fail "bench gemm --sweep: N K or nothing" "expected N K or nothing" "$A2A
 expect_ok "bench gemm --help names --sweep" "$A2AMM" bench gemm --help
 expect_output "bench gemm --help names --sweep" "--sweep"
 
-# --- bench moe: the MoE op beside its experts alone, the gather + reduce-scatter way, a read of the experts
+# --- bench moe: the MoE op beside its experts alone, the gather + reduce-scatter way (1), alltoallv + oneDNN
+#     experts (2), a read of the experts
 expect_ok "bench moe --help" "$A2AMM" bench moe --help
 expect_output "bench moe --help has an example" "a2amm bench moe 2 16 2048 1408 64 6"
 for args in "2 6 64 32 4 2" "3 5 96 64 6 3 --skew" "1 4 64 32 2 1"; do
     # shellcheck disable=SC2086
     expect_ok "bench moe $args" "$A2AMM" bench moe $args --iters 2
-    for row in "a2amm MoE call" "experts alone" "gather + reduce-scatter" "read of the experts' fp8 codes" \
-        "call / experts alone"; do
+    for row in "a2amm MoE call" "experts alone" "(1) gather + reduce-scatter" "(2) alltoallv + oneDNN bf16 experts" \
+        "read of the experts' fp8 codes" "call / experts alone"; do
         expect_output "bench moe $args: $row" "$row"
     done
     # the baseline computes what the op does by another route: the same bits, or the bench fails
-    expect_output "bench moe $args: the baseline gives the op's bits" "gives the op's bits on every rank: yes"
+    expect_output "bench moe $args: the baseline gives the op's bits" "(1) gives the op's bits on every rank: yes"
+    # (2) rounds g, u and y to bf16: near the op's output (the bench fails past 5%), and says what it ran
+    expect_output "bench moe $args: baseline (2) says what it ran" "(2) runs oneDNN"
 done
 expect_fail "bench moe: E not a multiple of R" "E a multiple of R" "$A2AMM" bench moe 3 4 64 32 4 2
 expect_fail "bench moe: H not a multiple of 32" "H and I must be multiples of 32" "$A2AMM" bench moe 2 4 48 32 4 2
