@@ -1,16 +1,19 @@
 /*
  * `a2amm bench moe R T H I E K`: the MoE op (a2amm_moe_run, expert
- * parallelism) on R ranks of a2amm_launch, T tokens a rank, beside, in the
- * same rounds and on the same data:
+ * parallelism) on R ranks of a2amm_launch (or of an MPI job: --transport
+ * mpi), T tokens a rank, beside, in the same rounds and on the same data:
  *   experts alone        this rank's experts on the rows a dispatch gave
  *                        them, on the op's threads and kernels (what the op
  *                        would cost if moving rows were free)
- *   gather + reduce-scatter  the way without expert parallelism (vLLM's CPU
+ *   (1) gather + reduce-scatter  the way without expert parallelism (vLLM's CPU
  *                        backend): every rank's tokens to every rank, each
  *                        rank's experts on what routes to them, then every
  *                        rank's dense [T, H] partials back to the tokens'
  *                        ranks and summed: the same experts, the same sums
  *                        (the same bits, checked), R times the bytes moved
+ *   (2) alltoallv + oneDNN  expert parallelism as users write it without
+ *                        a2amm (bench/moe_dnn.h): bf16 rows, oneDNN's bf16
+ *                        matmuls per expert
  *   read of the experts  every local expert's fp8 codes read once (a decode
  *                        call's floor: it hits nearly every expert)
  * Each repetition starts after a barrier; its time is the slowest rank's.
@@ -24,7 +27,9 @@
 #include "bench/bench.h"
 #include "cli/args.h"
 #include "cli/measure.h"
+#include "cli/moe_runner.h"
 #include "cli/perf_report.h"
+#include "cli/runner.h"
 #include "common/error.h"
 #include "common/pool.h"
 #include "mx/mx.h"
@@ -39,7 +44,7 @@ static const char *const WAY_NAMES[WAYS] = {"a2amm MoE call (dispatch, experts, 
                                             "(2) alltoallv + oneDNN bf16 experts", "read of the experts' fp8 codes"};
 
 typedef struct moe_bench {
-    int R, E, K, iters, threads, skew;
+    int R, E, K, iters, threads, skew, mpi;
     int64_t T, H, I;
     double timeout_s;
     double *t;        /* shared: [way][iteration][rank] */
@@ -57,14 +62,21 @@ static void moe_bench_usage(FILE *f)
             "Times the MoE op (expert parallelism: each token to the ranks of its top-K\n"
             "experts, SwiGLU experts, the weighted results back) on R ranks, T tokens a rank,\n"
             "hidden H, inner I, E experts (E/R a rank), random MXFP8 data, beside the same\n"
-            "experts alone, the gather + reduce-scatter way without expert parallelism, and a\n"
-            "read of the experts' fp8 codes; each repetition's time is the slowest rank's.\n"
+            "experts alone and what users run today: (1) every token to every rank and the\n"
+            "results reduce-scattered back (vLLM's CPU backend; the same bits, checked), and\n"
+            "(2) counts by AllToAll, each (token, expert) row in bf16 to the expert's rank,\n"
+            "oneDNN's bf16 matmuls per expert, results back (the uneven AllToAlls are the\n"
+            "communicator's: MPI messages over MPI); and a read of the experts' fp8 codes.\n"
+            "Each repetition's time is the slowest rank's.\n"
             "\n"
             "options:\n"
             "  --iters N          repetitions (default 5)\n"
             "  --threads T        compute threads a rank (default: cores / R)\n"
             "  --skew             route most tokens to the first experts (default: uniform)\n"
             "  --timeout SECONDS  deadline of every wait between ranks (default 60)\n"
+            "  --transport shm|mpi  shm: R ranks forked here (default); mpi: this process is one rank\n"
+            "                     of an MPI job, the exchanges (the baselines' too) MPI messages:\n"
+            "                       mpirun -np R a2amm bench moe R T H I E K --transport mpi\n"
             "\n"
             "examples:\n"
             "  a2amm bench moe 2 16 2048 1408 64 6      (DeepSeek-V2-Lite, decode)\n"
@@ -347,6 +359,30 @@ static int bench_rank(a2amm_comm *comm, void *arg)
     return rc;
 }
 
+/* --transport mpi: this process is one rank of the MPI job (mpirun -np R); every rank's figures to every
+ * rank's copy after, then MPI ends. */
+static int run_on_mpi(moe_bench *b, a2amm_error *err)
+{
+    if (!run_under_mpirun())
+        return a2amm_fail(err, A2AMM_E_INVAL, "--transport mpi: this process is not part of an MPI job; launch every "
+                          "rank with mpirun: mpirun -np %d a2amm bench moe %d ... --transport mpi", b->R, b->R);
+    int rank = 0;
+    a2amm_comm *comm = NULL;
+    int rc = run_mpi_call(b->R, moe_run_heap_bytes(b->R, b->T, b->H, b->K), bench_rank, b, &rank, &comm, err);
+    double *flags = malloc(sizeof *flags * (size_t)b->R);
+    if (!rc && !flags) rc = a2amm_fail(err, A2AMM_E_NOMEM, "out of memory");
+    if (!rc) rc = run_mpi_share(comm, b->t, (size_t)WAYS * (size_t)b->iters * (size_t)b->R, b->timeout_s, err);
+    if (!rc) rc = run_mpi_share(comm, b->dnn_err, (size_t)b->R, b->timeout_s, err);
+    for (int r = 0; !rc && r < b->R; r++) flags[r] = b->same[r];
+    if (!rc) rc = run_mpi_share(comm, flags, (size_t)b->R, b->timeout_s, err);
+    for (int r = 0; !rc && r < b->R; r++) b->same[r] = flags[r] != 0;
+    free(flags);
+    if (comm) a2amm_comm_barrier(comm, b->timeout_s, NULL);
+    a2amm_comm_destroy(comm);
+    run_mpi_finalize();
+    return rc;
+}
+
 int cmd_bench_moe(int argc, char **argv)
 {
     moe_bench b = {.iters = 5, .timeout_s = 60};
@@ -372,6 +408,13 @@ int cmd_bench_moe(int argc, char **argv)
             b.timeout_s = f;
         } else if (!strcmp(argv[i], "--skew")) {
             b.skew = 1;
+        } else if ((m = cli_option(argc, argv, &i, "--transport", &v))) {
+            if (m < 0) return 2;
+            if (strcmp(v, "shm") && strcmp(v, "mpi")) {
+                fprintf(stderr, "a2amm bench moe: --transport must be shm or mpi, got '%s'\n", v);
+                return 2;
+            }
+            b.mpi = !strcmp(v, "mpi");
         } else if (argv[i][0] == '-' && argv[i][1] && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             fprintf(stderr, "a2amm bench moe: unknown option '%s' (see a2amm bench moe --help)\n", argv[i]);
             return 2;
@@ -411,8 +454,17 @@ int cmd_bench_moe(int argc, char **argv)
     b.same = (int *)(mem + tbytes + 16 * (size_t)b.R), b.dnn_what = (char *)(mem + tbytes + 20 * (size_t)b.R);
     bench_onednn_cap_isa(); /* oneDNN as on a CPU without what A2AMM_CPU_HIDE hides */
     a2amm_error err = {0, ""};
-    a2amm_launch_options lo_opt = {.size = sizeof lo_opt};
-    int rc = a2amm_launch(b.R, bench_rank, &b, &lo_opt, &err);
+    int rc;
+    if (b.mpi) {
+        rc = run_on_mpi(&b, &err);
+        if (!rc && run_mpi_rank() > 0) { /* rank 0 reports */
+            munmap(mem, shared);
+            return 0;
+        }
+    } else {
+        a2amm_launch_options lo_opt = {.size = sizeof lo_opt, .heap_bytes = moe_run_heap_bytes(b.R, b.T, b.H, b.K)};
+        rc = a2amm_launch(b.R, bench_rank, &b, &lo_opt, &err);
+    }
     if (rc) {
         fprintf(stderr, "a2amm bench moe: %s\n", err.msg);
         munmap(mem, shared);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The MoE op from the command line (--op moe): gen, run and verify in the
 # seed's folder layout with the MoE op's files; every route, both element
-# types, K from 1 to 8, E/R from 1 to 16, R from 1 to 4, ranks without
+# types, K from 1 to 8, E/R from 1 to 16, R from 1 to 8, ranks without
 # tokens; verify's bound catches a wrong output; the same bits whatever the
 # threads, and with the shape from the arguments (no meta file); gen's bytes
 # fixed by the seed and expert e's weights by e (not by R); the refusals (a
@@ -50,7 +50,8 @@ EOF
 # --- every route and type pair, K = 1..8, E/R = 1..16, R = 1..4: run, then verify within the bound
 i=0
 for spec in "1 uniform 1 1 e4m3 e4m3" "2 skewed 3 4 e5m2 e4m3" "3 hot 8 16 e4m3 e5m2" "4 empty 5 2 e5m2 e5m2" \
-            "2 empty 2 1 e4m3 e4m3" "3 uniform 6 3 e4m3 e4m3" "4 skewed 4 8 e4m3 e4m3" "2 hot 7 5 e5m2 e5m2"; do
+            "2 empty 2 1 e4m3 e4m3" "3 uniform 6 3 e4m3 e4m3" "4 skewed 4 8 e4m3 e4m3" "2 hot 7 5 e5m2 e5m2" \
+            "8 skewed 8 2 e4m3 e5m2" "6 empty 3 1 e5m2 e4m3"; do
     set -- $spec
     R=$1 route=$2 K=$3 L=$4 at=$5 bt=$6
     E=$((R * L)); [ "$K" -le "$E" ] || K=$E

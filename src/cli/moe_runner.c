@@ -40,14 +40,14 @@ static double *time_slot(const moe_runner *rn, int v, int it, int r)
     return &rn->times[((size_t)v * (size_t)rn->o.iters + (size_t)it) * (size_t)rn->s.R + (size_t)r];
 }
 
-/* Symmetric memory a rank's op needs: the stages of the dispatch and the combine at the worst case
- * (R * T rows each way), twice over, and room for the communicator's own. */
-static size_t heap_bytes(const moe_io_shape *s)
+size_t moe_run_heap_bytes(int R, int64_t max_tokens, int64_t H, int K)
 {
-    size_t rows = (size_t)s->R * (size_t)(s->T ? s->T : 1);
-    size_t record = (size_t)s->H + (size_t)s->H / 32 + 8 * (size_t)s->K + 16, partial = 2 * (size_t)s->H;
+    size_t rows = (size_t)R * (size_t)(max_tokens ? max_tokens : 1);
+    size_t record = (size_t)H + (size_t)H / 32 + 8 * (size_t)K + 16, partial = 2 * (size_t)H;
     return 2 * rows * (record + partial) + ((size_t)64 << 20);
 }
+
+static size_t heap_bytes(const moe_io_shape *s) { return moe_run_heap_bytes(s->R, s->T, s->H, s->K); }
 
 /* ---- one rank -------------------------------------------------------------------- */
 

@@ -40,6 +40,11 @@ typedef struct moe_run_result {
     int64_t rows_max;         /* perf: the most expert rows (token, local expert) a rank computed in a call */
 } moe_run_result;
 
+/* Symmetric memory a rank's MoE op needs (heap_bytes of its communicator): the stages of the dispatch and
+ * the combine at the worst case (R * max_tokens rows each way), twice over, and room for the communicator's
+ * own. */
+size_t moe_run_heap_bytes(int R, int64_t max_tokens, int64_t H, int K);
+
 int moe_run_files(const char *dir, const moe_io_shape *s, const moe_run_options *o, moe_run_result *res,
                   a2amm_error *err);
 void moe_run_result_free(moe_run_result *res);
