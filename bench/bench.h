@@ -8,5 +8,6 @@ int cmd_bench_gemm(int argc, char **argv);
 int cmd_bench_op(int argc, char **argv);
 int cmd_bench_api(int argc, char **argv); /* bench_api.c */
 int cmd_bench_moe(int argc, char **argv); /* bench_moe.c */
+int cmd_bench_grouped(int argc, char **argv); /* bench_grouped.c */
 
 #endif

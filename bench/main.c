@@ -26,6 +26,8 @@ static const bench_entry BENCHES[] = {
      cmd_bench_op},
     {"api", "M K N R", "the public API's in-memory call against a2amm run, and setting weights", cmd_bench_api},
     {"moe", "R T H I E K", "the MoE op against its experts alone and the gather + reduce-scatter way", cmd_bench_moe},
+    {"grouped", "E M H I", "E experts of M rows each as the MoE op runs them, against a read of their weights",
+     cmd_bench_grouped},
     /* a new benchmark: one line here, its own file, its declaration in bench.h */
 };
 #define NBENCH (int)(sizeof BENCHES / sizeof BENCHES[0])
@@ -40,7 +42,7 @@ static void bench_usage(FILE *f)
             "\n"
             "benchmarks:\n");
     for (int i = 0; i < NBENCH; i++)
-        fprintf(f, "  %-5s %-11s %s\n", BENCHES[i].name, BENCHES[i].args, BENCHES[i].what);
+        fprintf(f, "  %-7s %-11s %s\n", BENCHES[i].name, BENCHES[i].args, BENCHES[i].what);
     fprintf(f,
             "\n"
             "example:\n"

@@ -9,7 +9,7 @@
 #include "common/error.h"
 
 static const char *const FEATURE_NAMES[CPU_FEATURE_COUNT] = {
-    "avx2", "fma", "avx512f", "avx512bw", "avx512_vbmi", "avx512_bf16", "amx_tile", "amx_bf16"};
+    "avx2", "fma", "avx512f", "avx512bw", "avx512_vbmi", "avx512_bf16", "amx_tile", "amx_bf16", "f16c"};
 
 const char *cpu_feature_name(cpu_feature f)
 {
@@ -36,6 +36,10 @@ int cpu_detected(cpu_feature f)
     case CPU_AVX512BF16: return __builtin_cpu_supports("avx512bf16");
     case CPU_AMX_TILE: return leaf7_edx_bit(24); /* CPUID.(7,0):EDX; not every compiler's builtin knows AMX */
     case CPU_AMX_BF16: return leaf7_edx_bit(22);
+    case CPU_F16C: { /* CPUID.1:ECX bit 29 (clang's builtin does not know "f16c") */
+        unsigned a, b, c, d;
+        return __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1u);
+    }
     case CPU_FEATURE_COUNT: break;
     }
     return 0;
@@ -53,7 +57,7 @@ static const struct {
     {"amx", AMX_BITS},
     {"avx512bf16", BIT(CPU_AVX512BF16) | AMX_BITS},
     {"avx512", AVX512_BITS | AMX_BITS},
-    {"avx2", BIT(CPU_AVX2) | BIT(CPU_FMA) | AVX512_BITS | AMX_BITS},
+    {"avx2", BIT(CPU_AVX2) | BIT(CPU_FMA) | BIT(CPU_F16C) | AVX512_BITS | AMX_BITS},
 };
 
 static pthread_once_t hide_once = PTHREAD_ONCE_INIT;

@@ -26,6 +26,7 @@ typedef enum cpu_feature {
     CPU_AVX512BF16,
     CPU_AMX_TILE,
     CPU_AMX_BF16,
+    CPU_F16C, /* fp16 <-> fp32 (vcvtph2ps): every AVX2 CPU has it; the avx2 level widens fp8 through it */
     CPU_FEATURE_COUNT
 } cpu_feature;
 
