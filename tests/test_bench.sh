@@ -353,4 +353,14 @@ expect_fail "bench moe: H not a multiple of 32" "H and I must be multiples of 32
 expect_fail "bench moe: too few arguments" "expected R T H I E K, got 3" "$A2AMM" bench moe 2 4 64
 expect_fail "bench moe: unknown option" "unknown option '--bogus'" "$A2AMM" bench moe 2 4 64 32 4 2 --bogus
 
+# --- bench grouped: E experts of M rows as the MoE op runs them, against a read of their weights
+expect_ok "bench grouped" "$A2AMM" bench grouped 4 3 64 32 --iters 2 --threads 2
+for row in "a2amm grouped experts (gate+up, down)" "read of the same bytes" "experts / read:"; do
+    expect_output "bench grouped: $row" "$row"
+done
+expect_ok "bench grouped --help" "$A2AMM" bench grouped --help
+expect_output "bench grouped --help has an example" "a2amm bench grouped 64 4 2048 1408"
+expect_fail "bench grouped: H not a multiple of 32" "H and I must be multiples of 32" "$A2AMM" bench grouped 4 3 48 32
+expect_fail "bench grouped: too few arguments" "expected E M H I, got 2" "$A2AMM" bench grouped 4 3
+
 finish
