@@ -37,9 +37,9 @@
 #include "bench/moe_dnn.h"
 #include "bench/bench_peers.h"
 
-enum { MOE_BENCH_MAX_ITERS = 1000, WAYS = 5 };
-enum { WAY_CALL, WAY_EXPERTS, WAY_GATHER, WAY_DNN, WAY_READ };
-static const char *const WAY_NAMES[WAYS] = {"a2amm MoE call (dispatch, experts, combine)",
+enum { MOE_BENCH_MAX_ITERS = 1000, WAYS = 6 };
+enum { WAY_CALL, WAY_UNFUSED, WAY_EXPERTS, WAY_GATHER, WAY_DNN, WAY_READ };
+static const char *const WAY_NAMES[WAYS] = {"a2amm MoE call (fused schedule)", "a2amm MoE call, unfused schedule",
                                             "experts alone (the same rows)", "(1) gather + reduce-scatter",
                                             "(2) alltoallv + oneDNN bf16 experts", "read of the experts' fp8 codes"};
 
@@ -276,8 +276,13 @@ static int bench_rank(a2amm_comm *comm, void *arg)
         !bl.partials || !bl.y || !bl.z || R > 256)
         rc = a2amm_fail(&err, A2AMM_E_NOMEM, "rank %d: out of memory", r);
     /* the op, and the same experts prepared for the bench's own use of them */
+    a2amm_moe *m_unfused = NULL;
+    a2amm_moe_config cfg_unfused = cfg;
+    cfg_unfused.schedule = A2AMM_SCHEDULE_UNFUSED;
     if (!rc) rc = a2amm_moe_create(comm, &cfg, &m, &err);
     if (!rc) rc = a2amm_moe_set_weights(m, d.w13, d.s13, sw, d.w2, d.s2, I / 32, &err);
+    if (!rc) rc = a2amm_moe_create(comm, &cfg_unfused, &m_unfused, &err);
+    if (!rc) rc = a2amm_moe_set_weights(m_unfused, d.w13, d.s13, sw, d.w2, d.s2, I / 32, &err);
     if (!rc) rc = gemm_isa_select(&isa, &err);
     if (!rc) rc = moe_weights_prepare(&s, isa, (int64_t)max_rec, d.w13, d.s13, sw, d.w2, d.s2, I / 32, &w, &err);
     if (!rc) rc = pool_create(b->threads > 0 ? b->threads : (pool_cpu_count() / R > 0 ? pool_cpu_count() / R : 1),
@@ -310,6 +315,11 @@ static int bench_rank(a2amm_comm *comm, void *arg)
         t0 = cli_now();
         if (!rc) rc = a2amm_moe_run(m, T, d.x, d.sx, sw, d.idx, d.w, out, &err);
         t[WAY_CALL * way] = cli_now() - t0;
+        if (!rc) rc = a2amm_comm_barrier(comm, b->timeout_s, &err);
+        t0 = cli_now();
+        if (!rc) rc = a2amm_moe_run(m_unfused, T, d.x, d.sx, sw, d.idx, d.w, out_base, &err);
+        t[WAY_UNFUSED * way] = cli_now() - t0;
+        if (!rc && memcmp(out, out_base, sizeof *out * (size_t)(T * H))) b->same[r] = 0; /* the two schedules' bits */
         /* the experts alone, on the rows a dispatch gives them (then combined, to end the batch) */
         a2amm_moe_batch *batch = NULL;
         if (!rc) rc = a2amm_moe_dispatch(m, T, d.x, d.sx, sw, d.idx, d.w, &batch, &err);
@@ -349,6 +359,7 @@ static int bench_rank(a2amm_comm *comm, void *arg)
     }
     if (rc) fprintf(stderr, "a2amm bench moe: rank %d: %s\n", r, err.msg);
     a2amm_moe_destroy(m);
+    a2amm_moe_destroy(m_unfused);
     moe_dnn_free(dnn);
     moe_weights_free(&s, &w);
     pool_destroy(workers);
@@ -492,10 +503,11 @@ int cmd_bench_moe(int argc, char **argv)
         printf("  %-46s %10.3f %10.3f %10.3f %12.0f\n", WAY_NAMES[wy], sum[wy].min * 1e3, sum[wy].median * 1e3,
                sum[wy].max * 1e3, wy == WAY_READ ? 0.0 : (double)(b.T * b.R) / sum[wy].median);
     if (slowest) {
-        printf("  call / experts alone %.3f; (1) / call %.3f; (2) / call %.3f; call / read %.3f (medians)\n",
-               sum[WAY_CALL].median / sum[WAY_EXPERTS].median, sum[WAY_GATHER].median / sum[WAY_CALL].median,
+        printf("  call / experts alone %.3f; unfused / fused %.3f; (1) / call %.3f; (2) / call %.3f; call / read %.3f "
+               "(medians)\n", sum[WAY_CALL].median / sum[WAY_EXPERTS].median,
+               sum[WAY_UNFUSED].median / sum[WAY_CALL].median, sum[WAY_GATHER].median / sum[WAY_CALL].median,
                sum[WAY_DNN].median / sum[WAY_CALL].median, sum[WAY_CALL].median / sum[WAY_READ].median);
-        printf("  (1) gives the op's bits on every rank: %s\n", same ? "yes" : "NO");
+        printf("  (1) and the unfused schedule give the fused call's bits on every rank: %s\n", same ? "yes" : "NO");
         double worst = 0;
         for (int r = 0; r < b.R; r++) worst = fmax(worst, b.dnn_err[r]);
         printf("  (2) runs %s; its out against the op's: %.2e (|difference|_2 / |out|_2, worst rank: bf16 "

@@ -586,9 +586,16 @@ A2AMM_API void a2amm_op_destroy(a2amm_op *op);
  * travel in uneven counts. E experts, E divisible by R; rank r owns experts
  * r*E/R .. (r+1)*E/R - 1.
  *
- * This version runs the unfused schedule: the whole dispatch (each token
+ * Two schedules (config.schedule). Unfused: the whole dispatch (each token
  * once to each rank that owns one of its experts), the experts, then the
- * whole combine; the gate and up projections on the kernel level's matmul,
+ * whole combine. Fused (the default): each rank's tokens in chunks of at
+ * least 64 (up to 4 chunks, as many as max_tokens allows: 1 where it is 64
+ * or less, so that a decode call reads each hit expert's weights once), the
+ * dispatch of chunk c + 1 and the combine of chunk c - 1 on a thread of the
+ * op's own while the experts run on chunk c: the exchange hides behind the
+ * experts of a prefill call. Both give the same bits (a token's rows, its
+ * experts' results and its sums do not depend on the chunks). The gate and
+ * up projections run on the kernel level's matmul,
  * the down projection (a bf16 operand) on vector levels of its own. The
  * counts travel with the rows (no collective before the exchange) at the
  * default max_recv, where no rank can receive more than its room; with a
@@ -616,6 +623,7 @@ typedef struct a2amm_moe_config {
     a2amm_fp8_type a_type, b_type; /* x's codes; the experts' weights' */
     int threads;          /* this rank's compute threads (0: cores / R, at least 1); its own: ranks may differ */
     double timeout_s;     /* every wait between ranks (0: 60) */
+    a2amm_schedule schedule; /* fused (0, the default) or unfused: the same bits */
 } a2amm_moe_config;
 
 #ifdef __cplusplus

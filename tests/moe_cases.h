@@ -27,6 +27,7 @@ typedef struct moe_case {
     int calls;
     uint64_t seed;
     int threads; /* each rank's compute threads (0: the op's default) */
+    a2amm_schedule schedule; /* fused (0: the default; chunks where max_tokens > 64) or unfused */
 } moe_case;
 
 /* A deterministic stream of one (case, what, rank, call). */
@@ -201,7 +202,7 @@ static inline int mc_make(a2amm_comm *comm, const moe_case *c, int64_t max_recv,
     a2amm_moe_config cfg = A2AMM_MOE_CONFIG_INIT;
     cfg.experts = c->E, cfg.topk = c->k, cfg.hidden = c->H, cfg.inter = c->I, cfg.max_tokens = c->max_tokens;
     cfg.max_recv = max_recv, cfg.a_type = c->a_type, cfg.b_type = c->b_type, cfg.timeout_s = timeout_s;
-    cfg.threads = c->threads;
+    cfg.threads = c->threads, cfg.schedule = c->schedule;
     int rc = a2amm_moe_create(comm, &cfg, m, err);
     if (rc) return rc;
     const int r = a2amm_comm_rank(comm), local = c->E / c->R;
@@ -280,16 +281,20 @@ static inline uint64_t mc_digest(const moe_case *c, int r, const uint16_t *out)
 
 /* The cases both tests run (test_moe over shared memory, mpi_moe over MPI messages). */
 static const moe_case MC_CASES[] = {
-    {1, 2, 1, 64, 32, 8, ROUTE_UNIFORM, A2AMM_E4M3, A2AMM_E4M3, 2, 1, 0},
-    {2, 4, 2, 64, 64, 12, ROUTE_UNIFORM, A2AMM_E4M3, A2AMM_E4M3, 3, 2, 0},
-    {2, 2, 2, 32, 32, 9, ROUTE_SKEWED, A2AMM_E4M3, A2AMM_E4M3, 2, 3, 0},
-    {3, 6, 4, 96, 32, 7, ROUTE_EMPTY, A2AMM_E4M3, A2AMM_E4M3, 3, 4, 0},
-    {4, 16, 8, 64, 64, 10, ROUTE_UNIFORM, A2AMM_E5M2, A2AMM_E4M3, 2, 5, 0},
-    {4, 4, 1, 64, 32, 6, ROUTE_SKEWED, A2AMM_E4M3, A2AMM_E5M2, 2, 6, 0},
-    {4, 8, 3, 32, 96, 5, ROUTE_EMPTY, A2AMM_E5M2, A2AMM_E5M2, 2, 7, 0},
-    {2, 32, 6, 128, 64, 16, ROUTE_UNIFORM, A2AMM_E4M3, A2AMM_E4M3, 2, 8, 0},
-    {8, 16, 5, 64, 32, 6, ROUTE_EMPTY, A2AMM_E4M3, A2AMM_E4M3, 2, 9, 0},
+    {1, 2, 1, 64, 32, 8, ROUTE_UNIFORM, A2AMM_E4M3, A2AMM_E4M3, 2, 1, 0, A2AMM_SCHEDULE_FUSED},
+    {2, 4, 2, 64, 64, 12, ROUTE_UNIFORM, A2AMM_E4M3, A2AMM_E4M3, 3, 2, 0, A2AMM_SCHEDULE_FUSED},
+    {2, 2, 2, 32, 32, 9, ROUTE_SKEWED, A2AMM_E4M3, A2AMM_E4M3, 2, 3, 0, A2AMM_SCHEDULE_FUSED},
+    {3, 6, 4, 96, 32, 7, ROUTE_EMPTY, A2AMM_E4M3, A2AMM_E4M3, 3, 4, 0, A2AMM_SCHEDULE_FUSED},
+    {4, 16, 8, 64, 64, 10, ROUTE_UNIFORM, A2AMM_E5M2, A2AMM_E4M3, 2, 5, 0, A2AMM_SCHEDULE_FUSED},
+    {4, 4, 1, 64, 32, 6, ROUTE_SKEWED, A2AMM_E4M3, A2AMM_E5M2, 2, 6, 0, A2AMM_SCHEDULE_FUSED},
+    {4, 8, 3, 32, 96, 5, ROUTE_EMPTY, A2AMM_E5M2, A2AMM_E5M2, 2, 7, 0, A2AMM_SCHEDULE_FUSED},
+    {2, 32, 6, 128, 64, 16, ROUTE_UNIFORM, A2AMM_E4M3, A2AMM_E4M3, 2, 8, 0, A2AMM_SCHEDULE_FUSED},
+    {8, 16, 5, 64, 32, 6, ROUTE_EMPTY, A2AMM_E4M3, A2AMM_E4M3, 2, 9, 0, A2AMM_SCHEDULE_FUSED},
+    /* max_tokens over 64: the fused schedule's chunks (up to 4 of at least 64 tokens) */
+    {2, 8, 3, 64, 32, 200, ROUTE_UNIFORM, A2AMM_E4M3, A2AMM_E4M3, 2, 10, 0, A2AMM_SCHEDULE_FUSED},
+    {3, 6, 2, 32, 64, 300, ROUTE_EMPTY, A2AMM_E5M2, A2AMM_E4M3, 2, 11, 0, A2AMM_SCHEDULE_FUSED},
 };
+enum { MC_FIRST_CHUNKED = 9 }; /* the cases from here have calls of several chunks */
 #define MC_NCASES (sizeof MC_CASES / sizeof *MC_CASES)
 
 #endif

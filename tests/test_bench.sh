@@ -344,7 +344,7 @@ for args in "2 6 64 32 4 2" "3 5 96 64 6 3 --skew" "1 4 64 32 2 1"; do
         expect_output "bench moe $args: $row" "$row"
     done
     # the baseline computes what the op does by another route: the same bits, or the bench fails
-    expect_output "bench moe $args: the baseline gives the op's bits" "(1) gives the op's bits on every rank: yes"
+    expect_output "bench moe $args: the baseline and the unfused schedule give the op's bits" "(1) and the unfused schedule give the fused call's bits on every rank: yes"
     # (2) rounds g, u and y to bf16: near the op's output (the bench fails past 5%), and says what it ran
     expect_output "bench moe $args: baseline (2) says what it ran" "(2) runs oneDNN"
 done

@@ -143,6 +143,28 @@ static void test_cases(void)
     }
 }
 
+/* The fused schedule's chunks against the unfused schedule's one pass: the same bits (and both within the
+ * bound: test_cases ran the fused one). */
+static void test_schedules(void)
+{
+    for (size_t i = MC_FIRST_CHUNKED; i < MC_NCASES; i++) {
+        moe_case fused = MC_CASES[i], unfused = MC_CASES[i];
+        unfused.schedule = A2AMM_SCHEDULE_UNFUSED;
+        case_run *a = launch_case(&fused, 0, 0, 0), *b = launch_case(&unfused, 0, 0, 0);
+        int64_t most = 0; /* the call of most tokens: several chunks */
+        for (int r = 0; r < fused.R; r++)
+            for (int call = 0; call < fused.calls; call++)
+                if (mc_tokens(&fused, r, call) > most) most = mc_tokens(&fused, r, call);
+        CHECK(most > 128, "case %zu: a call of %lld tokens at most: not three chunks", i, (long long)most);
+        for (int r = 0; r < fused.R; r++) CHECK(a->rc[r] == 0 && b->rc[r] == 0, "case %zu rank %d: %s %s", i, r,
+                                               a->msg[r], b->msg[r]);
+        CHECK(!memcmp(a->outs, b->outs, outs_bytes(&fused)), "case %zu: the fused schedule's bits differ from the "
+              "unfused one's", i);
+        printf("case %zu: fused (calls of up to %lld tokens) and unfused: the same bits\n", i, (long long)most);
+        free_run(a), free_run(b);
+    }
+}
+
 static void test_bad_arguments(void)
 {
     const moe_case *c = &MC_CASES[1]; /* R=2, E=4, k=2, max_tokens 12 */
@@ -159,7 +181,7 @@ static void test_bad_arguments(void)
 static void test_room(void)
 {
     /* skewed: every token's first slot on expert 0 (rank 0's); a room of 3 rows is short on rank 0 */
-    moe_case c = {2, 2, 1, 32, 32, 9, ROUTE_SKEWED, A2AMM_E4M3, A2AMM_E4M3, 1, 11, 0};
+    moe_case c = {2, 2, 1, 32, 32, 9, ROUTE_SKEWED, A2AMM_E4M3, A2AMM_E4M3, 1, 11, 0, A2AMM_SCHEDULE_FUSED};
     int64_t rows = 0; /* tokens with a slot on rank 0: the rows it would receive */
     for (int r = 0; r < 2; r++) {
         int64_t T = mc_tokens(&c, r, 0);
@@ -207,6 +229,11 @@ static void test_faults(void)
     printf("rank 1 died: rank 0: %s\n", run->msg[0]);
     CHECK(run->rc[0] == A2AMM_E_PEER && strstr(run->msg[0], "rank 1") && run->seconds[0] < 10, "rank 1 died: rank "
           "0's call gave %d after %.1f s: %s", run->rc[0], run->seconds[0], run->msg[0]);
+    free_run(run);
+    /* a fused call (chunks on the exchanges' thread) whose peer dies: it ends too, naming it */
+    run = launch_case(&MC_CASES[MC_FIRST_CHUNKED], 0, 0, FAULT_EXIT);
+    CHECK(run->rc[0] == A2AMM_E_PEER && strstr(run->msg[0], "rank 1") && run->seconds[0] < 10, "rank 1 died before "
+          "a fused call: rank 0's call gave %d after %.1f s: %s", run->rc[0], run->seconds[0], run->msg[0]);
     free_run(run);
     run = launch_case(c, 0, 0, FAULT_STALL);
     printf("rank 1 stalled: rank 0: %s\n", run->msg[0]);
@@ -391,6 +418,7 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "digests")) return print_digests();
     test_cases();
+    test_schedules();
     test_bad_arguments();
     test_room();
     test_faults();

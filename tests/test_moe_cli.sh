@@ -3,7 +3,7 @@
 # seed's folder layout with the MoE op's files; every route, both element
 # types, K from 1 to 8, E/R from 1 to 16, R from 1 to 8, ranks without
 # tokens; verify's bound catches a wrong output; the same bits whatever the
-# threads, and with the shape from the arguments (no meta file); gen's bytes
+# threads or the schedule, and with the shape from the arguments (no meta file); gen's bytes
 # fixed by the seed and expert e's weights by e (not by R); the refusals (a
 # contradiction, a missing or short file, bad routing in the files: no output
 # changed); perf mode's figures. (Over MPI across hosts: test_mpi.sh.)
@@ -107,7 +107,23 @@ expect_ok "verify without --op" "$A2AMM" verify 12 96 64 3 --dir "$d"
 expect_ok "the seed's form finds the MoE data too" "$A2AMM" 12 96 64 3 --dir "$d"
 check "... the same bits" same_outputs "$d" 3 "$SCRATCH/c5.want"
 
+# --- the fused schedule (2 chunks where T > 64) and the unfused one: the same bits
+d="$SCRATCH/sched"
+"$A2AMM" gen 150 64 32 3 --op moe --experts 6 --topk 3 --tokens 150,70,9 --route skewed --dir "$d" --quiet >/dev/null
+expect_ok "T=150: the fused schedule" "$A2AMM" run 150 64 32 3 --op moe --dir "$d"
+expect_output "run says the schedule" "fused schedule"
+save_outputs "$d" 3 "$SCRATCH/sched.want"
+expect_ok "T=150: verify" "$A2AMM" verify 150 64 32 3 --dir "$d"
+expect_ok "T=150: --unfused" "$A2AMM" run 150 64 32 3 --op moe --unfused --dir "$d"
+expect_output "run says the schedule" "unfused schedule"
+check "--unfused: the fused schedule's bits" same_outputs "$d" 3 "$SCRATCH/sched.want"
+expect_ok "perf times both schedules" "$A2AMM" run 150 64 32 3 --op moe perf --iters 2 --dir "$d"
+expect_output "perf: the other schedule's row" "the call, unfused schedule"
+expect_ok "perf --unfused times the fused one beside" "$A2AMM" run 150 64 32 3 --op moe perf --iters 2 --unfused --dir "$d"
+expect_output "perf --unfused: the other schedule's row" "the call, fused schedule"
+
 # --- without a meta file the arguments give the shape, and the bits are the same
+d="$SCRATCH/c5"
 mv "$d/input/a2amm-meta.txt" "$SCRATCH/c5.meta"
 expect_ok "no meta file: the shape from the arguments" "$A2AMM" run 12 96 64 3 --op moe --experts 9 --topk 6 --dir "$d"
 expect_output "... said on stderr" "the shape comes from the arguments"
@@ -155,14 +171,16 @@ check "another seed, other bytes" bash -c "! cmp -s '$g1/input/0/input_x.bin' '$
 # --- perf mode: the call, the experts alone, the exchange alone
 d="$SCRATCH/c6"
 expect_ok "perf mode" "$A2AMM" run 12 96 64 4 --op moe perf --iters 2 --dir "$d"
-for v in "a2amm MoE call (dispatch, experts, combine)" "experts alone (the same rows)" "exchange alone (dispatch + combine)" "call / experts alone:"; do
+for v in "a2amm MoE call (dispatch, experts, combine)" "the call, unfused schedule" "experts alone (the same rows)" \
+    "exchange alone (dispatch + combine)" "call / experts alone:"; do
     expect_output "perf mode: $v" "$v"
 done
 expect_ok "perf mode --json" "$A2AMM" run 12 96 64 4 --op moe perf --iters 2 --json --dir "$d"
 check "perf --json: figures that parse, every time positive" /usr/bin/python3 -c "
 import json; j = json.load(open('$SCRATCH/out'))
 assert j['op'] == 'moe' and j['R'] == 4 and j['tokens'] == 48, j
-assert all(j[k]['median'] > 0 for k in ('call_s', 'experts_alone_s', 'exchange_alone_s')), j"
+assert j['schedule'] == 'fused', j
+assert all(j[k]['median'] > 0 for k in ('call_s', 'other_schedule_s', 'experts_alone_s', 'exchange_alone_s')), j"
 expect_fail "--route is gen's" "--route is gen's" "$A2AMM" run 12 96 64 4 --op moe --route hot --dir "$d"
 expect_ok "gen --op moe --help" "$A2AMM" gen --op moe --help
 expect_output "gen's help shows the layout" "input_topk_idx.bin"

@@ -13,6 +13,7 @@
  * over it is refused on every rank alike before anything moves.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +47,8 @@ static int check_config(const a2amm_moe_config *c, int R, a2amm_error *err)
     else if ((c->a_type != A2AMM_E4M3 && c->a_type != A2AMM_E5M2) || (c->b_type != A2AMM_E4M3 && c->b_type != A2AMM_E5M2))
         bad = "a_type and b_type must be A2AMM_E4M3 or A2AMM_E5M2";
     else if (!(c->timeout_s > 0) || isinf(c->timeout_s)) bad = "timeout_s must be positive (0 in the config: 60)";
+    else if (c->schedule != A2AMM_SCHEDULE_FUSED && c->schedule != A2AMM_SCHEDULE_UNFUSED)
+        bad = "schedule must be A2AMM_SCHEDULE_FUSED or A2AMM_SCHEDULE_UNFUSED";
     if (!bad) return A2AMM_OK;
     return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_create: %s (got experts %d on %d ranks, topk %d, hidden %lld, inter "
                       "%lld, max_tokens %lld, max_recv %lld, timeout_s %g)", bad, c->experts, R, c->topk,
@@ -60,7 +63,7 @@ static void create_words(const a2amm_moe *m, int64_t w[COMM_AGREE_WORDS])
     int64_t timeout_bits;
     memcpy(&timeout_bits, &c->timeout_s, sizeof timeout_bits);
     const int64_t args[] = {c->experts, c->topk, c->hidden, c->inter, c->max_tokens, c->max_recv, c->a_type,
-                            c->b_type, timeout_bits};
+                            c->b_type, timeout_bits, c->schedule};
     memset(w, 0, COMM_AGREE_WORDS * sizeof *w);
     w[API_WORD_CALL] = API_MOE_CREATE;
     w[API_WORD_OP] = m->id;
@@ -367,6 +370,132 @@ static int combine_core(a2amm_moe *m, a2amm_moe_batch *b, const float *const *y,
     return rc;
 }
 
+/* ---- the fused schedule ------------------------------------------------------------------------------ */
+
+enum { FUSED_CHUNKS_MAX = 2, FUSED_CHUNK_MIN = 64 /* tokens */ };
+
+/* The chunks of every rank's call: the same on every rank (from the shared config), so that every rank
+ * makes the same exchanges. Unfused, or where counts go first (their refusal is one for the whole call):
+ * one. */
+static int fused_chunks(const a2amm_moe *m)
+{
+    if (m->cfg.schedule == A2AMM_SCHEDULE_UNFUSED || counts_first(m)) return 1;
+    int64_t c = (m->cfg.max_tokens + FUSED_CHUNK_MIN - 1) / FUSED_CHUNK_MIN;
+    return c < FUSED_CHUNKS_MAX ? (int)c : FUSED_CHUNKS_MAX;
+}
+
+/* Chunk c of this rank's T tokens: at least FUSED_CHUNK_MIN tokens each, so a small call is one chunk and
+ * the others are empty (their exchanges carry nothing). */
+static void chunk_of(int64_t T, int chunks, int c, int64_t *first, int64_t *count)
+{
+    int64_t size = (T + chunks - 1) / chunks;
+    if (size < FUSED_CHUNK_MIN) size = FUSED_CHUNK_MIN;
+    int64_t lo = size * c < T ? size * c : T, hi = lo + size < T ? lo + size : T;
+    *first = lo, *count = hi - lo;
+}
+
+/* A fused call: the exchanges on a thread of their own (dispatch c + 1 and combine c - 1 while the experts
+ * run on chunk c on the caller's pool), handing chunks over under one lock. */
+typedef struct fused {
+    a2amm_moe *m;
+    const tokens_args *t;
+    size_t top;
+    int chunks;
+    pthread_mutex_t lock;
+    pthread_cond_t moved;
+    int dispatched, computed, failed; /* chunks whose rows are here, whose experts are done; a failure */
+    a2amm_moe_batch *batch[FUSED_CHUNKS_MAX];
+    float *y[FUSED_CHUNKS_MAX];
+    const float **rows[FUSED_CHUNKS_MAX];
+    int rc;            /* the exchanges' first failure */
+    a2amm_error err;
+} fused;
+
+/* Marks a step done (or the call failed) and wakes the other side. */
+static void fused_step(fused *f, int *counter, int value, int rc)
+{
+    pthread_mutex_lock(&f->lock);
+    if (rc) f->failed = 1;
+    else *counter = value;
+    pthread_cond_broadcast(&f->moved);
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* Waits until *counter reaches value; 0, or STOPPED where the call failed on the other side. */
+enum { STOPPED = 1 };
+static int fused_wait(fused *f, const int *counter, int value)
+{
+    pthread_mutex_lock(&f->lock);
+    while (*counter < value && !f->failed) pthread_cond_wait(&f->moved, &f->lock);
+    int ok = *counter >= value && !f->failed;
+    pthread_mutex_unlock(&f->lock);
+    return ok ? 0 : STOPPED;
+}
+
+/* Chunk c's combine once its experts are done (the exchanges' thread); STOPPED where they failed. */
+static int fused_combine(fused *f, int c)
+{
+    if (fused_wait(f, &f->computed, c + 1)) return STOPPED;
+    int64_t first, count;
+    chunk_of(f->t->T, f->chunks, c, &first, &count);
+    return combine_core(f->m, f->batch[c], f->rows[c], f->t->out + first * f->m->s.H, f->top, &f->err);
+}
+
+static void *fused_exchanges(void *arg)
+{
+    fused *f = arg;
+    const tokens_args *t = f->t;
+    const int k = f->m->s.k;
+    int rc = A2AMM_OK, alike = 0;
+    for (int c = 0; !rc && c < f->chunks; c++) {
+        int64_t first, count;
+        chunk_of(t->T, f->chunks, c, &first, &count);
+        rc = dispatch_core(f->m, count, t->x + first * f->m->s.H, t->sx + first * t->ldsx, t->ldsx, t->idx + first * k,
+                           t->w + first * k, f->top, &f->batch[c], &alike, &f->err);
+        fused_step(f, &f->dispatched, c + 1, rc);
+        if (!rc && c > 0) rc = fused_combine(f, c - 1);
+    }
+    if (!rc) rc = fused_combine(f, f->chunks - 1);
+    if (rc && rc != STOPPED) { /* the exchanges' own failure (a peer's, a deadline's): the experts stop */
+        f->rc = rc;
+        fused_step(f, &f->computed, 0, rc);
+    }
+    return NULL;
+}
+
+static int run_fused(a2amm_moe *m, const tokens_args *t, size_t top, int chunks, a2amm_error *err)
+{
+    fused f = {.m = m, .t = t, .top = top, .chunks = chunks, .err = {0, ""}};
+    pthread_mutex_init(&f.lock, NULL);
+    pthread_cond_init(&f.moved, NULL);
+    pthread_t thread;
+    int rc = pthread_create(&thread, NULL, fused_exchanges, &f)
+                 ? a2amm_fail(err, A2AMM_E_SYS, "a2amm_moe_run: rank %d: cannot start the exchanges' thread", m->s.me)
+                 : A2AMM_OK;
+    const int started = !rc;
+    const int64_t H = m->s.H;
+    for (int c = 0; !rc && c < chunks; c++) {
+        if (fused_wait(&f, &f.dispatched, c + 1)) break; /* the exchanges failed: their error below */
+        const a2amm_moe_batch *b = f.batch[c];
+        const int64_t pairs = b->g.pairs;
+        f.y[c] = malloc(sizeof *f.y[c] * (size_t)((pairs ? pairs : 1) * H));
+        f.rows[c] = malloc(sizeof *f.rows[c] * (size_t)(pairs + 1));
+        if (!f.y[c] || !f.rows[c]) rc = a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe_run: rank %d: out of memory", m->s.me);
+        for (int64_t p = 0; !rc && p < pairs; p++) f.rows[c][p] = f.y[c] + p * H;
+        if (!rc) rc = moe_experts(&m->s, &m->w, m->workers, b->recv, &b->g, f.y[c], err);
+        fused_step(&f, &f.computed, c + 1, rc);
+    }
+    if (started) pthread_join(thread, NULL);
+    if (!rc && f.rc) { /* the exchanges' error: a peer's, a deadline's */
+        rc = f.rc;
+        if (err) *err = f.err;
+    }
+    for (int c = 0; c < chunks; c++) a2amm_moe_batch_destroy(f.batch[c]), free(f.y[c]), free(f.rows[c]);
+    pthread_cond_destroy(&f.moved);
+    pthread_mutex_destroy(&f.lock);
+    return rc;
+}
+
 /* The whole call after its checks and agreement: the dispatch, this rank's experts, the combine. */
 static int run_call(a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_t *sx, int64_t ldsx, const int32_t *idx,
                     const float *w, uint16_t *out, size_t top, int *alike, a2amm_error *err)
@@ -423,6 +552,8 @@ static int moe_call(a2amm_moe *m, api_call call, const char *name, int (*check)(
 static int run_body(a2amm_moe *m, void *arg, size_t top, int *alike, a2amm_error *err)
 {
     const tokens_args *t = arg;
+    const int chunks = fused_chunks(m);
+    if (chunks > 1) return run_fused(m, t, top, chunks, err);
     return run_call(m, t->T, t->x, t->sx, t->ldsx, t->idx, t->w, t->out, top, alike, err);
 }
 

@@ -374,8 +374,9 @@ static void run_usage(FILE *f)
             "arrived, and sends the weighted partials back, where each token's are summed.\n"
             "Precision mode writes DIR/output/<r>/npu_out.bin (bf16 [T_r, H], x's token\n"
             "order; every rank's as a set, none changed when the run fails). Perf mode times\n"
-            "the call, its experts alone (the same rows, the op's thread count) and the\n"
-            "exchange alone (dispatch and combine), each repetition the slowest rank's.\n"
+            "the call, the call on the other schedule, its experts alone (the same rows, the\n"
+            "op's thread count) and the exchange alone (dispatch and combine), each\n"
+            "repetition the slowest rank's.\n"
             "It calls the public API (a2amm_moe_*, include/a2amm.h).\n"
             "\n"
             "options:\n"
@@ -384,6 +385,10 @@ static void run_usage(FILE *f)
             "  --experts E, --topk K, --tokens T0,T1,..., --a-type, --b-type\n"
             "                     as gen's: held to what gen recorded (a contradiction is refused)\n"
             "  --threads T        compute threads a rank (default: cores / ranks on this machine)\n"
+            "  --unfused          the unfused schedule: the whole dispatch, the experts, the whole\n"
+            "                     combine (default: fused, where max_tokens T is over 64: each rank's\n"
+            "                     tokens in 2 chunks, one chunk's exchanges while the other's experts\n"
+            "                     run; the same bits). perf mode times the other schedule too\n"
             "  --iters N          perf repetitions (default 10)\n"
             "  --warmup N         perf untimed repetitions first (default 1)\n"
             "  --timeout SECONDS  deadline of every wait between ranks (default 60)\n"
@@ -398,7 +403,7 @@ static void run_usage(FILE *f)
             "  a2amm run 64 256 128 2 --op moe perf --iters 5 --dir /tmp/a2amm-moe\n");
 }
 
-static void print_perf(const moe_io_shape *s, const moe_run_result *res, int json)
+static void print_perf(const moe_io_shape *s, const moe_run_result *res, int unfused, int json)
 {
     cli_summary sum[MOE_VARIANTS];
     for (int v = 0; v < MOE_VARIANTS; v++) sum[v] = cli_summarize(res->t[v], res->iters);
@@ -410,18 +415,21 @@ static void print_perf(const moe_io_shape *s, const moe_run_result *res, int jso
                "\"experts\":%d,\"topk\":%d,\"tokens\":%lld,\"threads\":%d", (long long)s->T, (long long)s->H,
                (long long)s->I, s->R, s->E, s->K, (long long)tokens, res->threads);
         cli_json_key_str("kernel", res->kernel);
-        static const char *const keys[MOE_VARIANTS] = {"call", "experts_alone", "exchange_alone"};
+        static const char *const keys[MOE_VARIANTS] = {"call", "other_schedule", "experts_alone", "exchange_alone"};
         for (int v = 0; v < MOE_VARIANTS; v++)
             printf(",\"%s_s\":{\"median\":%.9f,\"min\":%.9f,\"max\":%.9f}", keys[v], sum[v].median, sum[v].min,
                    sum[v].max);
-        printf(",\"exposed_s\":%.9f,\"tokens_per_s\":%.1f,\"rows_received_max\":%lld}\n", call - experts,
-               tokens / call, (long long)res->rows_max);
+        printf(",\"schedule\":\"%s\",\"exposed_s\":%.9f,\"tokens_per_s\":%.1f,\"expert_rows_max\":%lld}\n",
+               unfused ? "unfused" : "fused", call - experts, tokens / call, (long long)res->rows_max);
         return;
     }
-    printf("  perf: %d repetitions, each the slowest rank's time (median, min, max)\n", res->iters);
+    printf("  perf: %d repetitions, each the slowest rank's time (median, min, max); the call's schedule: %s\n",
+           res->iters, unfused ? "unfused" : "fused");
     for (int v = 0; v < MOE_VARIANTS; v++)
-        printf("    %-46s %9.3f ms  (%.3f .. %.3f)\n", moe_variant_names[v], sum[v].median * 1e3, sum[v].min * 1e3,
-               sum[v].max * 1e3);
+        printf("    %-46s %9.3f ms  (%.3f .. %.3f)\n",
+               v == MOE_V_OTHER ? (unfused ? "the call, fused schedule" : "the call, unfused schedule")
+                                : moe_variant_names[v],
+               sum[v].median * 1e3, sum[v].min * 1e3, sum[v].max * 1e3);
     printf("  call / experts alone: %.2f; exposed (call - experts): %.3f ms; %.0f tokens/s over %lld tokens; "
            "at most %lld expert rows (token, expert) on a rank\n", call / experts, (call - experts) * 1e3, tokens / call,
            (long long)tokens, (long long)res->rows_max);
@@ -460,6 +468,7 @@ int cmd_run_moe(int argc, char **argv)
             }
             o.transport = !strcmp(v, "mpi") ? RUN_MPI : RUN_SHM;
         } else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--unfused")) o.unfused = 1;
         else if (!strcmp(argv[i], "precision") && a.npos == 4) o.mode = RUN_PRECISION;
         else if (!strcmp(argv[i], "perf") && a.npos == 4) o.mode = RUN_PERF;
         else if (argv[i][0] == '-' && argv[i][1] && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
@@ -495,8 +504,8 @@ int cmd_run_moe(int argc, char **argv)
     if (o.transport == RUN_MPI && run_mpi_rank() > 0 && !freopen("/dev/null", "w", stdout)) return 1;
     if (!json) {
         print_shape("run", &s);
-        printf("  %s mode, transport %s\n", o.mode == RUN_PERF ? "perf" : "precision",
-               o.transport == RUN_MPI ? "mpi" : "shm");
+        printf("  %s mode, transport %s, %s schedule\n", o.mode == RUN_PERF ? "perf" : "precision",
+               o.transport == RUN_MPI ? "mpi" : "shm", o.unfused ? "unfused" : "fused");
     }
     fflush(stdout);
     moe_run_result res;
@@ -518,7 +527,7 @@ int cmd_run_moe(int argc, char **argv)
         if (rc == A2AMM_E_INTERRUPTED && cli_exit_code_for_stop()) return cli_exit_code_for_stop();
         return 1;
     }
-    if (o.mode == RUN_PERF) print_perf(&s, &res, json);
+    if (o.mode == RUN_PERF) print_perf(&s, &res, o.unfused, json);
     else if (!json)
         printf("  %d compute thread%s a rank, kernel %s\n  wrote %s/output/<0..%d>/npu_out.bin (bf16 [T_r, %lld] "
                "each) in %.3f s (whole run: load, prepare, call, write)\n", res.threads, res.threads == 1 ? "" : "s",

@@ -21,6 +21,7 @@
 #include "io/io.h"
 
 const char *const moe_variant_names[MOE_VARIANTS] = {"a2amm MoE call (dispatch, experts, combine)",
+                                                     "the call on the other schedule",
                                                      "experts alone (the same rows)",
                                                      "exchange alone (dispatch + combine)"};
 
@@ -113,7 +114,7 @@ typedef struct moe_rank {
     a2amm_comm *comm;
     int me;
     moe_io_rank d;
-    a2amm_moe *m;
+    a2amm_moe *m, *other; /* the op on the schedule asked for; perf: on the other one */
     uint16_t *out;
     float **y;     /* [local]: the experts' outputs (perf) */
     int64_t *ycap; /* [local]: rows each y holds */
@@ -132,10 +133,10 @@ static int y_room(moe_rank *k, int le, int64_t n, a2amm_error *err)
     return A2AMM_OK;
 }
 
-static int call_op(moe_rank *k, a2amm_error *err)
+static int call_op(moe_rank *k, a2amm_moe *m, a2amm_error *err)
 {
     const moe_io_shape *s = &k->rn->s;
-    return a2amm_moe_run(k->m, k->d.T, k->d.x, k->d.sx, moe_io_scale_row(s->H), k->d.idx, k->d.w, k->out, err);
+    return a2amm_moe_run(m, k->d.T, k->d.x, k->d.sx, moe_io_scale_row(s->H), k->d.idx, k->d.w, k->out, err);
 }
 
 /* One timed repetition of each variant (after a barrier each), into the shared times. */
@@ -147,8 +148,12 @@ static int perf_round(moe_rank *k, int it, a2amm_error *err)
     double t0;
     int rc = a2amm_comm_barrier(k->comm, rn->o.timeout_s, err);
     t0 = cli_now();
-    if (!rc) rc = call_op(k, err);
+    if (!rc) rc = call_op(k, k->m, err);
     if (!rc && it >= 0) *time_slot(rn, MOE_V_CALL, it, k->me) = cli_now() - t0;
+    if (!rc) rc = a2amm_comm_barrier(k->comm, rn->o.timeout_s, err);
+    t0 = cli_now();
+    if (!rc) rc = call_op(k, k->other, err);
+    if (!rc && it >= 0) *time_slot(rn, MOE_V_OTHER, it, k->me) = cli_now() - t0;
     /* the experts alone, on the rows of a dispatch (then combined, untimed, to end the batch) */
     a2amm_moe_batch *batch = NULL;
     if (!rc) rc = a2amm_moe_dispatch(k->m, k->d.T, k->d.x, k->d.sx, sh, k->d.idx, k->d.w, &batch, err);
@@ -197,13 +202,19 @@ static int rank_work(moe_rank *k, a2amm_error *err)
     a2amm_moe_config cfg = A2AMM_MOE_CONFIG_INIT;
     cfg.experts = s->E, cfg.topk = s->K, cfg.hidden = s->H, cfg.inter = s->I, cfg.max_tokens = s->T ? s->T : 1;
     cfg.a_type = s->a_type, cfg.b_type = s->b_type, cfg.threads = rn->threads, cfg.timeout_s = rn->o.timeout_s;
+    cfg.schedule = rn->o.unfused ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED;
     if (!rc) rc = a2amm_moe_create(k->comm, &cfg, &k->m, err);
     a2amm_comm_say(k->comm, "preparing its experts' weights");
     if (!rc)
         rc = a2amm_moe_set_weights(k->m, k->d.w13, k->d.s13, moe_io_scale_row(s->H), k->d.w2, k->d.s2,
                                    moe_io_scale_row(s->I), err);
+    cfg.schedule = rn->o.unfused ? A2AMM_SCHEDULE_FUSED : A2AMM_SCHEDULE_UNFUSED;
+    if (!rc && rn->o.mode == RUN_PERF) rc = a2amm_moe_create(k->comm, &cfg, &k->other, err);
+    if (!rc && rn->o.mode == RUN_PERF)
+        rc = a2amm_moe_set_weights(k->other, k->d.w13, k->d.s13, moe_io_scale_row(s->H), k->d.w2, k->d.s2,
+                                   moe_io_scale_row(s->I), err);
     if (!rc && rn->o.mode == RUN_PRECISION) {
-        rc = call_op(k, err);
+        rc = call_op(k, k->m, err);
         char path[IO_PATH_MAX];
         a2amm_comm_say(k->comm, "writing its output");
         if (!rc) rc = io_rank_path(path, sizeof path, rn->dir, "output", k->me, "npu_out.bin", err);
@@ -226,6 +237,7 @@ static int rank_main(a2amm_comm *comm, void *arg)
     int rc = rank_work(&k, &err);
     if (rc && rc != A2AMM_E_PEER) fprintf(stderr, "a2amm run: rank %d: %s\n", k.me, err.msg);
     a2amm_moe_destroy(k.m);
+    a2amm_moe_destroy(k.other);
     for (int le = 0; k.y && le < k.rn->s.E / k.rn->s.R; le++) free(k.y[le]);
     free(k.y), free(k.ycap), free(k.out);
     moe_io_rank_free(&k.d);

@@ -16,15 +16,17 @@
 #include "io/moe_io.h"
 
 /* What perf mode times, each repetition after a barrier, as the slowest rank's time:
- * the op's call; its experts alone (every local expert on the rows a dispatch gave it, on the op's thread
+ * the op's call (the schedule asked for); the call on the other schedule (unfused, or fused with
+ * --unfused); its experts alone (every local expert on the rows a dispatch gave it, on the op's thread
  * count, by a2amm_moe_expert); the exchange alone (dispatch and combine, the experts' outputs zeros). */
-enum { MOE_V_CALL, MOE_V_EXPERTS, MOE_V_EXCHANGE, MOE_VARIANTS };
+enum { MOE_V_CALL, MOE_V_OTHER, MOE_V_EXPERTS, MOE_V_EXCHANGE, MOE_VARIANTS };
 extern const char *const moe_variant_names[MOE_VARIANTS];
 
 typedef struct moe_run_options {
     run_mode mode;
     int iters, warmup; /* perf: timed repetitions (default 10), untimed ones first (default 1) */
     int threads;       /* compute threads a rank (0: cores / ranks sharing this machine) */
+    int unfused;       /* the unfused schedule (default: fused, a2amm.h) */
     double timeout_s;  /* every wait between ranks (default 60) */
     run_transport transport;
     const volatile sig_atomic_t *stop; /* non-zero stops the run (A2AMM_E_INTERRUPTED, nothing written) */
