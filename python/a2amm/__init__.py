@@ -329,7 +329,7 @@ class MoE(_a2amm.MoE):
     """Expert parallelism: the MoE layer's dispatch, experts and combine across ranks (a2amm.h's a2amm_moe).
 
     MoE(comm, *, experts, topk, hidden, inter, max_tokens, max_recv=0, a_fmt="e4m3", w_fmt="e4m3",
-        mode="rceil", threads=0, timeout=0)
+        mode="rceil", schedule="fused", threads=0, timeout=0)
 
     Collective: every rank of comm makes it with the same arguments (threads is each rank's own). Rank r
     owns experts r*E/R .. (r+1)*E/R - 1 (experts divisible by R). Each call, a rank passes its own
@@ -337,17 +337,24 @@ class MoE(_a2amm.MoE):
     of its top-k experts, which runs them (SwiGLU: silu(x W1^T) * (x W3^T), then W2) and sends back
     the weighted sum; the token's rank adds what comes back (docs/op-contract.md, "The MoE op").
     max_recv: the most rows a rank may receive in a call (0: R * max_tokens). mode: how float inputs
-    are quantized ("rceil" or "floor", as a2amm.quantize). timeout: seconds every wait may take (0: 60).
+    are quantized ("rceil" or "floor", as a2amm.quantize). schedule: "fused" (where max_tokens is over
+    64, each rank's tokens in two chunks, one chunk's exchanges while the other's experts run) or
+    "unfused" (the whole dispatch, the experts, the whole combine): the same bits either way.
+    timeout: seconds every wait may take (0: 60).
     """
 
     def __init__(self, comm, *, experts, topk, hidden, inter, max_tokens, max_recv=0, a_fmt="e4m3",
-                 w_fmt="e4m3", mode="rceil", threads=0, timeout=0):
-        if mode not in ("rceil", "floor"):
-            comm.fail("MoE: mode must be \"rceil\" or \"floor\"; got %r" % (mode,))
-            raise ValueError("mode must be \"rceil\" or \"floor\"; got %r" % (mode,))
+                 w_fmt="e4m3", mode="rceil", schedule="fused", threads=0, timeout=0):
+        for name, value, choices in (("mode", mode, ("rceil", "floor")), ("schedule", schedule, ("fused", "unfused"))):
+            if value not in choices:
+                why = "%s must be \"%s\" or \"%s\"; got %r" % (name, choices[0], choices[1], value)
+                comm.fail("MoE: " + why)
+                raise ValueError(why)
         super().__init__(comm, experts=experts, topk=topk, hidden=hidden, inter=inter, max_tokens=max_tokens,
-                         max_recv=max_recv, a_fmt=a_fmt, w_fmt=w_fmt, threads=threads, timeout=float(timeout))
+                         max_recv=max_recv, a_fmt=a_fmt, w_fmt=w_fmt, threads=threads, timeout=float(timeout),
+                         unfused=schedule == "unfused")
         self.mode = mode
+        self.schedule = schedule
 
     def __repr__(self):
         if self.closed:
