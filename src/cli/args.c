@@ -146,3 +146,21 @@ void cli_without_blas_threads(char **argv)
     /* no /proc: go on as we are */
 }
 
+
+int cli_gen_option(int argc, char **argv, int *i, int *scale_mode, uint64_t *seed)
+{
+    const char *v;
+    int m;
+    if ((m = cli_option(argc, argv, i, "--scale-mode", &v))) {
+        mx_scale_mode mode;
+        if (m < 0) return -1;
+        if (mx_scale_mode_parse(v, &mode)) {
+            fprintf(stderr, "a2amm gen: --scale-mode must be floor or rceil, got '%s'\n", v);
+            return -1;
+        }
+        *scale_mode = (int)mode;
+        return 1;
+    }
+    if ((m = cli_option(argc, argv, i, "--seed", &v))) return m < 0 || cli_parse_u64("gen", "--seed", v, seed) ? -1 : 1;
+    return 0;
+}

@@ -18,6 +18,9 @@ int cli_option(int argc, char **argv, int *i, const char *name, const char **val
 int cli_parse_i64(const char *cmd, const char *what, const char *s, int64_t min, int64_t max,
                   int64_t *out);
 int cli_parse_u64(const char *cmd, const char *what, const char *s, uint64_t *out);
+/* gen's --scale-mode and --seed (both ops' gen): 1 taken into *scale_mode / *seed, 0 not one of them,
+ * -1 a bad value (said on stderr). */
+int cli_gen_option(int argc, char **argv, int *i, int *scale_mode, uint64_t *seed);
 int cli_parse_double(const char *cmd, const char *what, const char *s, double min, double max,
                      double *out);
 int cli_parse_type(const char *cmd, const char *what, const char *s, a2amm_fp8_type *out);

@@ -255,6 +255,7 @@ int cmd_gen_moe(int argc, char **argv)
 {
     const char *dir = ".";
     gen_options opt = {GEN_DIST_NORMAL, 1, MX_SCALE_FLOOR};
+    int scale_mode = MX_SCALE_FLOOR;
     moe_args a = {0};
     int golden = 1, quiet = 0;
     for (int i = 1; i < argc; i++) {
@@ -270,14 +271,9 @@ int cmd_gen_moe(int argc, char **argv)
                 fprintf(stderr, "a2amm gen: --op moe: --dist must be normal or uniform, got '%s'\n", v);
                 return 2;
             }
-        } else if ((m = cli_option(argc, argv, &i, "--scale-mode", &v))) {
+        } else if ((m = cli_gen_option(argc, argv, &i, &scale_mode, &opt.seed))) {
             if (m < 0) return 2;
-            if (mx_scale_mode_parse(v, &opt.scale_mode)) {
-                fprintf(stderr, "a2amm gen: --scale-mode must be floor or rceil, got '%s'\n", v);
-                return 2;
-            }
-        } else if ((m = cli_option(argc, argv, &i, "--seed", &v))) {
-            if (m < 0 || cli_parse_u64("gen", "--seed", v, &opt.seed)) return 2;
+            opt.scale_mode = (mx_scale_mode)scale_mode;
         } else if (!strcmp(argv[i], "--no-golden")) golden = 0;
         else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else if (argv[i][0] == '-' && argv[i][1] && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
