@@ -649,6 +649,30 @@ A2AMM_API int a2amm_moe_set_weights(a2amm_moe *moe, const uint8_t *w13, const ui
                                     const uint8_t *w2, const uint8_t *s2, int64_t ld2, a2amm_error *err);
 
 /*
+ * Local. A rank's experts prepared once for several MoE ops (a decode op
+ * and a prefill op of one layer, say), as a2amm_moe_set_weights prepares
+ * them: local_experts experts of w13 [2 inter, hidden] and w2 [hidden,
+ * inter] (the layouts above); max_rows: the most rows an expert gets in a
+ * call of the ops that will use them (R * max_tokens of the largest: where
+ * the kernel level reads so few rows' weights in fp8, they are kept in fp8
+ * only). The arrays may go afterwards.
+ */
+typedef struct a2amm_moe_weights a2amm_moe_weights;
+A2AMM_API int a2amm_moe_weights_create(int local_experts, int64_t hidden, int64_t inter, a2amm_fp8_type b_type,
+                                       int64_t max_rows, const uint8_t *w13, const uint8_t *s13, int64_t ld13,
+                                       const uint8_t *w2, const uint8_t *s2, int64_t ld2, a2amm_moe_weights **weights,
+                                       a2amm_error *err);
+/* Local. NULL is fine; not while an op uses them. */
+A2AMM_API void a2amm_moe_weights_destroy(a2amm_moe_weights *weights);
+/*
+ * Local. The op borrows them instead of a copy of its own (refused where
+ * the experts' count, hidden, inter or type differ from the op's, or
+ * max_rows is below the op's R * max_tokens): keep them alive, unchanged,
+ * until the op is destroyed or given other weights.
+ */
+A2AMM_API int a2amm_moe_use_weights(a2amm_moe *moe, const a2amm_moe_weights *weights, a2amm_error *err);
+
+/*
  * Collective. One call: this rank's `tokens` tokens (0 <= tokens <=
  * max_tokens; each rank its own), x [tokens, H] fp8 with scales
  * [tokens, ldsx] (ldsx >= H/32), topk_idx [tokens, k] (an expert in

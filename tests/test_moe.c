@@ -205,6 +205,80 @@ static void test_room(void)
     free_run(run);
 }
 
+/* Shared weights (a2amm_moe_weights): a decode-sized op (max_tokens 12) and a chunked one (200) on one
+ * preparation give the bits of ops with their own; a preparation for too few rows, or of another shape, is
+ * refused naming both. Per rank: 1 when all of it held. */
+typedef struct shared_report {
+    int ok, rc;
+    char msg[1100];
+} shared_report;
+
+static int rank_shared(a2amm_comm *comm, void *arg)
+{
+    shared_report *rep = (shared_report *)arg + a2amm_comm_rank(comm);
+    const moe_case *big = &MC_CASES[MC_FIRST_CHUNKED]; /* R = 2, E = 8, k = 3, max_tokens 200 */
+    moe_case small = *big;
+    small.max_tokens = 12, small.schedule = A2AMM_SCHEDULE_UNFUSED;
+    const int r = a2amm_comm_rank(comm), local = big->E / big->R;
+    const int64_t H = big->H, I = big->I, n13 = 2 * I * H, n2 = H * I;
+    uint8_t *w13 = malloc((size_t)(local * n13)), *s13 = malloc((size_t)(local * n13 / 32));
+    uint8_t *w2 = malloc((size_t)(local * n2)), *s2 = malloc((size_t)(local * n2 / 32));
+    for (int le = 0; le < local; le++)
+        mc_expert(big, r * local + le, w13 + le * n13, s13 + le * n13 / 32, w2 + le * n2, s2 + le * n2 / 32);
+    a2amm_error err = {0, ""}, e2 = {0, ""};
+    a2amm_moe_weights *shared = NULL, *too_few = NULL;
+    a2amm_moe *own_big = NULL, *own_small = NULL, *on_big = NULL, *on_small = NULL;
+    const size_t nb = (size_t)big->calls * (size_t)(big->max_tokens * H), ns = (size_t)small.calls * (size_t)(12 * H);
+    uint16_t *o1 = calloc(nb, 2), *o2 = calloc(nb, 2), *o3 = calloc(ns, 2), *o4 = calloc(ns, 2);
+    int rc = a2amm_moe_weights_create(local, H, I, big->b_type, (int64_t)big->R * big->max_tokens, w13, s13, H / 32, w2,
+                                      s2, I / 32, &shared, &err);
+    if (!rc) rc = a2amm_moe_weights_create(local, H, I, big->b_type, 12, w13, s13, H / 32, w2, s2, I / 32, &too_few, &err);
+    if (!rc) rc = mc_make(comm, big, 0, 30, &own_big, &err);
+    if (!rc) rc = mc_make(comm, &small, 0, 30, &own_small, &err);
+    a2amm_moe_config cfg = A2AMM_MOE_CONFIG_INIT;
+    cfg.experts = big->E, cfg.topk = big->k, cfg.hidden = H, cfg.inter = I, cfg.max_tokens = big->max_tokens;
+    cfg.a_type = big->a_type, cfg.b_type = big->b_type, cfg.timeout_s = 30;
+    if (!rc) rc = a2amm_moe_create(comm, &cfg, &on_big, &err);
+    /* refused: prepared for 12 rows an expert, the op may give one 400 */
+    int refused = !rc && a2amm_moe_use_weights(on_big, too_few, &e2) == A2AMM_E_INVAL &&
+                  strstr(e2.msg, "prepared for 12 rows an expert") && strstr(e2.msg, "max_rows >= 400");
+    if (!rc) rc = a2amm_moe_use_weights(on_big, shared, &err);
+    cfg.max_tokens = 12, cfg.schedule = A2AMM_SCHEDULE_UNFUSED;
+    if (!rc) rc = a2amm_moe_create(comm, &cfg, &on_small, &err);
+    if (!rc) rc = a2amm_moe_use_weights(on_small, shared, &err);
+    if (!rc) rc = mc_run_calls(comm, own_big, big, o1, &err);
+    if (!rc) rc = mc_run_calls(comm, on_big, big, o2, &err);
+    if (!rc) rc = mc_run_calls(comm, own_small, &small, o3, &err);
+    if (!rc) rc = mc_run_calls(comm, on_small, &small, o4, &err);
+    /* another shape: refused naming both */
+    a2amm_moe_weights *other = NULL;
+    int other_refused = 0;
+    if (!rc && a2amm_moe_weights_create(local, H, 2 * I, big->b_type, 400, w13, s13, H / 32, w2, s2, I / 16, &other,
+                                        &e2) == 0)
+        other_refused = a2amm_moe_use_weights(on_big, other, &e2) == A2AMM_E_INVAL && strstr(e2.msg, "inter 64") &&
+                        strstr(e2.msg, "inter 32");
+    rep->ok = !rc && refused && other_refused && !memcmp(o1, o2, nb * 2) && !memcmp(o3, o4, ns * 2);
+    rep->rc = rc;
+    snprintf(rep->msg, sizeof rep->msg, "%s", rc ? err.msg : e2.msg);
+    a2amm_moe_destroy(own_big), a2amm_moe_destroy(own_small), a2amm_moe_destroy(on_big), a2amm_moe_destroy(on_small);
+    a2amm_moe_weights_destroy(shared), a2amm_moe_weights_destroy(too_few), a2amm_moe_weights_destroy(other);
+    free(w13), free(s13), free(w2), free(s2), free(o1), free(o2), free(o3), free(o4);
+    return rc;
+}
+
+static void test_shared_weights(void)
+{
+    shared_report *rep = mmap(NULL, 2 * sizeof *rep, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    memset(rep, 0, 2 * sizeof *rep);
+    a2amm_error err = {0, ""};
+    a2amm_launch_options lo = {.size = sizeof lo, .heap_bytes = 64u << 20};
+    CHECK(a2amm_launch(2, rank_shared, rep, &lo, &err) == 0, "shared weights: the launch: %s", err.msg);
+    for (int r = 0; r < 2; r++)
+        CHECK(rep[r].ok, "shared weights, rank %d: two ops on one preparation, their bits and refusals: %d %s", r,
+              rep[r].rc, rep[r].msg);
+    munmap(rep, 2 * sizeof *rep);
+}
+
 /* `test_moe digests`: the digest of every rank's outputs of every case, as mpi_moe prints them over MPI
  * (tests/test_mpi.sh compares: the same bits on both transports). */
 static int print_digests(void)
@@ -423,6 +497,7 @@ int main(int argc, char **argv)
     test_room();
     test_faults();
     test_dispatch_combine();
+    test_shared_weights();
     test_nulls();
     return check_summary("test_moe");
 }

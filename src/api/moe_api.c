@@ -29,8 +29,8 @@ struct a2amm_moe {
     a2amm_moe_config cfg;
     moe_shape s;
     gemm_isa isa;
-    moe_weights w;
-    int has_weights;
+    moe_weights own;              /* prepared by a2amm_moe_set_weights */
+    const moe_weights *weights;   /* &own, or an a2amm_moe_weights' (a2amm_moe_use_weights); NULL: none yet */
     pool *workers; /* its compute threads (the calling thread among them) */
     _Atomic int busy; /* a thread is in a call of it */
 };
@@ -136,11 +136,79 @@ int a2amm_moe_set_weights(a2amm_moe *m, const uint8_t *w13, const uint8_t *s13, 
     int rc = moe_weights_prepare(&m->s, m->isa, (int64_t)m->s.R * m->cfg.max_tokens, w13, s13, ld13, w2, s2, ld2, &w,
                                  err);
     if (!rc) {
-        if (m->has_weights) moe_weights_free(&m->s, &m->w);
-        m->w = w, m->has_weights = 1;
+        if (m->weights == &m->own) moe_weights_free(&m->s, &m->own);
+        m->own = w, m->weights = &m->own;
     }
     atomic_store(&m->busy, 0);
     return rc;
+}
+
+/* ---- weights prepared once, shared by several ops ------------------------------------------------ */
+
+struct a2amm_moe_weights {
+    moe_shape s;      /* local experts, H, I, b_type (R and me unused) */
+    int64_t max_rows; /* the most rows an expert of an op using them may get in a call */
+    gemm_isa isa;
+    moe_weights w;
+};
+
+int a2amm_moe_weights_create(int local_experts, int64_t hidden, int64_t inter, a2amm_fp8_type b_type, int64_t max_rows,
+                             const uint8_t *w13, const uint8_t *s13, int64_t ld13, const uint8_t *w2, const uint8_t *s2,
+                             int64_t ld2, a2amm_moe_weights **out, a2amm_error *err)
+{
+    static const char *call = "a2amm_moe_weights_create";
+    if (out) *out = NULL;
+    if (!out || !w13 || !s13 || !w2 || !s2)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: the four arrays and out must not be NULL", call);
+    if (local_experts < 1 || hidden < 32 || hidden % 32 || inter < 32 || inter % 32 || max_rows < 1 ||
+        (b_type != A2AMM_E4M3 && b_type != A2AMM_E5M2) || ld13 < hidden / 32 || ld2 < inter / 32)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: local_experts and max_rows must be positive, hidden and inter "
+                          "multiples of 32, b_type E4M3 or E5M2, ld13 >= hidden/32 and ld2 >= inter/32 (got %d experts, "
+                          "hidden %lld, inter %lld, max_rows %lld, ld13 %lld, ld2 %lld)", call, local_experts,
+                          (long long)hidden, (long long)inter, (long long)max_rows, (long long)ld13, (long long)ld2);
+    a2amm_moe_weights *w = calloc(1, sizeof *w);
+    if (!w) return a2amm_fail(err, A2AMM_E_NOMEM, "%s: out of memory", call);
+    w->s = (moe_shape){1, 0, local_experts, local_experts, 1, hidden, inter, b_type, b_type};
+    w->max_rows = max_rows;
+    int rc = gemm_isa_select(&w->isa, err);
+    if (!rc) rc = moe_weights_prepare(&w->s, w->isa, max_rows, w13, s13, ld13, w2, s2, ld2, &w->w, err);
+    if (rc) {
+        free(w);
+        return rc;
+    }
+    *out = w;
+    return A2AMM_OK;
+}
+
+void a2amm_moe_weights_destroy(a2amm_moe_weights *w)
+{
+    if (!w) return;
+    moe_weights_free(&w->s, &w->w);
+    free(w);
+}
+
+int a2amm_moe_use_weights(a2amm_moe *m, const a2amm_moe_weights *w, a2amm_error *err)
+{
+    static const char *call = "a2amm_moe_use_weights";
+    if (!m || !w) return a2amm_fail(err, A2AMM_E_INVAL, "%s: moe and weights must not be NULL", call);
+    const int64_t rows = (int64_t)m->s.R * m->cfg.max_tokens;
+    if (w->s.local != m->s.local || w->s.H != m->s.H || w->s.I != m->s.I || w->s.b_type != m->s.b_type)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: the weights are %d experts of hidden %lld, inter %lld, %s; rank %d's "
+                          "op has %d local experts of hidden %lld, inter %lld, %s", call, w->s.local, (long long)w->s.H,
+                          (long long)w->s.I, a2amm_fp8_type_name(w->s.b_type), m->s.me, m->s.local, (long long)m->s.H,
+                          (long long)m->s.I, a2amm_fp8_type_name(m->s.b_type));
+    if (w->max_rows < rows || w->isa != m->isa)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: the weights were prepared for %lld rows an expert%s; this op may give "
+                          "an expert %lld (R * max_tokens): prepare them with max_rows >= %lld", call,
+                          (long long)w->max_rows, w->isa != m->isa ? " on another kernel level" : "", (long long)rows,
+                          (long long)rows);
+    int idle = 0;
+    if (!atomic_compare_exchange_strong(&m->busy, &idle, 1))
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: op %lld is in a call on another thread", call, (long long)m->id);
+    if (m->weights == &m->own) moe_weights_free(&m->s, &m->own);
+    m->weights = &w->w;
+    atomic_store(&m->busy, 0);
+    return A2AMM_OK;
 }
 
 /* The call's own arguments, before anything is collective. */
@@ -162,7 +230,7 @@ static int check_tokens(a2amm_moe *m, void *arg, a2amm_error *err)
 {
     const tokens_args *t = arg;
     const int64_t T = t->T;
-    if (!t->batch && !m->has_weights)
+    if (!t->batch && !m->weights)
         return a2amm_fail(err, A2AMM_E_INVAL, "%s: rank %d has no weights: a2amm_moe_set_weights first", t->call,
                           m->s.me);
     if (T < 0 || T > m->cfg.max_tokens)
@@ -482,7 +550,7 @@ static int run_fused(a2amm_moe *m, const tokens_args *t, size_t top, int chunks,
         f.rows[c] = malloc(sizeof *f.rows[c] * (size_t)(pairs + 1));
         if (!f.y[c] || !f.rows[c]) rc = a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe_run: rank %d: out of memory", m->s.me);
         for (int64_t p = 0; !rc && p < pairs; p++) f.rows[c][p] = f.y[c] + p * H;
-        if (!rc) rc = moe_experts(&m->s, &m->w, m->workers, b->recv, &b->g, f.y[c], err);
+        if (!rc) rc = moe_experts(&m->s, m->weights, m->workers, b->recv, &b->g, f.y[c], err);
         fused_step(&f, &f.computed, c + 1, rc);
     }
     if (started) pthread_join(thread, NULL);
@@ -509,7 +577,7 @@ static int run_call(a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_t *sx
     if (!y || !rows) rc = a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe_run: rank %d: out of memory", m->s.me);
     for (int64_t p = 0; !rc && p < pairs; p++) rows[p] = y + p * H;
     comm_set_doing(m->ctx, "a2amm_moe_run of op %lld: the experts on %lld rows", (long long)m->id, (long long)b->got);
-    if (!rc) rc = moe_experts(&m->s, &m->w, m->workers, b->recv, &b->g, y, err);
+    if (!rc) rc = moe_experts(&m->s, m->weights, m->workers, b->recv, &b->g, y, err);
     if (!rc) rc = combine_core(m, b, rows, out, top, err);
     free(y), free(rows);
     a2amm_moe_batch_destroy(b);
@@ -598,7 +666,7 @@ int a2amm_moe_expert(a2amm_moe *m, int le, int64_t rows, const uint8_t *codes, c
     static const char *call = "a2amm_moe_expert";
     if (!m) return a2amm_fail(err, A2AMM_E_INVAL, "%s: moe is NULL", call);
     const int64_t H = m->s.H, sw = H / 32;
-    if (!m->has_weights)
+    if (!m->weights)
         return a2amm_fail(err, A2AMM_E_INVAL, "%s: rank %d has no weights: a2amm_moe_set_weights first", call,
                           m->s.me);
     if (le < 0 || le >= m->s.local)
@@ -617,7 +685,7 @@ int a2amm_moe_expert(a2amm_moe *m, int le, int64_t rows, const uint8_t *codes, c
     int rc = packed && ys ? A2AMM_OK : a2amm_fail(err, A2AMM_E_NOMEM, "%s: out of memory for %lld rows", call,
                                                   (long long)rows);
     for (int64_t i = 0; !rc && i < rows; i++) memcpy(packed + i * sw, scales + i * ldsx, (size_t)sw), ys[i] = y + i * ldy;
-    if (!rc && moe_expert_rows(&m->s, &m->w, le, codes, packed, rows, ys))
+    if (!rc && moe_expert_rows(&m->s, m->weights, le, codes, packed, rows, ys))
         rc = a2amm_fail(err, A2AMM_E_NOMEM, "%s: out of memory for %lld rows", call, (long long)rows);
     free(packed), free(ys);
     return rc;
@@ -684,7 +752,7 @@ int a2amm_moe_combine(a2amm_moe *m, a2amm_moe_batch *b, const float *const *y, u
 void a2amm_moe_destroy(a2amm_moe *m)
 {
     if (!m) return;
-    if (m->has_weights) moe_weights_free(&m->s, &m->w);
+    if (m->weights == &m->own) moe_weights_free(&m->s, &m->own);
     pool_destroy(m->workers);
     free(m);
 }
