@@ -325,6 +325,57 @@ class Op(_a2amm.Op):
         return _a2amm.op_heap_bytes(R, max_m, k, n, a_fmt, b_fmt, tile_m, depth, path, schedule, kind)
 
 
+def _mx_pair(v, name, fmt, mode, shape):
+    """(codes, scales) as 2-D numpy arrays [rows, cols] and [rows, cols/32] of v: an MX pair (codes,
+    scales), or float32/bfloat16 values quantized here with mode; `shape` is what v must be."""
+    if isinstance(v, tuple):
+        if len(v) != 2:
+            raise ValueError("%s: an MX pair is (codes, scales); got a tuple of %d" % (name, len(v)))
+        codes, scales = _array(v[0], name + " codes"), _array(v[1], name + " scales")
+    else:
+        codes = _array(v, name)
+        if tuple(getattr(codes, "shape", ())) != shape:
+            raise ValueError("%s must have shape %s; got %s" % (name, list(shape), list(getattr(codes, "shape", ()))))
+        codes, scales = _a2amm.quantize(_np.ascontiguousarray(codes).reshape(-1, shape[-1]), fmt, mode)
+    codes, scales = _np.asarray(codes), _np.asarray(scales)
+    rows = int(_np.prod(shape[:-1]))
+    if codes.size != rows * shape[-1] or (rows and scales.size % rows):
+        raise ValueError("%s codes must have shape %s and its scales %s rows; got %s and %s" % (
+            name, list(shape), list(shape[:-1]), list(codes.shape), list(scales.shape)))
+    return codes.reshape(rows, shape[-1]), scales.reshape(rows, scales.size // rows if rows else shape[-1] // 32)
+
+
+class MoEWeights(_a2amm.MoEWeights):
+    """A rank's experts prepared once, for several a2amm.MoE ops (a2amm.h's a2amm_moe_weights).
+
+    MoEWeights(w13, w2, *, max_rows, w_fmt="e4m3", mode="rceil")
+
+    Local. w13 [E/R, 2*inter, hidden] and w2 [E/R, hidden, inter] as MoE.set_weights takes them (float32
+    or bfloat16, quantized here with mode, or MX pairs (codes, scales)); max_rows: the most rows an
+    expert gets in a call of the ops that will use them (R * max_tokens of the largest). An op takes them
+    with moe.use_weights(weights) (or moe.set_weights(weights, None)); close() (or with) frees them once
+    no op uses them.
+    """
+
+    def __init__(self, w13, w2, *, max_rows, w_fmt="e4m3", mode="rceil"):
+        if mode not in ("rceil", "floor"):
+            raise ValueError("mode must be \"rceil\" or \"floor\"; got %r" % (mode,))
+        shape13 = tuple(_np.shape(w13[0] if isinstance(w13, tuple) else w13))
+        if len(shape13) != 3 or shape13[1] % 2:
+            raise ValueError("w13 must be [experts, 2*inter, hidden]; got shape %s" % (list(shape13),))
+        L, I, H = shape13[0], shape13[1] // 2, shape13[2]
+        c13, s13 = _mx_pair(w13, "w13", w_fmt, mode, (L, 2 * I, H))
+        c2, s2 = _mx_pair(w2, "w2", w_fmt, mode, (L, H, I))
+        super().__init__(c13, s13, c2, s2, local_experts=L, hidden=H, inter=I, fmt=w_fmt, max_rows=int(max_rows))
+        self.mode = mode
+
+    def __repr__(self):
+        if self.closed:
+            return "a2amm.MoEWeights(closed)"
+        return "a2amm.MoEWeights(%d experts, hidden=%d, inter=%d, %s, max_rows=%d)" % (
+            self.local_experts, self.hidden, self.inter, self.w_fmt, self.max_rows)
+
+
 class MoE(_a2amm.MoE):
     """Expert parallelism: the MoE layer's dispatch, experts and combine across ranks (a2amm.h's a2amm_moe).
 
@@ -364,34 +415,29 @@ class MoE(_a2amm.MoE):
             self.a_fmt, self.w_fmt)
 
     def _mx(self, v, name, fmt, shape):
-        """(codes, scales) as 2-D numpy arrays [rows, cols] and [rows, cols/32] of v: an MX pair (codes,
-        scales), or float32/bfloat16 values quantized here; `shape` is what v must be."""
-        if isinstance(v, tuple):
-            if len(v) != 2:
-                raise ValueError("%s: an MX pair is (codes, scales); got a tuple of %d" % (name, len(v)))
-            codes, scales = _array(v[0], name + " codes"), _array(v[1], name + " scales")
-        else:
-            codes = _array(v, name)
-            if tuple(getattr(codes, "shape", ())) != shape:
-                raise ValueError("%s must have shape %s; got %s" % (name, list(shape), list(getattr(codes, "shape", ()))))
-            codes, scales = _a2amm.quantize(_np.ascontiguousarray(codes).reshape(-1, shape[-1]), fmt, self.mode)
-        codes, scales = _np.asarray(codes), _np.asarray(scales)
-        rows = int(_np.prod(shape[:-1]))
-        if codes.size != rows * shape[-1] or (rows and scales.size % rows):
-            raise ValueError("%s codes must have shape %s and its scales %s rows; got %s and %s" % (
-                name, list(shape), list(shape[:-1]), list(codes.shape), list(scales.shape)))
-        return codes.reshape(rows, shape[-1]), scales.reshape(rows, scales.size // rows if rows else shape[-1] // 32)
+        return _mx_pair(v, name, fmt, self.mode, shape)
 
     def set_weights(self, w13, w2):
         """Local: this rank's experts. w13 [E/R, 2*inter, hidden] (per expert the gate rows, then the up
         rows; each row one output, as torch's nn.Linear stores its weight) and w2 [E/R, hidden, inter],
         as float32 or bfloat16 (quantized here with the op's mode, blocks of 32 along the last axis) or
         as MX pairs (codes, scales), scales [E/R, rows, cols/32] as a2amm.quantize makes them. Prepared
-        once: the arrays may change or go afterwards."""
+        once: the arrays may change or go afterwards. Or an a2amm.MoEWeights as w13 (w2 None): the op
+        then borrows that preparation (use_weights)."""
+        if isinstance(w13, MoEWeights) and w2 is None:
+            return self.use_weights(w13)
         L, H, I = self.local_experts, self.hidden, self.inter
         c13, s13 = self._mx(w13, "w13", self.w_fmt, (L, 2 * I, H))
         c2, s2 = self._mx(w2, "w2", self.w_fmt, (L, H, I))
         self._set_weights(c13, s13, c2, s2)
+
+    def use_weights(self, weights):
+        """Local: borrow prepared a2amm.MoEWeights (this rank's experts, prepared once; their experts,
+        hidden, inter and w_fmt as the op's, their max_rows at least R * max_tokens) instead of a copy of
+        the op's own: a decode op and a prefill op of one layer can share them. The op keeps them alive;
+        they cannot be closed while it uses them."""
+        self._use_weights(weights)
+
 
     def __call__(self, x, topk_idx, topk_w, *, out=None):
         """Collective: one call. x [T, hidden] (float32 or bfloat16, quantized with the op's mode inside the

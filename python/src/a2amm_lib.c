@@ -206,6 +206,20 @@ int lib_moe_create(a2amm_comm *comm, const lib_moe_options *o, a2amm_moe **moe, 
     return a2amm_moe_create(comm, &c, moe, err);
 }
 
+int lib_moe_weights_create(int local, int64_t hidden, int64_t inter, a2amm_fp8_type type, int64_t max_rows,
+                           const uint8_t *w13, const uint8_t *s13, int64_t ld13, const uint8_t *w2, const uint8_t *s2,
+                           int64_t ld2, a2amm_moe_weights **w, a2amm_error *err)
+{
+    return a2amm_moe_weights_create(local, hidden, inter, type, max_rows, w13, s13, ld13, w2, s2, ld2, w, err);
+}
+
+void lib_moe_weights_destroy(a2amm_moe_weights *w) { a2amm_moe_weights_destroy(w); }
+
+int lib_moe_use_weights(a2amm_moe *moe, const a2amm_moe_weights *w, a2amm_error *err)
+{
+    return a2amm_moe_use_weights(moe, w, err);
+}
+
 int lib_moe_set_weights(a2amm_moe *moe, const uint8_t *w13, const uint8_t *s13, int64_t ld13, const uint8_t *w2,
                         const uint8_t *s2, int64_t ld2, a2amm_error *err)
 {

@@ -116,6 +116,11 @@ int lib_moe_set_weights(a2amm_moe *moe, const uint8_t *w13, const uint8_t *s13, 
 int lib_moe_run(a2amm_moe *moe, int64_t tokens, const uint8_t *x, const uint8_t *sx, int64_t ldsx, const int32_t *idx,
                 const float *w, uint16_t *out, a2amm_error *err);
 void lib_moe_destroy(a2amm_moe *moe);
+int lib_moe_weights_create(int local, int64_t hidden, int64_t inter, a2amm_fp8_type type, int64_t max_rows,
+                           const uint8_t *w13, const uint8_t *s13, int64_t ld13, const uint8_t *w2, const uint8_t *s2,
+                           int64_t ld2, a2amm_moe_weights **w, a2amm_error *err);
+void lib_moe_weights_destroy(a2amm_moe_weights *w);
+int lib_moe_use_weights(a2amm_moe *moe, const a2amm_moe_weights *w, a2amm_error *err);
 int lib_moe_dispatch(a2amm_moe *moe, int64_t tokens, const uint8_t *x, const uint8_t *sx, int64_t ldsx,
                      const int32_t *idx, const float *w, a2amm_moe_batch **batch, a2amm_error *err);
 int lib_moe_batch_rows(const a2amm_moe_batch *batch, int expert, int64_t *rows, const uint8_t **codes,

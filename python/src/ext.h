@@ -107,7 +107,7 @@ typedef struct CommObject {
     PyObject *weakrefs;
 } CommObject;
 
-extern PyTypeObject CommType, OpType, WeightsType, InputBufferType, MoEType, MoEBatchType;
+extern PyTypeObject CommType, OpType, WeightsType, InputBufferType, MoEType, MoEBatchType, MoEWeightsType;
 
 /* comm_alltoallv.c: Comm.alltoallv(blocks, timeout=60.0) -> [R uint8 arrays]. */
 PyObject *comm_alltoallv(CommObject *self, PyObject *args, PyObject *kw);
@@ -160,6 +160,18 @@ typedef struct WeightsObject {
 
 /* 0 with wo's open weights, or -1 with a TypeError/ValueError (weights.c). */
 int ext_weights_of(PyObject *wo, WeightsObject **out);
+
+typedef struct MoEWeightsObject {
+    PyObject_HEAD
+    a2amm_moe_weights *w;
+    int local;
+    long long hidden, inter, max_rows;
+    a2amm_fp8_type type;
+    Py_ssize_t users; /* MoE ops that use them */
+} MoEWeightsObject;
+
+/* 0 with wo's open MoE weights, or -1 with a TypeError/ValueError (moe_weights.c). */
+int ext_moe_weights_of(PyObject *wo, MoEWeightsObject **out);
 
 /* op.c: the Event type and the names of the events, into the module. */
 int op_module_init(PyObject *m);

@@ -127,7 +127,8 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "a2amm._a2amm",
 static int add_types(PyObject *m)
 {
     comm_type_prepare();
-    PyTypeObject *types[] = {&CommType, &OpType, &WeightsType, &InputBufferType, &MoEType, &MoEBatchType};
+    PyTypeObject *types[] = {&CommType, &OpType, &WeightsType, &InputBufferType, &MoEType, &MoEBatchType,
+                             &MoEWeightsType};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         if (PyType_Ready(types[i]) < 0) return -1;
         const char *dot = strrchr(types[i]->tp_name, '.');

@@ -18,8 +18,17 @@ typedef struct MoEObject {
     lib_moe_options o;
     int local;      /* experts a rank: E / R */
     int busy;       /* a call of it in flight on some thread */
+    PyObject *shared; /* the a2amm.MoEWeights it borrows (use_weights), or NULL */
     PyObject *weakrefs;
 } MoEObject;
+
+/* Lets go of the MoEWeights it borrowed, if any. */
+static void drop_shared(MoEObject *self)
+{
+    if (!self->shared) return;
+    ((MoEWeightsObject *)self->shared)->users--;
+    Py_CLEAR(self->shared);
+}
 
 typedef struct make_args {
     a2amm_comm *comm;
@@ -89,6 +98,7 @@ void moe_close_object(PyObject *o)
     MoEObject *self = (MoEObject *)o;
     lib_moe_destroy(self->moe);
     self->moe = NULL;
+    drop_shared(self);
 }
 
 /* 0 when it can be called now, else a ValueError and -1 (closed) or -2 (in a call on another thread: that
@@ -153,7 +163,28 @@ static PyObject *moe_set_weights(MoEObject *self, PyObject *args)
     for (int i = 0; i < 4; i++) matrix_release(&m[i]);
     if (!ok) return NULL;
     if (rc) return ext_raise(rc, &err);
+    drop_shared(self); /* its own copy now */
     Py_RETURN_NONE;
+}
+
+/* _use_weights(weights): local; borrows prepared a2amm.MoEWeights (kept alive by a reference). */
+static PyObject *moe_use_weights(MoEObject *self, PyObject *wo)
+{
+    MoEWeightsObject *w;
+    if (moe_usable(self, "use_weights") < 0 || ext_moe_weights_of(wo, &w) < 0) return NULL;
+    a2amm_error err = {0, ""};
+    int rc = lib_moe_use_weights(self->moe, w->w, &err);
+    if (rc) return ext_raise(rc, &err);
+    drop_shared(self);
+    self->shared = Py_NewRef(wo);
+    w->users++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *moe_get_weights(MoEObject *self, void *c)
+{
+    (void)c;
+    return Py_NewRef(self->shared ? self->shared : Py_None);
 }
 
 /* A call's token arrays, checked: x [T, H] u8 with sx [T, >= H/32] u8, or x [T, H] float32 / bf16 values
@@ -579,6 +610,7 @@ static PyObject *moe_combine(MoEObject *self, PyObject *args)
 static int moe_traverse(MoEObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->comm);
+    Py_VISIT(self->shared);
     return 0;
 }
 
@@ -628,6 +660,7 @@ static PyGetSetDef MOE_GETSET[] = {
     {"comm", (getter)get_comm, NULL, "the communicator it was made on", NULL},
     {"a_fmt", (getter)get_fmt, NULL, "x's fp8 format", NULL},
     {"w_fmt", (getter)get_fmt, NULL, "the experts' weights' fp8 format", (void *)1},
+    {"weights", (getter)moe_get_weights, NULL, "the a2amm.MoEWeights it uses (use_weights), or None", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -643,6 +676,7 @@ static PyMemberDef MOE_MEMBERS[] = {
 
 static PyMethodDef MOE_METHODS[] = {
     {"_set_weights", (PyCFunction)moe_set_weights, METH_VARARGS, NULL},
+    {"_use_weights", (PyCFunction)moe_use_weights, METH_O, NULL},
     {"_run", (PyCFunction)moe_run, METH_VARARGS, NULL},
     {"_dispatch", (PyCFunction)moe_dispatch, METH_VARARGS, NULL},
     {"_c_loop", (PyCFunction)moe_c_loop, METH_VARARGS, NULL},

@@ -434,3 +434,44 @@ def test_the_schedules_give_the_same_bits():
     # the refusal fails the communicator (the other ranks are in the collective call): the launch says why
     with pytest.raises(a2amm.Error, match='MoE: schedule must be "fused" or "unfused"'):
         a2amm.launch(2, bad)
+
+
+def test_moe_weights_are_prepared_once_for_several_ops():
+    """a2amm.MoEWeights: one preparation borrowed by a decode-sized op and a chunked one gives the bits of ops
+    with their own weights; it stays alive while an op uses it (close refused), and one prepared for too few
+    rows or another shape is refused naming both."""
+    R, E, k = 2, 4, 2
+    w13, w2 = expert_weights(E)
+
+    def rank(comm):
+        r, L = comm.rank, E // R
+        mine13, mine2 = w13[r * L:(r + 1) * L], w2[r * L:(r + 1) * L]
+        x, ids, w = rank_tokens(r, R, E, k, 3)
+        ids = ids.astype(np.int32)
+        shared = a2amm.MoEWeights(mine13, mine2, max_rows=R * 100)
+        out = {}
+        with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=100) as big, \
+                a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as small, \
+                a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as own:
+            big.use_weights(shared)
+            small.set_weights(shared, None)
+            own.set_weights(mine13, mine2)
+            out["same"] = (np.array_equal(big(x, ids, w), own(x, ids, w))
+                           and np.array_equal(small(x, ids, w), own(x, ids, w)))
+            out["held"] = big.weights is shared and small.weights is shared and own.weights is None
+            with pytest.raises(ValueError, match="in use by 2 MoE op"):
+                shared.close()
+            few = a2amm.MoEWeights(mine13, mine2, max_rows=10)
+            with pytest.raises(a2amm.ArgumentError, match="prepared for 10 rows an expert"):
+                big.use_weights(few)
+            other = a2amm.MoEWeights(np.concatenate([mine13, mine13], axis=1), w2[:L, :, :].repeat(2, axis=2),
+                                     max_rows=R * 100)
+            with pytest.raises(a2amm.ArgumentError, match="inter 64"):
+                big.use_weights(other)
+            few.close(), other.close()
+        shared.close()
+        out["closed"] = shared.closed
+        return out
+
+    for out in a2amm.launch(R, rank):
+        assert out == {"same": True, "held": True, "closed": True}
