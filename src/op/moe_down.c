@@ -498,9 +498,105 @@ static panels_fn *pick_256(int rows, int np, int fma)
 }
 #undef PICK
 
+/* Many rows on avx2, as on avx512 (down_many_avx512): each panel's block widened once into L1 for every
+ * row, 6 rows x 16 columns of sums in flight (12 of the 16 ymm registers), a block added by one FMA. */
+enum { ROWS_MANY_256 = 6 };
+
+typedef struct widened_panel {
+    __m256 w[32][2]; /* row t of the block, as floats: columns 0-7, 8-15 */
+    __m256 scale[2]; /* the 16 column scales as floats (scale_float) */
+    unsigned nan;    /* the panel's NaN columns */
+} widened_panel;
+
+AVX2_INLINE void widen_panel(const uint8_t *panel, int64_t b, int e4m3, widened_panel *out)
+{
+    const uint8_t *blk = panel + HEAD + (size_t)b * BLOCK;
+    for (int t = 0; t < 32; t++) widen16_avx2(blk + NR + t * NR, e4m3, &out->w[t][0], &out->w[t][1]);
+    float scale[NR];
+    for (int c = 0; c < NR; c++) scale[c] = scale_float(blk[c]);
+    out->scale[0] = _mm256_loadu_ps(scale), out->scale[1] = _mm256_loadu_ps(scale + 8);
+    out->nan = nan_columns(panel);
+}
+
+/* acc (at `at`, from 0 at the first block) += sums * scale, 8 columns; the last block's NaN rules (nan: their
+ * NaN columns in the low 8 bits). */
+AVX2_INLINE void add_half(float *at, __m256 sums, __m256 scale, unsigned nan, int first, int last)
+{
+    __m256 acc = _mm256_fmadd_ps(sums, scale, first ? _mm256_setzero_ps() : _mm256_loadu_ps(at));
+    if (last)
+        acc = _mm256_blendv_ps(acc, _mm256_set1_ps(NAN),
+                               _mm256_or_ps(_mm256_cmp_ps(acc, acc, _CMP_UNORD_Q), column_mask_avx2(nan)));
+    _mm256_storeu_ps(at, acc);
+}
+
+AVX2_INLINE void rows_of_panel(int rows, int fma, const widened_panel *wp, const float *a, int64_t I,
+                               float *const *ys, int64_t col, int first, int last)
+{
+    __m256 sums[ROWS_MANY_256 * 2]; /* row r, half h at 2r + h */
+    for (int i = 0; i < 2 * rows; i++) sums[i] = _mm256_setzero_ps();
+    for (int t = 0; t < 32; t++) {
+        const __m256 w0 = wp->w[t][0], w1 = wp->w[t][1];
+#pragma GCC unroll 6
+        for (int r = 0; r < rows; r++) {
+            __m256 ar = _mm256_broadcast_ss(a + r * I + t);
+            sums[2 * r] = fma ? _mm256_fmadd_ps(ar, w0, sums[2 * r]) : _mm256_add_ps(sums[2 * r], _mm256_mul_ps(ar, w0));
+            sums[2 * r + 1] = fma ? _mm256_fmadd_ps(ar, w1, sums[2 * r + 1])
+                                  : _mm256_add_ps(sums[2 * r + 1], _mm256_mul_ps(ar, w1));
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < rows; r++) { /* each half by name: a loop over them kept the sums on the stack */
+        add_half(ys[r] + col, sums[2 * r], wp->scale[0], wp->nan, first, last);
+        add_half(ys[r] + col + 8, sums[2 * r + 1], wp->scale[1], wp->nan >> 8, first, last);
+    }
+}
+
+typedef void rows_of_panel_fn(const widened_panel *wp, const float *a, int64_t I, float *const *ys, int64_t col,
+                              int first, int last);
+#define DEFINE_MANY_256(k, f)                                                                                  \
+    static AVX2_TARGET __attribute__((noinline)) void many256_##k##_##f(                                      \
+        const widened_panel *wp, const float *a, int64_t I, float *const *ys, int64_t col, int first, int last) \
+    {                                                                                                         \
+        rows_of_panel(k, f, wp, a, I, ys, col, first, last);                                                  \
+    }
+#define CASES_MANY_256(M) M(1, 0) M(1, 1) M(2, 0) M(2, 1) M(3, 0) M(3, 1) M(4, 0) M(4, 1) M(5, 0) M(5, 1) M(6, 0) M(6, 1)
+CASES_MANY_256(DEFINE_MANY_256)
+#define PICK(k, f)                                                                                             \
+    case k * 2 + f:                                                                                            \
+        return many256_##k##_##f;
+
+static rows_of_panel_fn *pick_many_256(int rows, int fma)
+{
+    switch (rows * 2 + fma) {
+        CASES_MANY_256(PICK)
+    }
+    return NULL;
+}
+#undef PICK
+
+static AVX2_TARGET void down_many_avx2(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
+                                      const uint8_t *packed, float *const *ys)
+{
+    const int e4m3 = b_type == A2AMM_E4M3, fma = products_in_range(a, (int)n, I, b_type);
+    const int64_t nkb = I / 32;
+    widened_panel wp;
+    for (int64_t p = 0; p < H / NR; p++)
+        for (int64_t b = 0; b < nkb; b++) {
+            widen_panel(packed + (size_t)p * panel_bytes(I), b, e4m3, &wp);
+            for (int64_t r0 = 0; r0 < n; r0 += ROWS_MANY_256) {
+                const int rows = n - r0 < ROWS_MANY_256 ? (int)(n - r0) : ROWS_MANY_256;
+                pick_many_256(rows, fma)(&wp, a + r0 * I + b * 32, I, ys + r0, p * NR, b == 0, b == nkb - 1);
+            }
+        }
+}
+
 void moe_down_avx2(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n, const uint8_t *packed,
                    float *const *ys)
 {
+    if (n >= MANY_ROWS) {
+        down_many_avx2(H, I, b_type, a, n, packed, ys);
+        return;
+    }
     const down_level level = {ROWS_256, panels_at_once_256, pick_256};
     down_rows(&level, H, I, b_type, a, n, packed, ys);
 }
