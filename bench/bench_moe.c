@@ -212,7 +212,7 @@ static int baseline_run(a2amm_comm *comm, baseline *bl, const rank_data *d, uint
     src_first[R] = nrec;
     moe_groups g;
     rc = moe_group(s, bl->records, nrec, &g, err);
-    if (!rc) rc = moe_experts(s, bl->w, bl->workers, bl->records, &g, bl->y, err);
+    if (!rc) rc = moe_experts(s, bl->w, bl->workers, bl->records, &g, bl->y, NULL, err);
     const float **rows = malloc(sizeof *rows * (size_t)(g.pairs + 1));
     if (!rc && !rows) rc = a2amm_fail(err, A2AMM_E_NOMEM, "out of memory");
     for (int64_t p = 0; !rc && p < g.pairs; p++) rows[p] = bl->y + p * H;

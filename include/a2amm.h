@@ -722,6 +722,20 @@ A2AMM_API void a2amm_moe_batch_destroy(a2amm_moe_batch *batch);
 A2AMM_API int a2amm_moe_expert(a2amm_moe *moe, int local_expert, int64_t rows, const uint8_t *codes,
                                const uint8_t *scales, int64_t ldsx, float *y, int64_t ldy, a2amm_error *err);
 
+/*
+ * Local. Sets (or with NULL removes) this rank's observer of the MoE op's
+ * a2amm_moe_run calls: the events of a call are kept as they happen and
+ * reported on the calling thread at the call's end, in time order (the
+ * fused schedule's exchanges run on a thread of their own); the observer's
+ * answers are ignored. CALL_BEGIN/END (rows: this rank's tokens);
+ * EXCHANGE_BEGIN/END for each chunk's dispatch (slot 0) and combine (slot 1)
+ * (tile: the chunk, rows: its tokens, bytes at END: received);
+ * MATMUL_BEGIN/END around each chunk's experts (rows: expert rows); WORK
+ * for each expert with rows (slot: the local expert, rows, thread,
+ * time_ns its start, duration_ns). Refused while another thread is in a call.
+ */
+A2AMM_API int a2amm_moe_set_observer(a2amm_moe *moe, a2amm_observer_fn fn, void *arg, a2amm_error *err);
+
 /* Local. Frees it; NULL is fine. Not while another thread is in a call of it. */
 A2AMM_API void a2amm_moe_destroy(a2amm_moe *moe);
 

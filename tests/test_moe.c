@@ -279,6 +279,92 @@ static void test_shared_weights(void)
     munmap(rep, 2 * sizeof *rep);
 }
 
+/* The observer: a chunked call's events, in time order, one call's worth each: CALL around it; per chunk a
+ * dispatch and a combine (EXCHANGE, slot 0 and 1), the experts (MATMUL) whose WORK events' rows add up to
+ * theirs. Per rank: what was wrong, or "" */
+typedef struct seen_events {
+    a2amm_event ev[512];
+    int n;
+} seen_events;
+
+static int collect(void *arg, const a2amm_event *ev)
+{
+    seen_events *s = arg;
+    if (s->n < 512) s->ev[s->n] = *ev;
+    s->n++;
+    return -1; /* answers are ignored */
+}
+
+static const char *check_events(const seen_events *s, int64_t T, int chunks, int me)
+{
+    if (s->n < 2 || s->n > 512) return "too few or too many events";
+    if (s->ev[0].kind != A2AMM_EVENT_CALL_BEGIN || s->ev[s->n - 1].kind != A2AMM_EVENT_CALL_END) return "CALL not around";
+    if (s->ev[0].rows != T) return "CALL's rows are not the rank's tokens";
+    int dispatch[4] = {0}, combine[4] = {0}, matmul[4] = {0};
+    int64_t matmul_rows[4] = {0}, work_rows[4] = {0};
+    for (int i = 0; i < s->n; i++) {
+        const a2amm_event *e = &s->ev[i];
+        if (e->rank != me || e->call != 1) return "an event of another rank or call";
+        if (i && e->time_ns < s->ev[i - 1].time_ns) return "not in time order";
+        if (e->tile >= chunks) return "a chunk past the call's";
+        int c = e->tile < 0 ? 0 : (int)e->tile;
+        if (e->kind == A2AMM_EVENT_EXCHANGE_END) (e->slot == 0 ? dispatch : combine)[c]++;
+        if (e->kind == A2AMM_EVENT_MATMUL_END) matmul[c]++, matmul_rows[c] = e->rows;
+        if (e->kind == A2AMM_EVENT_WORK) work_rows[c] += e->rows;
+    }
+    for (int c = 0; c < chunks; c++) {
+        if (dispatch[c] != 1 || combine[c] != 1 || matmul[c] != 1) return "a chunk without its dispatch, experts, combine";
+        if (work_rows[c] != matmul_rows[c]) return "the experts' WORK rows do not add up to the chunk's";
+    }
+    return "";
+}
+
+typedef struct observe_report {
+    char what[2][120];
+} observe_report;
+
+static int rank_observe(a2amm_comm *comm, void *arg)
+{
+    observe_report *rep = (observe_report *)arg + a2amm_comm_rank(comm);
+    const moe_case *c = &MC_CASES[MC_FIRST_CHUNKED]; /* max_tokens 200: two chunks */
+    const int r = a2amm_comm_rank(comm);
+    const int64_t H = c->H, T = 150 - 40 * r;
+    uint8_t *x = malloc((size_t)(T * H)), *sx = malloc((size_t)(T * H / 32));
+    int32_t *idx = malloc(sizeof *idx * (size_t)(T * c->k));
+    float *w = malloc(sizeof *w * (size_t)(T * c->k));
+    uint16_t *out = malloc(sizeof *out * (size_t)(T * H));
+    seen_events *seen = calloc(1, sizeof *seen);
+    mc_inputs(c, r, 0, T, x, sx, idx, w);
+    a2amm_error err = {0, ""};
+    for (int sched = 0; sched < 2; sched++) {
+        moe_case one = *c;
+        one.schedule = sched ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED;
+        a2amm_moe *m = NULL;
+        seen->n = 0;
+        int rc = mc_make(comm, &one, 0, 30, &m, &err);
+        if (!rc) rc = a2amm_moe_set_observer(m, collect, seen, &err);
+        if (!rc) rc = a2amm_moe_run(m, T, x, sx, H / 32, idx, w, out, &err);
+        snprintf(rep->what[sched], sizeof rep->what[sched], "%s", rc ? err.msg : check_events(seen, T, sched ? 1 : 2, r));
+        a2amm_moe_destroy(m);
+    }
+    free(x), free(sx), free(idx), free(w), free(out), free(seen);
+    return 0;
+}
+
+static void test_observer(void)
+{
+    observe_report *rep = mmap(NULL, 2 * sizeof *rep, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    memset(rep, 0xFF, 2 * sizeof *rep);
+    a2amm_error err = {0, ""};
+    a2amm_launch_options lo = {.size = sizeof lo, .heap_bytes = 64u << 20};
+    CHECK(a2amm_launch(2, rank_observe, rep, &lo, &err) == 0, "observer: the launch: %s", err.msg);
+    for (int r = 0; r < 2; r++)
+        for (int sched = 0; sched < 2; sched++)
+            CHECK(rep[r].what[sched][0] == '\0', "observer, rank %d, %s schedule: %.100s", r,
+                  sched ? "unfused" : "fused", rep[r].what[sched]);
+    munmap(rep, 2 * sizeof *rep);
+}
+
 /* `test_moe digests`: the digest of every rank's outputs of every case, as mpi_moe prints them over MPI
  * (tests/test_mpi.sh compares: the same bits on both transports). */
 static int print_digests(void)
@@ -498,6 +584,7 @@ int main(int argc, char **argv)
     test_faults();
     test_dispatch_combine();
     test_shared_weights();
+    test_observer();
     test_nulls();
     return check_summary("test_moe");
 }

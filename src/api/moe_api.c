@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api/api_internal.h"
 #include "common/error.h"
@@ -33,7 +34,67 @@ struct a2amm_moe {
     const moe_weights *weights;   /* &own, or an a2amm_moe_weights' (a2amm_moe_use_weights); NULL: none yet */
     pool *workers; /* its compute threads (the calling thread among them) */
     _Atomic int busy; /* a thread is in a call of it */
+    a2amm_observer_fn observer;
+    void *observer_arg;
+    uint64_t calls;          /* a2amm_moe_run calls made, for the events */
+    struct moe_log *log;     /* the call's events while one runs with an observer, else NULL */
 };
+
+/* ---- the observer: a call's events, kept as they happen (on either of its threads) and reported to the
+ * observer on the calling thread at the call's end, in time order ------------------------------------ */
+
+typedef struct moe_log {
+    pthread_mutex_t lock;
+    a2amm_event *ev;
+    size_t n, cap;
+} moe_log;
+
+static int64_t log_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* One event of the call (nothing without an observer; an event that finds no memory is left out). */
+static void log_event(a2amm_moe *m, a2amm_event_kind kind, int64_t tile, int64_t rows, int slot, int64_t bytes,
+                      int64_t time_ns, int thread, int64_t duration_ns)
+{
+    moe_log *l = m->log;
+    if (!l) return;
+    a2amm_event e = {.kind = kind, .rank = m->s.me, .call = m->calls, .tile = tile, .tiles = -1, .rows = rows,
+                     .peer = -1, .slot = slot, .k = m->s.H, .bytes = bytes, .time_ns = time_ns, .thread = thread,
+                     .duration_ns = duration_ns};
+    pthread_mutex_lock(&l->lock);
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        a2amm_event *grown = realloc(l->ev, cap * sizeof *grown);
+        if (grown) l->ev = grown, l->cap = cap;
+    }
+    if (l->n < l->cap) l->ev[l->n++] = e;
+    pthread_mutex_unlock(&l->lock);
+}
+
+/* Time, then the order logged (kept in `tiles` while sorting). */
+static int by_time(const void *a, const void *b)
+{
+    const a2amm_event *x = a, *y = b;
+    if (x->time_ns != y->time_ns) return x->time_ns < y->time_ns ? -1 : 1;
+    return x->tiles < y->tiles ? -1 : x->tiles > y->tiles;
+}
+
+/* The call's events to the observer, in time order, then the log freed. */
+static void log_deliver(a2amm_moe *m, moe_log *l)
+{
+    for (size_t i = 0; i < l->n; i++) l->ev[i].tiles = (int64_t)i;
+    qsort(l->ev, l->n, sizeof *l->ev, by_time);
+    for (size_t i = 0; i < l->n; i++) {
+        l->ev[i].tiles = -1;
+        m->observer(m->observer_arg, &l->ev[i]);
+    }
+    free(l->ev);
+    pthread_mutex_destroy(&l->lock);
+}
 
 static int check_config(const a2amm_moe_config *c, int R, a2amm_error *err)
 {
@@ -141,6 +202,18 @@ int a2amm_moe_set_weights(a2amm_moe *m, const uint8_t *w13, const uint8_t *s13, 
     }
     atomic_store(&m->busy, 0);
     return rc;
+}
+
+int a2amm_moe_set_observer(a2amm_moe *m, a2amm_observer_fn fn, void *arg, a2amm_error *err)
+{
+    if (!m) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_set_observer: moe is NULL");
+    int idle = 0;
+    if (!atomic_compare_exchange_strong(&m->busy, &idle, 1))
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_set_observer: op %lld is in a call on another thread",
+                          (long long)m->id);
+    m->observer = fn, m->observer_arg = fn ? arg : NULL;
+    atomic_store(&m->busy, 0);
+    return A2AMM_OK;
 }
 
 /* ---- weights prepared once, shared by several ops ------------------------------------------------ */
@@ -438,6 +511,50 @@ static int combine_core(a2amm_moe *m, a2amm_moe_batch *b, const float *const *y,
     return rc;
 }
 
+/* ---- a call's steps, each with its events (chunk c: the exchange's tile) ------------------------------ */
+
+/* The dispatch of chunk c (count tokens from token `first`): EXCHANGE_BEGIN/END, slot 0, bytes received. */
+static int step_dispatch(a2amm_moe *m, const tokens_args *t, int c, int64_t first, int64_t count, size_t top,
+                         a2amm_moe_batch **b, int *alike, a2amm_error *err)
+{
+    const int k = m->s.k;
+    int64_t t0 = log_now();
+    log_event(m, A2AMM_EVENT_EXCHANGE_BEGIN, c, count, 0, 0, t0, 0, 0);
+    int rc = dispatch_core(m, count, t->x + first * m->s.H, t->sx + first * t->ldsx, t->ldsx, t->idx + first * k,
+                           t->w + first * k, top, b, alike, err);
+    log_event(m, A2AMM_EVENT_EXCHANGE_END, c, count, 0, rc ? 0 : (*b)->got * (int64_t)moe_record_bytes(&m->s),
+              log_now(), 0, 0);
+    return rc;
+}
+
+/* Chunk c's experts: MATMUL_BEGIN/END around them (rows: the chunk's expert rows), a WORK event for each
+ * expert that had rows (slot: the local expert; thread, start and duration where it ran). */
+static int step_experts(a2amm_moe *m, int c, const a2amm_moe_batch *b, float *y, a2amm_error *err)
+{
+    moe_expert_span *spans = m->log ? calloc((size_t)m->s.local, sizeof *spans) : NULL;
+    int64_t t0 = log_now();
+    log_event(m, A2AMM_EVENT_MATMUL_BEGIN, c, b->g.pairs, -1, 0, t0, 0, 0);
+    int rc = moe_experts(&m->s, m->weights, m->workers, b->recv, &b->g, y, spans, err);
+    log_event(m, A2AMM_EVENT_MATMUL_END, c, b->g.pairs, -1, 0, log_now(), 0, 0);
+    for (int le = 0; spans && le < m->s.local; le++)
+        if (spans[le].rows)
+            log_event(m, A2AMM_EVENT_WORK, c, spans[le].rows, le, 0, spans[le].t0_ns, spans[le].thread,
+                      spans[le].t1_ns - spans[le].t0_ns);
+    free(spans);
+    return rc;
+}
+
+/* Chunk c's combine into out (its tokens' rows): EXCHANGE_BEGIN/END, slot 1, bytes received. */
+static int step_combine(a2amm_moe *m, int c, a2amm_moe_batch *b, const float *const *rows, uint16_t *out, size_t top,
+                        a2amm_error *err)
+{
+    int64_t t0 = log_now();
+    log_event(m, A2AMM_EVENT_EXCHANGE_BEGIN, c, b->T, 1, 0, t0, 0, 0);
+    int rc = combine_core(m, b, rows, out, top, err);
+    log_event(m, A2AMM_EVENT_EXCHANGE_END, c, b->T, 1, rc ? 0 : b->sent * m->s.H * 2, log_now(), 0, 0);
+    return rc;
+}
+
 /* ---- the fused schedule ------------------------------------------------------------------------------ */
 
 enum { FUSED_CHUNKS_MAX = 2, FUSED_CHUNK_MIN = 64 /* tokens */ };
@@ -506,20 +623,18 @@ static int fused_combine(fused *f, int c)
     if (fused_wait(f, &f->computed, c + 1)) return STOPPED;
     int64_t first, count;
     chunk_of(f->t->T, f->chunks, c, &first, &count);
-    return combine_core(f->m, f->batch[c], f->rows[c], f->t->out + first * f->m->s.H, f->top, &f->err);
+    return step_combine(f->m, c, f->batch[c], f->rows[c], f->t->out + first * f->m->s.H, f->top, &f->err);
 }
 
 static void *fused_exchanges(void *arg)
 {
     fused *f = arg;
     const tokens_args *t = f->t;
-    const int k = f->m->s.k;
     int rc = A2AMM_OK, alike = 0;
     for (int c = 0; !rc && c < f->chunks; c++) {
         int64_t first, count;
         chunk_of(t->T, f->chunks, c, &first, &count);
-        rc = dispatch_core(f->m, count, t->x + first * f->m->s.H, t->sx + first * t->ldsx, t->ldsx, t->idx + first * k,
-                           t->w + first * k, f->top, &f->batch[c], &alike, &f->err);
+        rc = step_dispatch(f->m, t, c, first, count, f->top, &f->batch[c], &alike, &f->err);
         fused_step(f, &f->dispatched, c + 1, rc);
         if (!rc && c > 0) rc = fused_combine(f, c - 1);
     }
@@ -550,7 +665,7 @@ static int run_fused(a2amm_moe *m, const tokens_args *t, size_t top, int chunks,
         f.rows[c] = malloc(sizeof *f.rows[c] * (size_t)(pairs + 1));
         if (!f.y[c] || !f.rows[c]) rc = a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe_run: rank %d: out of memory", m->s.me);
         for (int64_t p = 0; !rc && p < pairs; p++) f.rows[c][p] = f.y[c] + p * H;
-        if (!rc) rc = moe_experts(&m->s, m->weights, m->workers, b->recv, &b->g, f.y[c], err);
+        if (!rc) rc = step_experts(m, c, b, f.y[c], err);
         fused_step(&f, &f.computed, c + 1, rc);
     }
     if (started) pthread_join(thread, NULL);
@@ -564,12 +679,12 @@ static int run_fused(a2amm_moe *m, const tokens_args *t, size_t top, int chunks,
     return rc;
 }
 
-/* The whole call after its checks and agreement: the dispatch, this rank's experts, the combine. */
-static int run_call(a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_t *sx, int64_t ldsx, const int32_t *idx,
-                    const float *w, uint16_t *out, size_t top, int *alike, a2amm_error *err)
+/* The whole call after its checks and agreement (the unfused schedule): the dispatch, this rank's experts,
+ * the combine. */
+static int run_call(a2amm_moe *m, const tokens_args *t, size_t top, int *alike, a2amm_error *err)
 {
     a2amm_moe_batch *b = NULL;
-    int rc = dispatch_core(m, T, x, sx, ldsx, idx, w, top, &b, alike, err);
+    int rc = step_dispatch(m, t, 0, 0, t->T, top, &b, alike, err);
     if (rc) return rc;
     const int64_t pairs = b->g.pairs, H = m->s.H;
     float *y = malloc(sizeof *y * (size_t)((pairs ? pairs : 1) * H));
@@ -577,8 +692,8 @@ static int run_call(a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_t *sx
     if (!y || !rows) rc = a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe_run: rank %d: out of memory", m->s.me);
     for (int64_t p = 0; !rc && p < pairs; p++) rows[p] = y + p * H;
     comm_set_doing(m->ctx, "a2amm_moe_run of op %lld: the experts on %lld rows", (long long)m->id, (long long)b->got);
-    if (!rc) rc = moe_experts(&m->s, m->weights, m->workers, b->recv, &b->g, y, err);
-    if (!rc) rc = combine_core(m, b, rows, out, top, err);
+    if (!rc) rc = step_experts(m, 0, b, y, err);
+    if (!rc) rc = step_combine(m, 0, b, rows, t->out, top, err);
     free(y), free(rows);
     a2amm_moe_batch_destroy(b);
     return rc;
@@ -621,8 +736,18 @@ static int run_body(a2amm_moe *m, void *arg, size_t top, int *alike, a2amm_error
 {
     const tokens_args *t = arg;
     const int chunks = fused_chunks(m);
-    if (chunks > 1) return run_fused(m, t, top, chunks, err);
-    return run_call(m, t->T, t->x, t->sx, t->ldsx, t->idx, t->w, t->out, top, alike, err);
+    moe_log log = {.n = 0};
+    m->calls++;
+    if (m->observer) {
+        pthread_mutex_init(&log.lock, NULL);
+        m->log = &log;
+    }
+    log_event(m, A2AMM_EVENT_CALL_BEGIN, -1, t->T, -1, 0, log_now(), 0, 0);
+    int rc = chunks > 1 ? run_fused(m, t, top, chunks, err) : run_call(m, t, top, alike, err);
+    log_event(m, A2AMM_EVENT_CALL_END, -1, t->T, -1, 0, log_now(), 0, 0);
+    m->log = NULL;
+    if (m->observer) log_deliver(m, &log);
+    return rc;
 }
 
 static int dispatch_body(a2amm_moe *m, void *arg, size_t top, int *alike, a2amm_error *err)

@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/error.h"
 #include "mx/expf.h"
@@ -207,6 +208,7 @@ typedef struct experts_job {
     const moe_groups *g;
     float *y;           /* [pairs, H] */
     _Atomic int failed; /* a task ran out of memory */
+    moe_expert_span *spans; /* [local], or NULL */
 } experts_job;
 
 int moe_expert_rows(const moe_shape *s, const moe_weights *w, int le, const uint8_t *codes, const uint8_t *scales,
@@ -229,12 +231,20 @@ int moe_expert_rows(const moe_shape *s, const moe_weights *w, int le, const uint
     return ok ? 0 : -1;
 }
 
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* One expert on its rows, gathered from the records, into the rows of its pairs. */
 static void expert_task(void *arg, int le)
 {
     experts_job *j = arg;
     const moe_shape *s = j->s;
     const int64_t n = j->g->start[le + 1] - j->g->start[le], H = s->H, sw = H / 32;
+    if (j->spans) j->spans[le] = (moe_expert_span){now_ns(), 0, pool_thread_index(), n};
     if (n == 0) return;
     uint8_t *xa = malloc((size_t)(n * H)), *xs = malloc((size_t)(n * sw));
     float **ys = malloc(sizeof *ys * (size_t)n);
@@ -246,12 +256,13 @@ static void expert_task(void *arg, int le)
     }
     if (!ok) atomic_store(&j->failed, 1);
     free(xa), free(xs), free(ys);
+    if (j->spans) j->spans[le].t1_ns = now_ns();
 }
 
 int moe_experts(const moe_shape *s, const moe_weights *w, pool *workers, const uint8_t *recv, const moe_groups *g,
-                float *y, a2amm_error *err)
+                float *y, moe_expert_span *spans, a2amm_error *err)
 {
-    experts_job job = {s, w, recv, g, y, 0};
+    experts_job job = {s, w, recv, g, y, 0, spans};
     pool_run(workers, expert_task, &job, s->local);
     return atomic_load(&job.failed) ? a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: out of memory for an expert's rows",
                                                  s->me)

@@ -76,9 +76,17 @@ void moe_gather_rows(const moe_shape *s, const uint8_t *recv, const moe_groups *
  * bf16(silu(g) u), y by the down projection's level, into ys[i] (H floats each). 0, or -1 out of memory. */
 int moe_expert_rows(const moe_shape *s, const moe_weights *w, int le, const uint8_t *codes, const uint8_t *scales,
                     int64_t n, float *const *ys);
-/* Every expert on its rows, shared out over the pool's threads (the same bits on any number): y [pairs, H]. */
+/* When and where an expert ran (for the op's observer): CLOCK_MONOTONIC ns, the pool's thread, its rows. */
+typedef struct moe_expert_span {
+    int64_t t0_ns, t1_ns;
+    int thread;
+    int64_t rows;
+} moe_expert_span;
+
+/* Every expert on its rows, shared out over the pool's threads (the same bits on any number): y [pairs, H];
+ * spans[local] (or NULL) gets each expert's (rows 0 where it had none). */
 int moe_experts(const moe_shape *s, const moe_weights *w, pool *workers, const uint8_t *recv, const moe_groups *g,
-                float *y, a2amm_error *err);
+                float *y, moe_expert_span *spans, a2amm_error *err);
 /* The partials, one a record in record order: its slots' w * y[pair] (y: a row per pair) in slot order in
  * fp32, rounded to bf16 once. */
 void moe_partials(const moe_shape *s, const uint8_t *recv, const moe_groups *g, const float *const *y,
