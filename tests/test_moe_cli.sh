@@ -122,6 +122,21 @@ expect_output "perf: the other schedule's row" "the call, unfused schedule"
 expect_ok "perf --unfused times the fused one beside" "$A2AMM" run 150 64 32 3 --op moe perf --iters 2 --unfused --dir "$d"
 expect_output "perf --unfused: the other schedule's row" "the call, fused schedule"
 
+# --- --trace: every rank's dispatch and combine by chunk, the experts, each expert on its thread
+expect_ok "--trace" "$A2AMM" run 150 64 32 3 --op moe --dir "$d" --trace "$SCRATCH/moe.json"
+check "--trace: the op's spans, each chunk's dispatch and combine, every rank" /usr/bin/python3 -c "
+import json; j = json.load(open('$SCRATCH/moe.json'))
+assert j['otherData']['op'] == 'moe' and j['otherData']['R'] == 3, j['otherData']
+names = [e['name'] for e in j['traceEvents'] if e.get('ph') == 'X']
+for want in ('dispatch chunk 0', 'dispatch chunk 1', 'combine chunk 0', 'combine chunk 1', 'experts chunk 0 (',
+             'experts chunk 1 ('):
+    assert sum(n.startswith(want) for n in names) == 3, (want, names)
+assert any(n.startswith('expert ') for n in names), names"
+expect_ok "--trace: the timeline draws it" "$A2AMM" timeline "$SCRATCH/moe.json" -o "$SCRATCH/moe.svg"
+check "--trace: the same bits as without" same_outputs "$d" 3 "$SCRATCH/sched.want"
+expect_fail "--trace onto a data file is refused" "one of the data's files" \
+    "$A2AMM" run 150 64 32 3 --op moe --dir "$d" --trace "$d/input/1/input_topk_w.bin"
+
 # --- without a meta file the arguments give the shape, and the bits are the same
 d="$SCRATCH/c5"
 mv "$d/input/a2amm-meta.txt" "$SCRATCH/c5.meta"

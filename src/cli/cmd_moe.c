@@ -13,6 +13,7 @@
 #include "cli/guard.h"
 #include "cli/json.h"
 #include "cli/moe_runner.h"
+#include "cli/out_path.h"
 #include "cli/perf_report.h"
 #include "cli/progress.h"
 #include "common/error.h"
@@ -392,6 +393,9 @@ static void run_usage(FILE *f)
             "                     rank of an MPI job:\n"
             "                       mpirun -np R a2amm run T H I R --op moe --transport mpi --dir D\n"
             "  --json             perf mode: one JSON object of the figures\n"
+            "  --trace FILE       every rank's calls as a Chrome trace (Perfetto, chrome://tracing, or\n"
+            "                     a2amm timeline FILE): each chunk's dispatch and combine, its experts,\n"
+            "                     each expert on its thread; perf mode: every repetition (shm only)\n"
             "\n"
             "example:\n"
             "  a2amm gen 64 256 128 2 --op moe --experts 8 --dir /tmp/a2amm-moe\n"
@@ -463,6 +467,9 @@ int cmd_run_moe(int argc, char **argv)
                 return 2;
             }
             o.transport = !strcmp(v, "mpi") ? RUN_MPI : RUN_SHM;
+        } else if ((m = cli_option(argc, argv, &i, "--trace", &v))) {
+            if (m < 0) return 2;
+            o.trace_path = v;
         } else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--unfused")) o.unfused = 1;
         else if (!strcmp(argv[i], "precision") && a.npos == 4) o.mode = RUN_PRECISION;
@@ -493,6 +500,11 @@ int cmd_run_moe(int argc, char **argv)
         fprintf(stderr, "a2amm run: --transport mpi: this process is not part of an MPI job. Launch every rank with "
                 "mpirun:\n  mpirun -np %d a2amm run %s %s %s %s --op moe --transport mpi --dir %s\n", s.R, a.pos[0],
                 a.pos[1], a.pos[2], a.pos[3], dir);
+        return 2;
+    }
+    a2amm_error terr = {0, ""};
+    if (o.trace_path && cli_check_output("--trace", o.trace_path, dir, s.R, &terr)) {
+        cli_print_error("run", &terr);
         return 2;
     }
     if (o.transport != RUN_MPI && cli_dir_lock("run", dir, 0) < 0) return 1;
@@ -528,6 +540,8 @@ int cmd_run_moe(int argc, char **argv)
         printf("  %d compute thread%s a rank, kernel %s\n  wrote %s/output/<0..%d>/npu_out.bin (bf16 [T_r, %lld] "
                "each) in %.3f s (whole run: load, prepare, call, write)\n", res.threads, res.threads == 1 ? "" : "s",
                res.kernel, dir, s.R - 1, (long long)s.H, wall);
+    if (!json && o.trace_path)
+        printf("  trace: %s (draw it: a2amm timeline %s -o %s.svg)\n", o.trace_path, o.trace_path, o.trace_path);
     if (!json) printf("All workers finished. Status: SUCCESS\n");
     moe_run_result_free(&res);
     return 0;

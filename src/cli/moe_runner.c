@@ -16,6 +16,8 @@
 
 #include "cli/args.h"
 #include "cli/guard.h"
+#include "cli/run_trace.h"
+#include "cli/trace.h"
 #include "common/error.h"
 #include "common/pool.h"
 #include "io/io.h"
@@ -118,6 +120,7 @@ typedef struct moe_rank {
     uint16_t *out;
     float **y;     /* [local]: the experts' outputs (perf) */
     int64_t *ycap; /* [local]: rows each y holds */
+    trace_rank trace; /* --trace: the op's calls' spans */
 } moe_rank;
 
 /* y[le] room for n rows (perf), zeroed. */
@@ -213,6 +216,8 @@ static int rank_work(moe_rank *k, a2amm_error *err)
     if (!rc && rn->o.mode == RUN_PERF)
         rc = a2amm_moe_set_weights(k->other, k->d.w13, k->d.s13, moe_io_scale_row(s->H), k->d.w2, k->d.s2,
                                    moe_io_scale_row(s->I), err);
+    if (!rc && rn->o.trace_path) rc = trace_rank_init(&k->trace, k->me, s->R, 1, err);
+    if (!rc && rn->o.trace_path) rc = a2amm_moe_set_observer(k->m, trace_observe, &k->trace, err);
     if (!rc && rn->o.mode == RUN_PRECISION) {
         rc = call_op(k, k->m, err);
         char path[IO_PATH_MAX];
@@ -224,6 +229,10 @@ static int rank_work(moe_rank *k, a2amm_error *err)
         a2amm_comm_say(k->comm, "perf repetition %d", it);
         if (rn->o.stop && *rn->o.stop) rc = a2amm_fail(err, A2AMM_E_INTERRUPTED, "interrupted");
         if (!rc) rc = perf_round(k, it, err);
+    }
+    if (!rc && rn->o.trace_path) { /* the spans to the launcher */
+        a2amm_comm_say(k->comm, "saving the trace's spans");
+        rc = run_trace_save_part(&k->trace, rn->o.trace_path, rn->tag, err);
     }
     /* every rank has written before any launcher commits */
     if (!rc) rc = a2amm_comm_barrier(k->comm, rn->o.timeout_s, err);
@@ -241,6 +250,7 @@ static int rank_main(a2amm_comm *comm, void *arg)
     for (int le = 0; k.y && le < k.rn->s.E / k.rn->s.R; le++) free(k.y[le]);
     free(k.y), free(k.ycap), free(k.out);
     moe_io_rank_free(&k.d);
+    trace_rank_free(&k.trace);
     return rc;
 }
 
@@ -281,6 +291,10 @@ static void clean_after_kill(void *arg)
     const moe_runner *rn = arg;
     int completed = 0;
     io_remove_stale(rn->dir, rn->tag, &completed);
+    if (rn->o.trace_path) {
+        run_trace_merge_parts(rn->o.trace_path, rn->tag, rn->s.R, 0, NULL, NULL);
+        io_discard_staged(rn->o.trace_path, rn->tag);
+    }
 }
 
 static int collect(const moe_runner *rn, moe_run_result *res, a2amm_error *err)
@@ -337,6 +351,8 @@ int moe_run_files(const char *dir, const moe_io_shape *s, const moe_run_options 
                         "--threads 0 to 1024");
     if (!rc) rc = a2amm_kernel(&res->kernel, err);
     if (!rc && o->transport != RUN_MPI) rc = check_inputs(dir, s, err);
+    if (!rc && o->trace_path && o->transport == RUN_MPI)
+        rc = a2amm_fail(err, A2AMM_E_INVAL, "--trace with --op moe runs over shared memory only (--transport shm)");
     if (rc) return rc;
     const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     int sharers = o->transport == RUN_MPI ? (local && atoi(local) > 0 ? atoi(local) : 1) : s->R;
@@ -356,7 +372,7 @@ int moe_run_files(const char *dir, const moe_io_shape *s, const moe_run_options 
         rc = run_mpi(&rn, res, err);
     } else {
         cli_guard guard = {0, -1};
-        if (rn.o.mode == RUN_PRECISION) rc = cli_guard_start(&guard, clean_after_kill, &rn, err);
+        if (rn.o.mode == RUN_PRECISION || rn.o.trace_path) rc = cli_guard_start(&guard, clean_after_kill, &rn, err);
         /* the whole run's limit: a few waits a repetition, each within --timeout */
         double reps = rn.o.mode == RUN_PERF ? (double)(rn.o.warmup + rn.o.iters) : 1.0;
         a2amm_launch_options lo = {.size = sizeof lo, .heap_bytes = heap_bytes(s),
@@ -366,6 +382,12 @@ int moe_run_files(const char *dir, const moe_io_shape *s, const moe_run_options 
         if (rn.o.mode == RUN_PRECISION) {
             if (rc) io_set_discard(dir, "npu_out.bin", s->R, rn.tag);
             else rc = io_set_commit(dir, "npu_out.bin", s->R, rn.tag, NULL, NULL, err);
+        }
+        if (rn.o.trace_path) { /* the ranks' parts into one file; only removed after a failure */
+            trace_meta meta = {.moe = s, .mode = rn.o.mode == RUN_PERF ? "perf" : "precision", .transport = "shm",
+                               .path = "stage", .threads = rn.threads, .unfused = rn.o.unfused};
+            int traced = run_trace_merge_parts(rn.o.trace_path, rn.tag, s->R, rc == A2AMM_OK, &meta, err);
+            if (!rc) rc = traced;
         }
         cli_guard_stop(&guard);
     }

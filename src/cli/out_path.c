@@ -8,6 +8,7 @@
 #include "cli/runner.h"
 #include "common/error.h"
 #include "io/io.h"
+#include "io/moe_io.h"
 
 /* The folder part of path ("." when none) into buf; its last part. */
 static const char *split(const char *path, char *buf, size_t size)
@@ -45,8 +46,8 @@ int cli_check_output(const char *option, const char *path, const char *dir, int6
         return data_file(option, path, file, "the data's meta file", err);
     /* a run has at most RUN_MAX_R ranks (it refuses more before it reads anything) */
     for (int64_t r = 0; r < R && r < RUN_MAX_R; r++)
-        for (int i = 0; i < IO_RANK_FILES; i++) {
-            const io_rank_file *f = &io_rank_files[i];
+        for (int i = 0; i < IO_RANK_FILES + MOE_IO_INPUTS; i++) { /* either op's files */
+            const io_rank_file *f = i < IO_RANK_FILES ? &io_rank_files[i] : &moe_io_inputs[i - IO_RANK_FILES];
             if (io_rank_path(file, sizeof file, dir, f->sub, (int)r, f->name, NULL) || !cli_same_file(path, file))
                 continue;
             snprintf(what, sizeof what, "rank %lld's %s", (long long)r, f->what);

@@ -1,5 +1,6 @@
 /* The ranks' spans, their sums and their JSON (see trace.h). */
 #include "cli/trace.h"
+#include "io/moe_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -93,7 +94,7 @@ int trace_observe(void *arg, const a2amm_event *ev)
     if (ev->kind >= 0 && ev->kind < A2AMM_EVENT_KINDS) t->open[ev->kind] = *ev;
     if (ev->kind == A2AMM_EVENT_WORK) { /* a compute thread's piece of a matmul: a span of its own track */
         trace_rec r = {.t0_ns = ev->time_ns, .t1_ns = ev->time_ns + ev->duration_ns, .kind = TRACE_WORK,
-                       .peer = ev->peer, .slot = -1, .variant = ev->thread, .call = (int64_t)ev->call,
+                       .peer = ev->peer, .slot = ev->slot, .variant = ev->thread, .call = (int64_t)ev->call,
                        .tile = ev->tile, .rows = ev->rows, .k = ev->k};
         keep(t, &r);
     } else if (ev->kind == A2AMM_EVENT_SIGNAL) {
@@ -170,9 +171,26 @@ int trace_load(const char *path, trace_rec **recs, size_t *n, size_t *dropped, a
 /* ---- the JSON ---------------------------------------------------------------- */
 
 /* The span's name, as a person reads it in a timeline. */
+/* The MoE op's spans (a2amm_moe_set_observer's events), or 0 for a kind it does not make. */
+static int moe_span_name(char *buf, size_t size, const trace_rec *r)
+{
+    switch ((trace_kind)r->kind) {
+    case TRACE_CALL: snprintf(buf, size, "call %lld (%lld tokens)", (long long)r->call, (long long)r->rows); return 1;
+    case TRACE_EXCHANGE:
+        snprintf(buf, size, "%s chunk %lld", r->slot == 1 ? "combine" : "dispatch", (long long)r->tile);
+        return 1;
+    case TRACE_MATMUL:
+        snprintf(buf, size, "experts chunk %lld (%lld rows)", (long long)r->tile, (long long)r->rows);
+        return 1;
+    case TRACE_WORK: snprintf(buf, size, "expert %d (%lld rows)", r->slot, (long long)r->rows); return 1;
+    default: return 0;
+    }
+}
+
 static void span_name(char *buf, size_t size, const trace_rec *r, const trace_meta *m)
 {
     int reverse = m->s && m->s->kind == OP_MATMUL_ALLTOALL;
+    if (m->moe && moe_span_name(buf, size, r)) return;
     switch ((trace_kind)r->kind) {
     case TRACE_CALL: snprintf(buf, size, "call %lld (m %lld)", (long long)r->call, (long long)r->rows); break;
     case TRACE_TILE: snprintf(buf, size, "tile %lld", (long long)r->tile); break;
@@ -222,8 +240,13 @@ static void span_args(FILE *f, const trace_rec *r, int reverse)
 static void write_meta(FILE *f, int R, const trace_meta *m, int64_t origin)
 {
     const op_shape *s = m->s;
-    fprintf(f, "\"otherData\":{\"tool\":\"a2amm\",\"op\":\"%s\",\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%d,"
-            "\"mode\":", op_kind_name(s->kind), (long long)s->M, (long long)s->K, (long long)s->N, R);
+    if (m->moe)
+        fprintf(f, "\"otherData\":{\"tool\":\"a2amm\",\"op\":\"moe\",\"T\":%lld,\"H\":%lld,\"I\":%lld,"
+                "\"experts\":%d,\"topk\":%d,\"R\":%d,\"mode\":", (long long)m->moe->T, (long long)m->moe->H,
+                (long long)m->moe->I, m->moe->E, m->moe->K, R);
+    else
+        fprintf(f, "\"otherData\":{\"tool\":\"a2amm\",\"op\":\"%s\",\"M\":%lld,\"K\":%lld,\"N\":%lld,\"R\":%d,"
+                "\"mode\":", op_kind_name(s->kind), (long long)s->M, (long long)s->K, (long long)s->N, R);
     cli_json_fstr(f, m->mode);
     fprintf(f, ",\"transport\":");
     cli_json_fstr(f, m->transport);

@@ -63,8 +63,10 @@ int64_t trace_now_ns(void);
 int trace_save(const trace_rank *t, const char *path, a2amm_error *err);
 int trace_load(const char *path, trace_rec **recs, size_t *n, size_t *dropped, a2amm_error *err);
 
+struct moe_io_shape;
 typedef struct trace_meta {
-    const op_shape *s;
+    const op_shape *s;           /* the op's shape, or NULL for the MoE op (moe) */
+    const struct moe_io_shape *moe; /* the MoE op's shape (a2amm run --op moe), or NULL */
     const char *mode;            /* "precision" or "perf" */
     const char *transport;       /* "shm" or "mpi" */
     const char *path;            /* "direct" or "put" */
