@@ -26,8 +26,9 @@ expect_output "a2amm-bench gemm prints the table" "a2amm MXFP8, prepared B"
 expect_ok "a2amm --help" "$A2AMM" --help
 expect_output "main help lists bench" "bench gemm"
 expect_ok "bench --help" "$A2AMM" bench --help
-expect_output "bench help lists gemm" "gemm  M N K"
-expect_output "bench help lists op" "op    M K N R"
+expect_output "bench help lists gemm" "gemm    M N K"
+expect_output "bench help lists op" "op      M K N R"
+expect_output "bench help lists grouped" "grouped E M H I"
 expect_ok "bench gemm --help" "$A2AMM" bench gemm --help
 expect_output "bench gemm help has an example" "example"
 expect_output "bench gemm help names A2AMM_ISA" "A2AMM_ISA=ref|avx2|avx512|amx"
