@@ -253,10 +253,14 @@ static int rank_shared(a2amm_comm *comm, void *arg)
     /* another shape: refused naming both */
     a2amm_moe_weights *other = NULL;
     int other_refused = 0;
-    if (!rc && a2amm_moe_weights_create(local, H, 2 * I, big->b_type, 400, w13, s13, H / 32, w2, s2, I / 16, &other,
-                                        &e2) == 0)
+    uint8_t *x13 = calloc((size_t)(local * 2 * n13), 1), *xs13 = calloc((size_t)(local * 2 * n13 / 32), 1);
+    uint8_t *x2 = calloc((size_t)(local * 2 * n2), 1), *xs2 = calloc((size_t)(local * 2 * n2 / 32), 1);
+    if (!rc && x13 && xs13 && x2 && xs2 && /* twice the inner size: arrays of that shape */
+        a2amm_moe_weights_create(local, H, 2 * I, big->b_type, 400, x13, xs13, H / 32, x2, xs2, 2 * I / 32, &other,
+                                 &e2) == 0)
         other_refused = a2amm_moe_use_weights(on_big, other, &e2) == A2AMM_E_INVAL && strstr(e2.msg, "inter 64") &&
                         strstr(e2.msg, "inter 32");
+    free(x13), free(xs13), free(x2), free(xs2);
     rep->ok = !rc && refused && other_refused && !memcmp(o1, o2, nb * 2) && !memcmp(o3, o4, ns * 2);
     rep->rc = rc;
     snprintf(rep->msg, sizeof rep->msg, "%s", rc ? err.msg : e2.msg);
@@ -344,7 +348,7 @@ static int rank_observe(a2amm_comm *comm, void *arg)
         int rc = mc_make(comm, &one, 0, 30, &m, &err);
         if (!rc) rc = a2amm_moe_set_observer(m, collect, seen, &err);
         if (!rc) rc = a2amm_moe_run(m, T, x, sx, H / 32, idx, w, out, &err);
-        snprintf(rep->what[sched], sizeof rep->what[sched], "%s", rc ? err.msg : check_events(seen, T, sched ? 1 : 2, r));
+        snprintf(rep->what[sched], sizeof rep->what[sched], "%.100s", rc ? err.msg : check_events(seen, T, sched ? 1 : 2, r));
         a2amm_moe_destroy(m);
     }
     free(x), free(sx), free(idx), free(w), free(out), free(seen);
