@@ -315,12 +315,6 @@ static PyObject *comm_fail_method(CommObject *self, PyObject *args, PyObject *kw
     Py_RETURN_NONE;
 }
 
-static PyObject *comm_enter(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    return Py_NewRef(self);
-}
-
 static PyObject *comm_exit(CommObject *self, PyObject *args)
 {
     PyObject *type = NULL, *value = NULL, *tb = NULL;
@@ -409,7 +403,7 @@ static PyMethodDef COMM_METHODS[] = {
      "call raises a2amm.PeerError (over the MPI transport: the MPI job ends)."},
     {"close", (PyCFunction)comm_close_method, METH_NOARGS,
      "close(): closes the ops made on it, then ends this rank's part of the communicator (local)."},
-    {"__enter__", comm_enter, METH_NOARGS, NULL},
+    {"__enter__", ext_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)comm_exit, METH_VARARGS, NULL},
     {"_track", (PyCFunction)comm_track, METH_O, NULL},
     {NULL, NULL, 0, NULL},

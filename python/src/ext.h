@@ -158,6 +158,9 @@ typedef struct WeightsObject {
     Py_ssize_t users; /* ops that use them */
 } WeightsObject;
 
+/* __enter__ of the extension's types: the object itself (module.c). */
+PyObject *ext_enter(PyObject *self, PyObject *unused);
+
 /* 0 with wo's open weights, or -1 with a TypeError/ValueError (weights.c). */
 int ext_weights_of(PyObject *wo, WeightsObject **out);
 

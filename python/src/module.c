@@ -120,6 +120,12 @@ static PyMethodDef METHODS[] = {
     {NULL, NULL, 0, NULL},
 };
 
+PyObject *ext_enter(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return Py_NewRef(self);
+}
+
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "a2amm._a2amm",
                                     "The C extension under the a2amm package (use `import a2amm`).", -1, METHODS,
                                     NULL, NULL, NULL, NULL};

@@ -623,12 +623,6 @@ static void moe_dealloc(MoEObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *moe_enter(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    return Py_NewRef(self);
-}
-
 static PyObject *moe_exit(MoEObject *self, PyObject *args)
 {
     (void)args;
@@ -683,7 +677,7 @@ static PyMethodDef MOE_METHODS[] = {
     {"_combine", (PyCFunction)moe_combine, METH_VARARGS, NULL},
     {"_expert", (PyCFunction)moe_expert, METH_VARARGS, NULL},
     {"close", (PyCFunction)moe_close, METH_NOARGS, "close(): local; frees it (refused while a call of it runs)."},
-    {"__enter__", moe_enter, METH_NOARGS, NULL},
+    {"__enter__", ext_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)moe_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };

@@ -79,12 +79,6 @@ static void moe_weights_dealloc(MoEWeightsObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *moe_weights_enter(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    return Py_NewRef(self);
-}
-
 static PyObject *moe_weights_exit(MoEWeightsObject *self, PyObject *args)
 {
     (void)args;
@@ -119,7 +113,7 @@ int ext_moe_weights_of(PyObject *wo, MoEWeightsObject **out)
 
 static PyMethodDef METHODS[] = {
     {"close", (PyCFunction)moe_weights_close, METH_NOARGS, "Frees them (refused while a MoE op uses them)."},
-    {"__enter__", moe_weights_enter, METH_NOARGS, NULL},
+    {"__enter__", ext_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)moe_weights_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };

@@ -890,12 +890,6 @@ static PyObject *op_spans(OpObject *self, PyObject *unused)
 
 /* ---- the type ------------------------------------------------------------------------ */
 
-static PyObject *op_enter(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    return Py_NewRef(self);
-}
-
 static PyObject *op_exit(OpObject *self, PyObject *args)
 {
     (void)args;
@@ -971,7 +965,7 @@ static PyMethodDef OP_METHODS[] = {
     {"_record", (PyCFunction)op_record, METH_O, NULL},
     {"_spans", (PyCFunction)op_spans, METH_NOARGS, NULL},
     {"close", (PyCFunction)op_close, METH_NOARGS, "close(): local; frees the op (its views from input() too)."},
-    {"__enter__", op_enter, METH_NOARGS, NULL},
+    {"__enter__", ext_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)op_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };

@@ -69,12 +69,6 @@ static void weights_dealloc(WeightsObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *weights_enter(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    return Py_NewRef(self);
-}
-
 static PyObject *weights_exit(WeightsObject *self, PyObject *args)
 {
     (void)args;
@@ -95,7 +89,7 @@ static PyObject *weights_get_closed(WeightsObject *self, void *c)
 
 static PyMethodDef WEIGHTS_METHODS[] = {
     {"close", (PyCFunction)weights_close, METH_NOARGS, "Frees the prepared weights (refused while an op uses them)."},
-    {"__enter__", weights_enter, METH_NOARGS, NULL},
+    {"__enter__", ext_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)weights_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
