@@ -523,6 +523,8 @@ static int rank_nulls(a2amm_comm *comm, void *arg)
     cases[n].rc = a2amm_moe_create(comm, NULL, &m, &err), cases[n++].text = "must not be NULL";
     bad.experts = 2, bad.topk = 33, bad.hidden = 64, bad.inter = 32, bad.max_tokens = 4;
     cases[n].rc = a2amm_moe_create(comm, &bad, &m, &err), cases[n++].text = "topk must be 1 to 32";
+    bad.topk = 1, bad.schedule = (a2amm_schedule)7;
+    cases[n].rc = a2amm_moe_create(comm, &bad, &m, &err), cases[n++].text = "schedule must be";
     for (int i = 0; i < n; i++)
         if (cases[i].rc != A2AMM_E_INVAL || !strstr(i + 1 == n ? err.msg : cases[i].text, cases[i].text))
             failed[0]++, fprintf(stderr, "create case %d: status %d: %s\n", i, cases[i].rc, err.msg);
@@ -559,10 +561,43 @@ static int rank_null_calls(a2amm_comm *comm, void *arg)
         failed[0]++, fprintf(stderr, "expert -1: %s\n", err.msg);
     if (!rc && (a2amm_moe_expert(m, 0, 1, NULL, w, 2, y, 64, &err) != A2AMM_E_INVAL || !strstr(err.msg, "NULL")))
         failed[0]++, fprintf(stderr, "expert with NULL codes: %s\n", err.msg);
+    /* the calls of this session: observer, shared weights */
+    if (a2amm_moe_set_observer(NULL, NULL, NULL, &err) != A2AMM_E_INVAL || !strstr(err.msg, "moe is NULL"))
+        failed[0]++, fprintf(stderr, "set_observer on NULL: %s\n", err.msg);
+    if (!rc && a2amm_moe_set_observer(m, NULL, NULL, &err) != A2AMM_OK) /* NULL removes it */
+        failed[0]++, fprintf(stderr, "set_observer NULL fn: %s\n", err.msg);
+    a2amm_moe_weights *mw = (a2amm_moe_weights *)1;
+    if (a2amm_moe_weights_create(1, 64, 32, A2AMM_E4M3, 4, NULL, w, 2, w, w, 1, &mw, &err) != A2AMM_E_INVAL ||
+        mw != NULL || !strstr(err.msg, "must not be NULL"))
+        failed[0]++, fprintf(stderr, "weights_create with NULL w13: %s\n", err.msg);
+    if (a2amm_moe_weights_create(1, 48, 32, A2AMM_E4M3, 4, w, w, 2, w, w, 1, &mw, &err) != A2AMM_E_INVAL ||
+        !strstr(err.msg, "multiples of 32"))
+        failed[0]++, fprintf(stderr, "weights_create with hidden 48: %s\n", err.msg);
+    if (a2amm_moe_weights_create(1, 64, 32, A2AMM_E4M3, 0, w, w, 2, w, w, 1, &mw, &err) != A2AMM_E_INVAL ||
+        !strstr(err.msg, "max_rows must be positive"))
+        failed[0]++, fprintf(stderr, "weights_create with max_rows 0: %s\n", err.msg);
+    if (!rc && (a2amm_moe_use_weights(m, NULL, &err) != A2AMM_E_INVAL || !strstr(err.msg, "must not be NULL")))
+        failed[0]++, fprintf(stderr, "use_weights NULL: %s\n", err.msg);
+    a2amm_moe_weights_destroy(NULL);
     /* a call with tokens and NULL arrays: refused on this rank, naming them (and failing the communicator) */
     if (!rc && (a2amm_moe_run(m, 2, NULL, NULL, 2, NULL, NULL, NULL, &err) != A2AMM_E_INVAL ||
                 !strstr(err.msg, "must not be NULL with 2 tokens")))
         failed[0]++, fprintf(stderr, "run with NULL arrays: %s\n", err.msg);
+    a2amm_moe_destroy(m);
+    return 0;
+}
+
+/* Ranks that disagree on the schedule (a shared field): create fails on both, naming the difference. */
+static int rank_disagree(a2amm_comm *comm, void *arg)
+{
+    int *refused = arg;
+    moe_case c = MC_CASES[1];
+    c.schedule = a2amm_comm_rank(comm) ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED;
+    a2amm_error err = {0, ""};
+    a2amm_moe *m = NULL;
+    int rc = mc_make(comm, &c, 0, 10, &m, &err);
+    if (rc == A2AMM_E_INVAL || rc == A2AMM_E_MISMATCH || rc == A2AMM_E_PEER) refused[a2amm_comm_rank(comm)] = 1;
+    else fprintf(stderr, "rank %d: create with another schedule: status %d %s\n", a2amm_comm_rank(comm), rc, err.msg);
     a2amm_moe_destroy(m);
     return 0;
 }
@@ -576,6 +611,13 @@ static void test_nulls(void)
     a2amm_launch(1, rank_null_calls, failed, NULL, &err);
     CHECK(*failed == 0, "%d NULL or out-of-range arguments were not refused as expected (above)", *failed);
     munmap(failed, sizeof *failed);
+    int *refused = mmap(NULL, 2 * sizeof *refused, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    refused[0] = refused[1] = 0;
+    a2amm_launch_options lo = {.size = sizeof lo, .heap_bytes = 64u << 20};
+    a2amm_launch(2, rank_disagree, refused, &lo, &err);
+    CHECK(refused[0] && refused[1], "ranks that disagree on the schedule: create accepted (rank 0 %d, rank 1 %d)",
+          refused[0], refused[1]);
+    munmap(refused, 2 * sizeof *refused);
 }
 
 int main(int argc, char **argv)

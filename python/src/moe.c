@@ -134,20 +134,8 @@ static PyObject *moe_set_weights(MoEObject *self, PyObject *args)
     PyObject *obj[4];
     if (!PyArg_ParseTuple(args, "OOOO:_set_weights", &obj[0], &obj[1], &obj[2], &obj[3])) return NULL;
     if (moe_usable(self, "set_weights") < 0) return NULL;
-    static const char *const names[4] = {"w13 codes", "w13 scales", "w2 codes", "w2 scales"};
-    const int64_t H = self->o.hidden, I = self->o.inter, L = self->local;
-    const int64_t rows[4] = {L * 2 * I, L * 2 * I, L * H, L * H}, cols[4] = {H, H / 32, I, I / 32};
     matrix m[4];
-    memset(m, 0, sizeof m);
-    int ok = 1;
-    for (int i = 0; ok && i < 4; i++) {
-        ok = matrix_get(obj[i], names[i], EL_U8, MAT_ROWS, &m[i]) == 0;
-        if (ok && (m[i].rows != rows[i] || (i % 2 ? m[i].cols < cols[i] : m[i].cols != cols[i]))) {
-            matrix_shape_error(names[i], &m[i], "[%lld, %s%lld] (this rank's %lld experts)", (long long)rows[i],
-                               i % 2 ? ">= " : "", (long long)cols[i], (long long)L);
-            ok = 0;
-        }
-    }
+    int ok = ext_expert_arrays(obj, self->local, self->o.hidden, self->o.inter, m) == 0;
     a2amm_error err = {0, ""};
     int rc = 0;
     if (ok) {

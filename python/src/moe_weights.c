@@ -3,6 +3,27 @@
 
 #include <structmember.h>
 
+/* The four arrays of L experts' weights (ext.h). */
+int ext_expert_arrays(PyObject *const *obj, int64_t L, int64_t H, int64_t I, matrix *m)
+{
+    static const char *const names[4] = {"w13 codes", "w13 scales", "w2 codes", "w2 scales"};
+    const int64_t rows[4] = {L * 2 * I, L * 2 * I, L * H, L * H}, cols[4] = {H, H / 32, I, I / 32};
+    memset(m, 0, 4 * sizeof *m);
+    for (int i = 0; i < 4; i++) {
+        int ok = matrix_get(obj[i], names[i], EL_U8, MAT_ROWS, &m[i]) == 0;
+        if (ok && (m[i].rows != rows[i] || (i % 2 ? m[i].cols < cols[i] : m[i].cols != cols[i]))) {
+            matrix_shape_error(names[i], &m[i], "[%lld, %s%lld] (%lld experts)", (long long)rows[i],
+                               i % 2 ? ">= " : "", (long long)cols[i], (long long)L);
+            ok = 0;
+        }
+        if (!ok) {
+            for (int j = 0; j <= i; j++) matrix_release(&m[j]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* __init__(c13 [L*2I, H], s13 [L*2I, >= H/32], c2 [L*H, I], s2 [L*H, >= I/32], *, local_experts, hidden, inter,
  * fmt, max_rows): the MX pairs the Python class makes. */
 static int moe_weights_init(MoEWeightsObject *self, PyObject *args, PyObject *kw)
@@ -25,20 +46,8 @@ static int moe_weights_init(MoEWeightsObject *self, PyObject *args, PyObject *kw
                      "32; got %d experts, hidden %lld, inter %lld, max_rows %lld", local, hidden, inter, max_rows);
         return -1;
     }
-    static const char *const names[4] = {"w13 codes", "w13 scales", "w2 codes", "w2 scales"};
-    const int64_t rows[4] = {local * 2 * inter, local * 2 * inter, local * hidden, local * hidden};
-    const int64_t cols[4] = {hidden, hidden / 32, inter, inter / 32};
     matrix m[4];
-    memset(m, 0, sizeof m);
-    int ok = 1;
-    for (int i = 0; ok && i < 4; i++) {
-        ok = matrix_get(obj[i], names[i], EL_U8, MAT_ROWS, &m[i]) == 0;
-        if (ok && (m[i].rows != rows[i] || (i % 2 ? m[i].cols < cols[i] : m[i].cols != cols[i]))) {
-            matrix_shape_error(names[i], &m[i], "[%lld, %s%lld] (%d experts)", (long long)rows[i], i % 2 ? ">= " : "",
-                               (long long)cols[i], local);
-            ok = 0;
-        }
-    }
+    int ok = ext_expert_arrays(obj, local, hidden, inter, m) == 0;
     a2amm_error err = {0, ""};
     a2amm_moe_weights *w = NULL;
     int rc = 0;

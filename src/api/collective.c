@@ -19,7 +19,7 @@ static const char *const ALLTOALL_ARGS[] = {"block_bytes", NULL};
 static const char *const CREATE_ARGS[] = {"max_m", "k", "n", "a_type", "b_type", "tile_m", "depth", "path",
                                           "schedule", "timeout_s", "kind", NULL};
 static const char *const MOE_CREATE_ARGS[] = {"experts", "topk", "hidden", "inter", "max_tokens", "max_recv",
-                                              "a_type", "b_type", "timeout_s", NULL};
+                                              "a_type", "b_type", "timeout_s", "schedule", NULL}; /* create_words's order */
 
 _Static_assert(sizeof CREATE_ARGS / sizeof *CREATE_ARGS - 1 <= API_MAX_ARGS, "create's arguments fit its words");
 _Static_assert(sizeof MOE_CREATE_ARGS / sizeof *MOE_CREATE_ARGS - 1 <= API_MAX_ARGS, "the MoE's fit its words");
