@@ -214,32 +214,42 @@ static int clamp_scale_exponent(int e)
     return e < -127 ? -127 : (e > 127 ? 127 : e);
 }
 
-uint8_t mx_block_scale(const float *x, size_t n, a2amm_fp8_type type, mx_scale_mode mode)
+uint8_t mx_scale_of_amax(uint32_t amax_bits, a2amm_fp8_type type, mx_scale_mode mode)
 {
-    float amax = 0.0f;
-    int special = 0; /* a NaN or an Inf in the block; no early exit: a loop without branches on the values */
-    for (size_t i = 0; i < n; i++) {
-        float a = fabsf(x[i]);
-        special |= !(a <= FLT_MAX);
-        amax = a > amax ? a : amax;
-    }
-    if (special) return MX_E8M0_NAN;
-    if (amax == 0.0f) return 0;
+    if (amax_bits >= 0x7F800000u) return MX_E8M0_NAN; /* a NaN or an Inf in the block */
+    if (amax_bits == 0) return 0;
     if (mode == MX_SCALE_FLOOR) {
-        uint32_t u;
-        memcpy(&u, &amax, sizeof u);
-        int biased = (int)((u >> 23) & 0xFF);     /* 0 for subnormal amax */
+        int biased = (int)(amax_bits >> 23);     /* 0 for subnormal amax */
         return (uint8_t)(clamp_scale_exponent(biased - 127 - mx_fp8_emax(type)) + 127);
     }
     /* RCEIL: d = fl32(amax * fl32(1/max)); exponent of d rounded up unless
      * d is an exact power of two. */
+    float amax;
+    memcpy(&amax, &amax_bits, sizeof amax);
     volatile float inv_max = 1.0f / mx_fp8_max(type);   /* fl32(1/max) */
     float d = amax * inv_max;
-    if (d == 0.0f) return 0;
-    int e2;
-    double frac = frexp((double)d, &e2);    /* d = frac * 2^e2, frac in [0.5,1) */
-    int e = frac == 0.5 ? e2 - 1 : e2;
+    uint32_t u;
+    memcpy(&u, &d, sizeof u);
+    if (u == 0) return 0;
+    /* ceil(log2 d) from d's bits: a normal d's exponent, one more unless its mantissa is zero; a subnormal d
+     * (m 2^-149) is above 2^-127 when m > 2^22, else at most 2^-127, which the clamp takes to -127 */
+    const int biased = (int)(u >> 23), mantissa = (int)(u & 0x7FFFFF);
+    const int e = biased ? biased - 127 + (mantissa != 0) : (mantissa > 0x400000 ? -126 : -127);
     return (uint8_t)(clamp_scale_exponent(e) + 127);
+}
+
+uint8_t mx_block_scale(const float *x, size_t n, a2amm_fp8_type type, mx_scale_mode mode)
+{
+    /* the largest magnitude's bits: they order as the magnitudes do, Inf and NaN above every finite one;
+     * no early exit, no branch on the values */
+    uint32_t amax = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        u &= 0x7FFFFFFFu;
+        amax = u > amax ? u : amax;
+    }
+    return mx_scale_of_amax(amax, type, mode);
 }
 
 void mx_quantize_block(const float *x, size_t n, a2amm_fp8_type type, mx_scale_mode mode,
@@ -254,13 +264,18 @@ void mx_quantize_block(const float *x, size_t n, a2amm_fp8_type type, mx_scale_m
     /* Divide by the scale in fp32: exact where the quotient is at least 2^-126, and below that (far under
      * half of fp8's smallest subnormal) every rounding gives a zero of x's sign; then one rounding to fp8
      * (mx_f32_to_fp8_sat: the bits of mx_f64_to_fp8, tests/test_mx.c, without its generic rounding). */
-    const float inv = (float)pow2(127 - (int)b); /* 2^-127 .. 2^127: each a float */
+    const float inv = mx_scale_inverse(b);
     const int e4m3 = type == A2AMM_E4M3;
     for (size_t i = 0; i < n; i++) codes[i] = encode_sat(x[i] * inv, e4m3);
 }
 
-void mx_quantize_row(const float *x, size_t len, a2amm_fp8_type type, mx_scale_mode mode,
-                     uint8_t *codes, uint8_t *scales)
+float mx_scale_inverse(uint8_t scale)
+{
+    return (float)pow2(127 - (int)scale); /* 2^-127 .. 2^127: each a float */
+}
+
+void mx_quantize_row_portable(const float *x, size_t len, a2amm_fp8_type type, mx_scale_mode mode,
+                              uint8_t *codes, uint8_t *scales)
 {
     for (size_t k = 0, blk = 0; k < len; k += MX_BLOCK, blk++) {
         size_t n = len - k < MX_BLOCK ? len - k : MX_BLOCK;

@@ -77,11 +77,36 @@ void mx_quantize_block(const float *x, size_t n, a2amm_fp8_type type, mx_scale_m
                        uint8_t *codes, uint8_t *scale);
 
 /*
+ * The scale byte of a block whose largest magnitude has the bits amax_bits
+ * (|x| as bits: 0x7F800000 or more for Inf and NaN): mx_block_scale's
+ * second half, which the vector levels share.
+ */
+uint8_t mx_scale_of_amax(uint32_t amax_bits, a2amm_fp8_type type, mx_scale_mode mode);
+
+/* 2^(127 - scale) as a float: what a block's values are multiplied by before their rounding to fp8. */
+float mx_scale_inverse(uint8_t scale);
+
+/*
  * Quantizes a row of len values in blocks of 32 (a last partial block is
- * allowed): codes[len], scales[ceil(len/32)].
+ * allowed): codes[len], scales[ceil(len/32)]. The fastest level this CPU
+ * runs (mx_quantize_level_best); every level gives the same bytes.
  */
 void mx_quantize_row(const float *x, size_t len, a2amm_fp8_type type, mx_scale_mode mode,
                      uint8_t *codes, uint8_t *scales);
+
+/* The quantizer's levels: mx_quantize_block block by block, or 16 (avx512) or 8 (avx2) values a step. */
+typedef enum mx_quantize_level { MX_QUANTIZE_PORTABLE, MX_QUANTIZE_AVX2, MX_QUANTIZE_AVX512 } mx_quantize_level;
+
+/* Whether this CPU runs the level (as cpu_has says: A2AMM_CPU_HIDE counts); the best one it runs. */
+int mx_quantize_level_usable(mx_quantize_level level);
+mx_quantize_level mx_quantize_level_best(void);
+const char *mx_quantize_level_name(mx_quantize_level level);
+
+/* mx_quantize_row on a given level (usable on this CPU); the portable level is mx_quantize_block's loop. */
+void mx_quantize_row_at(mx_quantize_level level, const float *x, size_t len, a2amm_fp8_type type,
+                        mx_scale_mode mode, uint8_t *codes, uint8_t *scales);
+void mx_quantize_row_portable(const float *x, size_t len, a2amm_fp8_type type, mx_scale_mode mode,
+                              uint8_t *codes, uint8_t *scales);
 
 /* Dequantized value of one element: fp8 value * 2^(scale-127), in double
  * (exact: the product always fits). NaN when the scale is 0xFF. */
