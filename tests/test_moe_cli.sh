@@ -133,6 +133,9 @@ for want in ('dispatch chunk 0', 'dispatch chunk 1', 'combine chunk 0', 'combine
     assert sum(n.startswith(want) for n in names) == 3, (want, names)
 assert any(n.startswith('expert ') for n in names), names"
 expect_ok "--trace: the timeline draws it" "$A2AMM" timeline "$SCRATCH/moe.json" -o "$SCRATCH/moe.svg"
+check "--trace: the picture names the MoE op and its spans in its title and legend" \
+    bash -c "grep -q 'a2amm: MoE op T=150 H=64 I=32' '$SCRATCH/moe.svg' && grep -q 'dispatch / combine' '$SCRATCH/moe.svg' \
+             && grep -q 'experts (each expert' '$SCRATCH/moe.svg' && ! grep -q 'AllToAll (unfused)' '$SCRATCH/moe.svg'"
 check "--trace: the same bits as without" same_outputs "$d" 3 "$SCRATCH/sched.want"
 expect_fail "--trace onto a data file is refused" "one of the data's files" \
     "$A2AMM" run 150 64 32 3 --op moe --dir "$d" --trace "$d/input/1/input_topk_w.bin"

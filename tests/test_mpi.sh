@@ -237,6 +237,20 @@ for np in 2 4; do
     expect_ok "run --op moe perf over MPI, $np ranks" mpirun_hosts $np "$hosts_of" "$A2AMM" run 10 96 64 $np perf \
         --iters 2 --transport mpi --dir "$d"
     expect_output "run --op moe perf over MPI: the call's time" "a2amm MoE call (dispatch, experts, combine)"
+    expect_ok "run --op moe traced over MPI, $np ranks" mpirun_hosts $np "$hosts_of" "$A2AMM" run 10 96 64 $np \
+        --op moe --transport mpi --dir "$d" --trace "$SCRATCH/moe-mpi$np.json"
+    check "the MoE op's MPI trace, $np ranks: every rank's dispatch, experts and combine, offsets measured" \
+        /usr/bin/python3 -c "
+import json; j = json.load(open('$SCRATCH/moe-mpi$np.json')); o = j['otherData']
+assert o['op'] == 'moe' and o['R'] == $np and o['transport'] == 'mpi', o
+assert len(o['clock_offsets_ns']) == $np and o['clock_offsets_ns'][0] == 0, o
+spans = [e for e in j['traceEvents'] if e.get('ph') == 'X']
+for want in ('dispatch chunk 0', 'experts chunk 0 (', 'combine chunk 0', 'call 1 ('):
+    assert len({e['pid'] for e in spans if e['name'].startswith(want)}) == $np, (want, spans)"
+    for r in $(seq 0 $((np - 1))); do
+        check "run --op moe traced over MPI, rank $r of $np: the same bits" cmp -s "$d/output/$r/npu_out.bin" "$SCRATCH/moe-want$np/$r"
+    done
+    expect_ok "the MoE op's MPI trace draws" "$A2AMM" timeline "$SCRATCH/moe-mpi$np.json" -o "$SCRATCH/moe-mpi$np.svg"
 done
 expect_ok "bench moe over MPI across 2 hosts" mpirun_hosts 2 "$P-h1,$P-h2" "$A2AMM" bench moe 2 8 64 32 4 2 --iters 2 \
     --threads 1 --transport mpi

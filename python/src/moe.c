@@ -128,6 +128,35 @@ static PyObject *moe_close(MoEObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* A local call of the library on this rank's op (name): busy, counted on its communicator (a close waits for
+ * it), the GIL released. fn's status. */
+static int moe_local(MoEObject *self, const char *name, int (*fn)(void *arg, a2amm_error *err), void *arg,
+                     a2amm_error *err)
+{
+    int rc;
+    self->busy = 1;
+    comm_call_begin(self->comm, name, 0);
+    Py_BEGIN_ALLOW_THREADS
+    rc = fn(arg, err);
+    Py_END_ALLOW_THREADS
+    comm_call_end(self->comm, 0);
+    self->busy = 0;
+    return rc;
+}
+
+typedef struct set_weights_args {
+    a2amm_moe *moe;
+    const matrix *m; /* w13, s13, w2, s2 */
+} set_weights_args;
+
+static int do_set_weights(void *p, a2amm_error *err)
+{
+    const set_weights_args *a = p;
+    const matrix *m = a->m;
+    return lib_moe_set_weights(a->moe, (const uint8_t *)m[0].ptr, (const uint8_t *)m[1].ptr, m[1].ld,
+                               (const uint8_t *)m[2].ptr, (const uint8_t *)m[3].ptr, m[3].ld, err);
+}
+
 /* _set_weights(w13 [E/R*2I, H], s13 [E/R*2I, >= H/32], w2 [E/R*H, I], s2 [E/R*H, >= I/32]): local. */
 static PyObject *moe_set_weights(MoEObject *self, PyObject *args)
 {
@@ -139,14 +168,8 @@ static PyObject *moe_set_weights(MoEObject *self, PyObject *args)
     a2amm_error err = {0, ""};
     int rc = 0;
     if (ok) {
-        self->busy = 1;
-        comm_call_begin(self->comm, "set_weights", 0);
-        Py_BEGIN_ALLOW_THREADS
-        rc = lib_moe_set_weights(self->moe, (const uint8_t *)m[0].ptr, (const uint8_t *)m[1].ptr, m[1].ld,
-                                 (const uint8_t *)m[2].ptr, (const uint8_t *)m[3].ptr, m[3].ld, &err);
-        Py_END_ALLOW_THREADS
-        comm_call_end(self->comm, 0);
-        self->busy = 0;
+        set_weights_args a = {self->moe, m};
+        rc = moe_local(self, "set_weights", do_set_weights, &a, &err);
     }
     for (int i = 0; i < 4; i++) matrix_release(&m[i]);
     if (!ok) return NULL;
@@ -495,6 +518,20 @@ static PyObject *moe_dispatch(MoEObject *self, PyObject *args)
     return Py_BuildValue("(NN)", (PyObject *)bo, rows);
 }
 
+typedef struct expert_args {
+    a2amm_moe *moe;
+    int le;
+    const matrix *codes, *scales, *y;
+    int64_t H;
+} expert_args;
+
+static int do_expert(void *p, a2amm_error *err)
+{
+    const expert_args *a = p;
+    return lib_moe_expert(a->moe, a->le, a->codes->rows, (const uint8_t *)a->codes->ptr,
+                          (const uint8_t *)a->scales->ptr, a->scales->ld, (float *)a->y->ptr, a->H, err);
+}
+
 /* _expert(le, codes [n, H] u8, scales [n, >= H/32] u8) -> y [n, H] float32: local, the op's own computation of
  * local expert le on those rows (a2amm_moe_expert), the GIL released. */
 static PyObject *moe_expert(MoEObject *self, PyObject *args)
@@ -519,14 +556,8 @@ static PyObject *moe_expert(MoEObject *self, PyObject *args)
     a2amm_error err = {0, ""};
     int rc = 0;
     if (ok) {
-        self->busy = 1;
-        comm_call_begin(self->comm, "expert", 0);
-        Py_BEGIN_ALLOW_THREADS
-        rc = lib_moe_expert(self->moe, le, c.rows, (const uint8_t *)c.ptr, (const uint8_t *)s.ptr, s.ld,
-                            (float *)ym.ptr, H, &err);
-        Py_END_ALLOW_THREADS
-        comm_call_end(self->comm, 0);
-        self->busy = 0;
+        expert_args a = {self->moe, le, &c, &s, &ym, H};
+        rc = moe_local(self, "expert", do_expert, &a, &err);
     }
     matrix_release(&ym), matrix_release(&c), matrix_release(&s);
     if (!ok || rc) {

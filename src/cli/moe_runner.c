@@ -36,6 +36,7 @@ typedef struct moe_runner {
     double *times;     /* shared with the ranks: [variant][iteration][rank] */
     int64_t *rows;     /* shared: [rank] the most rows it received in a call */
     size_t shared_bytes;
+    trace_rank *mpi_trace; /* over MPI with --trace: this process's rank's spans, gathered after the run */
 } moe_runner;
 
 static double *time_slot(const moe_runner *rn, int v, int it, int r)
@@ -216,8 +217,9 @@ static int rank_work(moe_rank *k, a2amm_error *err)
     if (!rc && rn->o.mode == RUN_PERF)
         rc = a2amm_moe_set_weights(k->other, k->d.w13, k->d.s13, moe_io_scale_row(s->H), k->d.w2, k->d.s2,
                                    moe_io_scale_row(s->I), err);
-    if (!rc && rn->o.trace_path) rc = trace_rank_init(&k->trace, k->me, s->R, 1, err);
-    if (!rc && rn->o.trace_path) rc = a2amm_moe_set_observer(k->m, trace_observe, &k->trace, err);
+    trace_rank *trace = rn->mpi_trace ? rn->mpi_trace : &k->trace;
+    if (!rc && rn->o.trace_path) rc = trace_rank_init(trace, k->me, s->R, 1, err);
+    if (!rc && rn->o.trace_path) rc = a2amm_moe_set_observer(k->m, trace_observe, trace, err);
     if (!rc && rn->o.mode == RUN_PRECISION) {
         rc = call_op(k, k->m, err);
         char path[IO_PATH_MAX];
@@ -230,7 +232,7 @@ static int rank_work(moe_rank *k, a2amm_error *err)
         if (rn->o.stop && *rn->o.stop) rc = a2amm_fail(err, A2AMM_E_INTERRUPTED, "interrupted");
         if (!rc) rc = perf_round(k, it, err);
     }
-    if (!rc && rn->o.trace_path) { /* the spans to the launcher */
+    if (!rc && rn->o.trace_path && !rn->mpi_trace) { /* the spans to the launcher (over MPI: gathered after) */
         a2amm_comm_say(k->comm, "saving the trace's spans");
         rc = run_trace_save_part(&k->trace, rn->o.trace_path, rn->tag, err);
     }
@@ -313,10 +315,34 @@ static int collect(const moe_runner *rn, moe_run_result *res, a2amm_error *err)
     return A2AMM_OK;
 }
 
+/* The trace's part of a run over MPI: each rank's clock offset measured before the run, its spans gathered
+ * to rank 0 after, which writes the file. */
+static int trace_mpi_write(const moe_runner *rn, const moe_run_result *res, const int64_t *offsets,
+                           a2amm_error *err)
+{
+    trace_meta meta = {.moe = &rn->s, .mode = rn->o.mode == RUN_PERF ? "perf" : "precision", .transport = "mpi",
+                       .path = "messages", .threads = rn->threads, .unfused = rn->o.unfused, .offset_ns = offsets};
+    return run_trace_mpi_write(rn->mpi_trace, rn->o.trace_path, rn->s.R, res->rank, &meta, err);
+}
+
 static int run_mpi(moe_runner *rn, moe_run_result *res, a2amm_error *err)
 {
     a2amm_comm *comm = NULL;
-    int rc = run_mpi_call(rn->s.R, heap_bytes(&rn->s), rank_main, rn, &res->rank, &comm, err);
+    trace_rank trace = {0};
+    int64_t *offsets = NULL;
+    int rc = A2AMM_OK;
+    if (rn->o.trace_path) {
+        rc = run_mpi_start(rn->s.R, &res->rank, err);
+        offsets = calloc((size_t)rn->s.R, sizeof *offsets);
+        if (!rc && !offsets) rc = a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the trace's bookkeeping");
+        if (rc) {
+            free(offsets);
+            return rc;
+        }
+        run_trace_mpi_offsets(rn->s.R, res->rank, offsets); /* before anything is timed */
+        rn->mpi_trace = &trace;
+    }
+    rc = run_mpi_call(rn->s.R, heap_bytes(&rn->s), rank_main, rn, &res->rank, &comm, err);
     if (!rc && rn->o.mode == RUN_PRECISION) { /* every rank wrote (the end barrier): each commits its own */
         char path[IO_PATH_MAX];
         rc = io_rank_path(path, sizeof path, rn->dir, "output", res->rank, "npu_out.bin", err);
@@ -332,8 +358,12 @@ static int run_mpi(moe_runner *rn, moe_run_result *res, a2amm_error *err)
         for (int r = 0; !rc && r < rn->s.R; r++) rn->rows[r] = (int64_t)rows[r];
         free(rows);
     }
+    if (!rc && rn->o.trace_path) rc = trace_mpi_write(rn, res, offsets, err);
     if (comm) a2amm_comm_barrier(comm, rn->o.timeout_s, NULL);
     a2amm_comm_destroy(comm);
+    trace_rank_free(&trace);
+    free(offsets);
+    rn->mpi_trace = NULL;
     for (int r = 0; !rc && r < rn->s.R; r++) res->ranks[r] = (a2amm_rank_report){.started = 1, .status = A2AMM_OK};
     return rc;
 }
@@ -351,8 +381,6 @@ int moe_run_files(const char *dir, const moe_io_shape *s, const moe_run_options 
                         "--threads 0 to 1024");
     if (!rc) rc = a2amm_kernel(&res->kernel, err);
     if (!rc && o->transport != RUN_MPI) rc = check_inputs(dir, s, err);
-    if (!rc && o->trace_path && o->transport == RUN_MPI)
-        rc = a2amm_fail(err, A2AMM_E_INVAL, "--trace with --op moe runs over shared memory only (--transport shm)");
     if (rc) return rc;
     const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     int sharers = o->transport == RUN_MPI ? (local && atoi(local) > 0 ? atoi(local) : 1) : s->R;

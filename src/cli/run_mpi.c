@@ -81,11 +81,9 @@ int run_mpi_share(a2amm_comm *comm, double *times, size_t n, double timeout_s, a
     return rc;
 }
 
-int run_mpi_call(int R, size_t heap_bytes, int (*fn)(a2amm_comm *, void *), void *arg, int *rank, a2amm_comm **comm,
-                 a2amm_error *err)
+int run_mpi_start(int R, int *rank, a2amm_error *err)
 {
     int inited = 0, provided = 0, size = 0;
-    *comm = NULL;
     MPI_Initialized(&inited);
     if (!inited) MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
@@ -93,7 +91,15 @@ int run_mpi_call(int R, size_t heap_bytes, int (*fn)(a2amm_comm *, void *), void
     if (size != R)
         return a2amm_fail(err, A2AMM_E_INVAL, "mpirun started %d ranks, the shape's R is %d: run mpirun -np %d", size,
                           R, R);
-    int rc = a2amm_mpi_comm_create(MPI_COMM_WORLD, heap_bytes, comm, err);
+    return A2AMM_OK;
+}
+
+int run_mpi_call(int R, size_t heap_bytes, int (*fn)(a2amm_comm *, void *), void *arg, int *rank, a2amm_comm **comm,
+                 a2amm_error *err)
+{
+    *comm = NULL;
+    int rc = run_mpi_start(R, rank, err);
+    if (!rc) rc = a2amm_mpi_comm_create(MPI_COMM_WORLD, heap_bytes, comm, err);
     if (rc) return rc;
     stopped_comm = *comm, stopped_rank = *rank;
     signal(SIGTERM, say_stopped);
@@ -106,18 +112,12 @@ int run_mpi_call(int R, size_t heap_bytes, int (*fn)(a2amm_comm *, void *), void
 
 int run_files_mpi(runner *rn, run_result *res, size_t tbytes, int64_t *offsets, a2amm_error *err)
 {
-    int inited = 0, provided = 0, rank = 0, size = 0;
-    MPI_Initialized(&inited);
-    if (!inited) MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int rank = 0, rc = run_mpi_start((int)rn->s.R, &rank, err);
     res->rank = rank;
-    if (size != rn->s.R)
-        return a2amm_fail(err, A2AMM_E_INVAL, "mpirun started %d ranks, the shape's R is %lld: run mpirun -np %lld",
-                          size, (long long)rn->s.R, (long long)rn->s.R);
+    if (rc) return rc;
     if (rn->o.trace_path) run_trace_mpi_offsets((int)rn->s.R, rank, offsets); /* before anything is timed */
     a2amm_comm *comm = NULL;
-    int rc = run_mpi_call((int)rn->s.R, run_heap_bytes(rn), run_rank_main, rn, &rank, &comm, err);
+    rc = run_mpi_call((int)rn->s.R, run_heap_bytes(rn), run_rank_main, rn, &rank, &comm, err);
     if (!rc && rn->o.mode == RUN_PRECISION) {
         /* every rank wrote (the end barrier): each commits its own */
         char path[IO_PATH_MAX];

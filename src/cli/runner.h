@@ -123,6 +123,8 @@ void run_mpi_finalize(void);
  * *comm stays for the caller's last collective steps: destroy it after.
  */
 struct a2amm_comm;
+/* MPI_Init (once) and the check that the job has R ranks: this rank's number. */
+int run_mpi_start(int R, int *rank, a2amm_error *err);
 int run_mpi_call(int R, size_t heap_bytes, int (*fn)(a2amm_comm *, void *), void *arg, int *rank, a2amm_comm **comm,
                  a2amm_error *err);
 /* Every rank's entries of times[n] (entry i is rank i mod R's) into every rank's copy. */

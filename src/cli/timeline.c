@@ -279,13 +279,23 @@ static void draw_axis(tl_picture *p)
             p->width - 20, y + 32, ms ? "ms" : "us");
 }
 
-static void draw_legend(tl_picture *p, double stall_us)
+/* The MoE op's spans go in the same kinds under its own words: its exchanges are the dispatch and the
+ * combine of a chunk of tokens, its matmuls the experts. */
+static const char *legend_of(int k, int moe)
+{
+    if (moe && k == TL_EXCHANGE) return "dispatch / combine (a chunk)";
+    if (moe && k == TL_MATMUL) return "experts (each expert on its thread)";
+    if (moe && k == TL_CALL) return "MoE call";
+    return KIND[k].legend;
+}
+
+static void draw_legend(tl_picture *p, double stall_us, int moe)
 {
     double x = 10, y = 50;
     for (int k = 0; k < TL_KINDS; k++) {
         char text[96];
         if (k == TL_STALL) snprintf(text, sizeof text, "stalled wait (>= %.0f us, marked)", stall_us);
-        else snprintf(text, sizeof text, "%s", KIND[k].legend);
+        else snprintf(text, sizeof text, "%s", legend_of(k, moe));
         fprintf(p->f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"10\" fill=\"%s\"/>", x, y, KIND[k].colour);
         fprintf(p->f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">", x + 16, y + 9);
         xml_text(p->f, text);
@@ -309,6 +319,13 @@ static void draw_title(tl_picture *p, const json_value *meta, const char *json_p
                  M, K, N, p->ranks, op ? op : "alltoall-matmul", mode ? mode : "?", sched ? sched : "?", path ? path : "?",
                  json_number(json_get(meta, "tile_m"), 0), json_number(json_get(meta, "depth"), 0),
                  transport ? transport : "?");
+    else if (op && !strcmp(op, "moe"))
+        snprintf(line, sizeof line, "a2amm: MoE op T=%.0f H=%.0f I=%.0f, %.0f experts, top-%.0f, R=%d, %s mode, %s "
+                 "schedule, transport %s",
+                 json_number(json_get(meta, "T"), 0), json_number(json_get(meta, "H"), 0),
+                 json_number(json_get(meta, "I"), 0), json_number(json_get(meta, "experts"), 0),
+                 json_number(json_get(meta, "topk"), 0), p->ranks, mode ? mode : "?", sched ? sched : "?",
+                 transport ? transport : "?");
     else
         snprintf(line, sizeof line, "a2amm timeline of %s (%d ranks)", json_path, p->ranks);
     fputs("<text x=\"10\" y=\"18\" font-size=\"14\" font-weight=\"bold\">", p->f);
@@ -327,7 +344,8 @@ static int draw(tl_picture *p, const json_value *meta, const char *json_path, do
                   "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
             p->width, p->height, p->width, p->height);
     draw_title(p, meta, json_path);
-    draw_legend(p, stall_us);
+    const char *op = json_string(json_get(meta, "op"));
+    draw_legend(p, stall_us, op && !strcmp(op, "moe"));
     int label_every = p->row_h >= 12 ? 1 : (int)ceil(12.0 / p->row_h);
     for (int r = 0; r < p->ranks; r++) {
         double y = p->top + r * p->row_h;
