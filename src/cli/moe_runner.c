@@ -10,13 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/guard.h"
 #include "cli/run_trace.h"
+#include "cli/time_map.h"
 #include "cli/trace.h"
 #include "common/error.h"
 #include "common/pool.h"
@@ -33,16 +33,16 @@ typedef struct moe_runner {
     moe_run_options o;
     int threads;       /* a rank's, resolved */
     char tag[32];      /* outputs staged as npu_out.bin.tmp.<tag>, committed as a set */
-    double *times;     /* shared with the ranks: [variant][iteration][rank] */
-    int64_t *rows;     /* shared: [rank] the most rows it received in a call */
-    size_t shared_bytes;
+    time_map tm;       /* shared with the ranks: the variants' times, then row MOE_ROW_RECEIVED: the most rows
+                          each received in a call */
     trace_rank *mpi_trace; /* over MPI with --trace: this process's rank's spans, gathered after the run */
 } moe_runner;
 
-static double *time_slot(const moe_runner *rn, int v, int it, int r)
-{
-    return &rn->times[((size_t)v * (size_t)rn->o.iters + (size_t)it) * (size_t)rn->s.R + (size_t)r];
-}
+enum { MOE_ROW_RECEIVED, MOE_ROWS };
+
+static double *time_slot(const moe_runner *rn, int v, int it, int r) { return time_map_at(&rn->tm, v, it, r); }
+
+static double *received_slot(const moe_runner *rn, int r) { return time_map_row(&rn->tm, MOE_ROW_RECEIVED, r); }
 
 size_t moe_run_heap_bytes(int R, int64_t max_tokens, int64_t H, int K)
 {
@@ -168,7 +168,7 @@ static int perf_round(moe_rank *k, int it, a2amm_error *err)
         if (!rc) rc = y_room(k, le, n[le], err);
         got += n[le];
     }
-    if (!rc && got > rn->rows[k->me]) rn->rows[k->me] = got;
+    if (!rc && (double)got > *received_slot(rn, k->me)) *received_slot(rn, k->me) = (double)got;
     experts_job job = {k->m, local, rn->threads, rn->s.H, n, codes, scales, k->y, rn->s.H / 32, 0, {0, ""},
                        PTHREAD_MUTEX_INITIALIZER};
     if (!rc) rc = a2amm_comm_barrier(k->comm, rn->o.timeout_s, err);
@@ -311,7 +311,8 @@ static int collect(const moe_runner *rn, moe_run_result *res, a2amm_error *err)
             res->t[v][it] = worst;
         }
     }
-    for (int r = 0; r < rn->s.R; r++) res->rows_max = rn->rows[r] > res->rows_max ? rn->rows[r] : res->rows_max;
+    for (int r = 0; r < rn->s.R; r++)
+        if ((int64_t)*received_slot(rn, r) > res->rows_max) res->rows_max = (int64_t)*received_slot(rn, r);
     return A2AMM_OK;
 }
 
@@ -348,16 +349,7 @@ static int run_mpi(moe_runner *rn, moe_run_result *res, a2amm_error *err)
         rc = io_rank_path(path, sizeof path, rn->dir, "output", res->rank, "npu_out.bin", err);
         if (!rc) rc = io_commit_staged(path, rn->tag, err);
     }
-    if (!rc && rn->o.mode == RUN_PERF) {
-        size_t n = (size_t)MOE_VARIANTS * (size_t)rn->o.iters * (size_t)rn->s.R;
-        rc = run_mpi_share(comm, rn->times, n, rn->o.timeout_s, err);
-        double *rows = malloc(sizeof *rows * (size_t)rn->s.R);
-        for (int r = 0; !rc && rows && r < rn->s.R; r++) rows[r] = (double)rn->rows[r];
-        if (!rc) rc = rows ? run_mpi_share(comm, rows, (size_t)rn->s.R, rn->o.timeout_s, err)
-                           : a2amm_fail(err, A2AMM_E_NOMEM, "out of memory");
-        for (int r = 0; !rc && r < rn->s.R; r++) rn->rows[r] = (int64_t)rows[r];
-        free(rows);
-    }
+    if (!rc && rn->o.mode == RUN_PERF) rc = run_mpi_share(comm, rn->tm.d, time_map_doubles(&rn->tm), rn->o.timeout_s, err);
     if (!rc && rn->o.trace_path) rc = trace_mpi_write(rn, res, offsets, err);
     if (comm) a2amm_comm_barrier(comm, rn->o.timeout_s, NULL);
     a2amm_comm_destroy(comm);
@@ -388,14 +380,9 @@ int moe_run_files(const char *dir, const moe_io_shape *s, const moe_run_options 
     rn.threads = o->threads ? o->threads : (cores / sharers > 0 ? cores / sharers : 1);
     res->threads = rn.threads;
     res->ranks = calloc((size_t)s->R, sizeof *res->ranks);
-    size_t tbytes = sizeof(double) * (size_t)MOE_VARIANTS * (size_t)rn.o.iters * (size_t)s->R;
-    rn.shared_bytes = tbytes + sizeof(int64_t) * (size_t)s->R;
-    void *mem = mmap(NULL, rn.shared_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (!res->ranks || mem == MAP_FAILED) {
-        if (mem != MAP_FAILED) munmap(mem, rn.shared_bytes);
-        return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the run's bookkeeping");
-    }
-    rn.times = mem, rn.rows = (int64_t *)((char *)mem + tbytes);
+    if (!res->ranks) return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the run's bookkeeping");
+    rc = time_map_create(&rn.tm, MOE_VARIANTS, rn.o.iters, s->R, MOE_ROWS, 0, err);
+    if (rc) return rc;
     if (o->transport == RUN_MPI) {
         rc = run_mpi(&rn, res, err);
     } else {
@@ -420,7 +407,7 @@ int moe_run_files(const char *dir, const moe_io_shape *s, const moe_run_options 
         cli_guard_stop(&guard);
     }
     if (!rc && rn.o.mode == RUN_PERF) rc = collect(&rn, res, err);
-    munmap(mem, rn.shared_bytes);
+    time_map_free(&rn.tm);
     return rc;
 }
 

@@ -110,7 +110,7 @@ int run_mpi_call(int R, size_t heap_bytes, int (*fn)(a2amm_comm *, void *), void
     return A2AMM_OK;
 }
 
-int run_files_mpi(runner *rn, run_result *res, size_t tbytes, int64_t *offsets, a2amm_error *err)
+int run_files_mpi(runner *rn, run_result *res, int64_t *offsets, a2amm_error *err)
 {
     int rank = 0, rc = run_mpi_start((int)rn->s.R, &rank, err);
     res->rank = rank;
@@ -124,7 +124,7 @@ int run_files_mpi(runner *rn, run_result *res, size_t tbytes, int64_t *offsets, 
         rc = io_rank_path(path, sizeof path, rn->dir, "output", rank, "npu_out.bin", err);
         if (!rc) rc = io_commit_staged(path, rn->tag, err);
     }
-    if (!rc && rn->o.mode == RUN_PERF) rc = run_mpi_share(comm, rn->times, tbytes / sizeof(double), rn->o.timeout_s, err);
+    if (!rc && rn->o.mode == RUN_PERF) rc = run_mpi_share(comm, rn->tm.d, time_map_doubles(&rn->tm), rn->o.timeout_s, err);
     if (comm) a2amm_comm_barrier(comm, rn->o.timeout_s, NULL);
     a2amm_comm_destroy(comm);
     for (int r = 0; !rc && r < rn->s.R; r++) res->ranks[r] = (a2amm_rank_report){.started = 1, .status = A2AMM_OK};

@@ -94,9 +94,9 @@ int run_baseline_setup(rank_state *st, a2amm_error *err)
     free(bt);
     const char *exchange = st->rn->o.transport == RUN_MPI ? "MPI_Alltoall" : "a2amm_comm_alltoall";
     if (!rc && st->me == 0 && s->kind == OP_MATMUL_ALLTOALL)
-        snprintf(st->rn->baseline_what, BASELINE_WHAT_CHARS, "%s, then %s of its column blocks", what, exchange);
+        snprintf(st->rn->tm.text, st->rn->tm.chars, "%s, then %s of its column blocks", what, exchange);
     else if (!rc && st->me == 0)
-        snprintf(st->rn->baseline_what, BASELINE_WHAT_CHARS, "%s, %s", exchange, what);
+        snprintf(st->rn->tm.text, st->rn->tm.chars, "%s, %s", exchange, what);
     return rc;
 }
 
@@ -222,7 +222,7 @@ int run_collect_perf(const runner *rn, run_perf *p, a2amm_error *err)
             return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the perf figures");
         for (int src = 0; src < R; src++) b->wait_from_s[src] = *breakdown_slot(rn, RUN_BD_FIELDS + src, r);
     }
-    snprintf(p->baseline_what, sizeof p->baseline_what, "%s", rn->baseline_what);
+    snprintf(p->baseline_what, sizeof p->baseline_what, "%s", rn->tm.text);
     return A2AMM_OK;
 }
 

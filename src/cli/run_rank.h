@@ -15,6 +15,7 @@
 #include "common/shape.h"
 #include "cli/fault.h"
 #include "cli/runner.h"
+#include "cli/time_map.h"
 #include "cli/trace.h"
 
 typedef struct runner {
@@ -24,9 +25,9 @@ typedef struct runner {
     run_options o;
     int threads;   /* per rank, resolved */
     char tag[32];  /* outputs are staged as npu_out.bin.tmp.<tag>, committed as a set */
-    double *times; /* shared with the ranks: [RUN_VARIANTS][iters][R], prepare [R], then
-                      the breakdown [RUN_BD_FIELDS + R][R] (see breakdown_slot) */
-    char *baseline_what; /* shared, after the times: how rank 0 ran the baseline */
+    time_map tm;   /* shared with the ranks: the variants' times, then the rows prepare (RUN_ROW_PREPARE)
+                      and the breakdown (RUN_ROW_BREAKDOWN + field: RUN_BD_FIELDS + R rows); its text: how
+                      rank 0 ran the baseline */
     trace_rank *trace;   /* this process's rank's spans and sums (each rank its own copy) */
 } runner;
 
@@ -36,17 +37,17 @@ enum { RUN_BD_CALL, RUN_BD_MATMUL, RUN_BD_WAIT, RUN_BD_SEND, RUN_BD_BARRIER, RUN
 
 #define BASELINE_WHAT_CHARS sizeof(((run_perf *)0)->baseline_what)
 
-static inline double *time_slot(const runner *rn, int v, int it, int r)
-{
-    return &rn->times[((size_t)v * (size_t)rn->o.iters + (size_t)it) * (size_t)rn->s.R + (size_t)r];
-}
+/* The runner's rows of its time map: rank r's B preparation time, then the breakdown's fields. */
+enum { RUN_ROW_PREPARE, RUN_ROW_BREAKDOWN };
+#define RUN_ROWS(R) (RUN_ROW_BREAKDOWN + RUN_BD_FIELDS + (R))
 
-/* Rank r's B preparation time, after the variants' times. */
-static inline double *prepare_slot(const runner *rn, int r) { return time_slot(rn, RUN_VARIANTS, 0, r); }
+static inline double *time_slot(const runner *rn, int v, int it, int r) { return time_map_at(&rn->tm, v, it, r); }
+
+static inline double *prepare_slot(const runner *rn, int r) { return time_map_row(&rn->tm, RUN_ROW_PREPARE, r); }
 
 static inline double *breakdown_slot(const runner *rn, int field, int r)
 {
-    return prepare_slot(rn, rn->s.R) + (size_t)field * (size_t)rn->s.R + (size_t)r;
+    return time_map_row(&rn->tm, RUN_ROW_BREAKDOWN + field, r);
 }
 
 static inline a2amm_op_config config_of(const runner *rn, int unfused)
@@ -111,7 +112,7 @@ int run_collect_perf(const runner *rn, run_perf *p, a2amm_error *err);
 
 /* run_mpi.c: this process as one rank of an MPI job; offsets[R] gets the
  * clock offsets when tracing. */
-int run_files_mpi(runner *rn, run_result *res, size_t tbytes, int64_t *offsets, a2amm_error *err);
+int run_files_mpi(runner *rn, run_result *res, int64_t *offsets, a2amm_error *err);
 
 /* run_sgemm.c: the command's baseline matmul, OpenBLAS sgemm. */
 extern const run_baseline_gemm run_sgemm_baseline;

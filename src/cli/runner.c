@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -211,19 +210,15 @@ int run_files(const char *dir, const op_shape *s, const run_options *opt, run_re
     res->threads = rn.threads;
     res->ntiles = (s->M + tm - 1) / tm;
     res->ranks = calloc((size_t)R, sizeof *res->ranks);
-    size_t tbytes = ((size_t)RUN_VARIANTS * (size_t)rn.o.iters + 1 + RUN_BD_FIELDS + (size_t)R) * (size_t)R * sizeof(double);
-    rn.times = mmap(NULL, tbytes + BASELINE_WHAT_CHARS, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (!res->ranks || rn.times == MAP_FAILED) {
-        if (rn.times != MAP_FAILED) munmap(rn.times, tbytes + BASELINE_WHAT_CHARS);
-        return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the run's bookkeeping");
-    }
-    rn.baseline_what = (char *)rn.times + tbytes;
+    if (!res->ranks) return a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the run's bookkeeping");
+    rc = time_map_create(&rn.tm, RUN_VARIANTS, (int)rn.o.iters, R, RUN_ROWS(R), BASELINE_WHAT_CHARS, err);
+    if (rc) return rc;
     res->nranks = R;
     trace_rank trace = {0};
     rn.trace = &trace; /* each rank process its own */
     if (rn.o.transport == RUN_MPI) {
         int64_t *offsets = calloc((size_t)R, sizeof *offsets);
-        rc = offsets ? run_files_mpi(&rn, res, tbytes, offsets, err)
+        rc = offsets ? run_files_mpi(&rn, res, offsets, err)
                      : a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the run's bookkeeping");
         if (!rc && rn.o.mode == RUN_PERF) rc = run_collect_perf(&rn, &res->perf, err);
         if (!rc && rn.o.trace_path) {
@@ -233,14 +228,14 @@ int run_files(const char *dir, const op_shape *s, const run_options *opt, run_re
         }
         trace_rank_free(&trace);
         free(offsets);
-        munmap(rn.times, tbytes + BASELINE_WHAT_CHARS);
+        time_map_free(&rn.tm);
         return rc;
     }
     /* a run that writes files has a guard, which cleans up after a kill of the launcher */
     cli_guard guard = {0, -1};
     if (rn.o.mode == RUN_PRECISION || rn.o.trace_path) rc = cli_guard_start(&guard, clean_after_kill, &rn, err);
     if (rc) {
-        munmap(rn.times, tbytes + BASELINE_WHAT_CHARS);
+        time_map_free(&rn.tm);
         return rc;
     }
     fault_pause("launch", -1);
@@ -267,7 +262,7 @@ int run_files(const char *dir, const op_shape *s, const run_options *opt, run_re
         if (!rc) rc = traced;
     }
     cli_guard_stop(&guard);
-    munmap(rn.times, tbytes + BASELINE_WHAT_CHARS);
+    time_map_free(&rn.tm);
     return rc;
 }
 
