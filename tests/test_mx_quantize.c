@@ -68,7 +68,7 @@ static void check_shared_exponents(mx_quantize_level level)
     float x[BLOCKS * MX_BLOCK];
     for (int top = -149; top <= 127; top += 2) {
         for (int i = 0; i < BLOCKS * MX_BLOCK; i++) x[i] = (rng() % 29 == 0) ? 0.0f : value_at(top - (int)(rng() % 13));
-        char what[48];
+        char what[96];
         snprintf(what, sizeof what, "values of exponent %d-12 .. %d", top, top);
         compare_row(level, x, BLOCKS * MX_BLOCK, what);
     }
@@ -94,7 +94,7 @@ static void check_midpoints(mx_quantize_level level)
                 if (len % MX_BLOCK == 0) y[len++] = ldexpf(mx_fp8_max(TYPES[t]), shift); /* the block's scale */
                 y[len++] = ldexpf((i & 1) ? -x[i] : x[i], shift);
             }
-            char what[48];
+            char what[96];
             snprintf(what, sizeof what, "midpoints of %s x 2^%d", TYPES[t] == A2AMM_E4M3 ? "E4M3" : "E5M2", shift);
             compare_row(level, y, len - len % MX_BLOCK, what);
         }
