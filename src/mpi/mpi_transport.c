@@ -355,33 +355,32 @@ static int exchange_blocks(comm_ctx *ctx, const void *send, const comm_blocks *o
     if (rc) return rc;
     MPI_Request *r = malloc((size_t)s->size * 2 * sizeof *r);
     MPI_Status *st = got ? malloc((size_t)s->size * 2 * sizeof *st) : NULL;
-    int *from_of = malloc((size_t)s->size * 2 * sizeof *from_of);
-    if (!r || !from_of || (got && !st)) {
-        free(r), free(st), free(from_of);
+    if (!r || (got && !st)) {
+        free(r), free(st);
         return a2amm_fail(err, A2AMM_E_NOMEM, "mpi: out of memory for the exchange");
     }
     int n = 0;
-    for (int k = 1; k < s->size; k++) {
+    for (int k = 1; k < s->size; k++) { /* requests 2(k-1) and 2(k-1)+1: the receive from k back, the send k on */
         int from = (s->rank + s->size - k) % s->size, to = (s->rank + k) % s->size;
-        from_of[n] = from;
         MPI_Irecv((char *)recv + in->offsets[from], (int)in->bytes[from], MPI_BYTE, from, 0, s->exchange, &r[n++]);
         MPI_Isend((const char *)send + out->offsets[to], (int)out->bytes[to], MPI_BYTE, to, 0, s->exchange, &r[n++]);
     }
     rc = wait_until(s, requests_done, &(request_set){r, n, st}, deadline_ns, "in the all-to-all exchange", err);
     for (int i = 0; !rc && got && i < n; i += 2) { /* what each receive took */
+        const int from = (s->rank + s->size - (i / 2 + 1)) % s->size;
         int count = 0;
         if (st[i].MPI_ERROR == MPI_ERR_TRUNCATE || MPI_Get_count(&st[i], MPI_BYTE, &count) != MPI_SUCCESS)
             rc = a2amm_fail(err, A2AMM_E_SIZE, "mpi: rank %d sent rank %d more than the %zu bytes of room it has "
-                            "for it", from_of[i], s->rank, in->bytes[from_of[i]]);
+                            "for it", from, s->rank, in->bytes[from]);
         else
-            got[from_of[i]] = (size_t)count;
+            got[from] = (size_t)count;
     }
     for (int i = 0; rc && i < n; i++) { /* a receive left behind must not land in recv after the call */
         if (r[i] == MPI_REQUEST_NULL) continue;
         if (i % 2 == 0) MPI_Cancel(&r[i]);
         MPI_Request_free(&r[i]);
     }
-    free(r), free(st), free(from_of);
+    free(r), free(st);
     return rc;
 }
 
