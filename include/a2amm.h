@@ -148,6 +148,10 @@ A2AMM_API int a2amm_mx_dequantize_f32(const uint8_t *codes, int64_t ldc, const u
  */
 A2AMM_API float a2amm_expf(float x);
 A2AMM_API float a2amm_silu(float g);
+/* a[i] = bf16(silu(g[i]) * u[i]) for i < n: the MoE op's activation of an
+ * expert's gate and up sums (one fp32 product, one rounding to bf16, round
+ * to nearest even). Local, thread-safe. */
+A2AMM_API void a2amm_swiglu(const float *g, const float *u, int64_t n, uint16_t *a);
 
 /* ---- This CPU and the kernels ---------------------------------------------- */
 /*
@@ -200,6 +204,26 @@ A2AMM_API void a2amm_weights_destroy(a2amm_weights *w);
 /* out [m, ldo] = A x B; threads 0: every core. Thread-safe on one weights. */
 A2AMM_API int a2amm_matmul(const a2amm_weights *w, const uint8_t *a, int64_t lda, const uint8_t *sa, int64_t ldsa, int64_t m,
                  a2amm_fp8_type a_type, uint16_t *out, int64_t ldo, int threads, a2amm_error *err);
+/* c [m, ldc] fp32 = A x B: the sums a2amm_matmul rounds to bf16, unrounded
+ * (the MoE op's gate and up sums g and u of a token's row are these). */
+A2AMM_API int a2amm_matmul_f32(const a2amm_weights *w, const uint8_t *a, int64_t lda, const uint8_t *sa, int64_t ldsa,
+                               int64_t m, a2amm_fp8_type a_type, float *c, int64_t ldc, int threads, a2amm_error *err);
+
+/*
+ * The MoE op's down projection as a matmul of its own: B [n, k] in MXFP8
+ * (stored transposed as for a2amm_weights: b [n, k], scales sb [n, ldsb]; n
+ * and k multiples of 32) prepared for an A of bf16 values. y [m, ldy] fp32 =
+ * a [m, lda] (bf16 bits) x B by the op's rule for y_e = a x W2_e (each
+ * output summed over k in fp32, docs/op-contract.md), on the kernel level
+ * a2amm_weights_create would pick: with W2_e and the a of a2amm_swiglu,
+ * the op's bits. Local; a2amm_matmul_bf16a is thread-safe on one weights.
+ */
+typedef struct a2amm_bf16a_weights a2amm_bf16a_weights;
+A2AMM_API int a2amm_bf16a_weights_create(const uint8_t *b, const uint8_t *sb, int64_t n, int64_t k, int64_t ldsb,
+                                         a2amm_fp8_type b_type, a2amm_bf16a_weights **w, a2amm_error *err);
+A2AMM_API void a2amm_bf16a_weights_destroy(a2amm_bf16a_weights *w);
+A2AMM_API int a2amm_matmul_bf16a(const a2amm_bf16a_weights *w, const uint16_t *a, int64_t lda, int64_t m, float *y,
+                                 int64_t ldy, a2amm_error *err);
 
 /* ---- Communicators ------------------------------------------------------ */
 /*

@@ -30,6 +30,75 @@ static float bf16_to_f32(uint16_t h)
     return u2f((uint32_t)h << 16);
 }
 
+/* Round to nearest even, written out here (NaN stays NaN). */
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u = f2u(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* a2amm_swiglu: bf16(silu(g) u) with one rounding (a value whose product lies past a bf16 midpoint goes up). */
+static void test_swiglu(void)
+{
+    enum { N = 4099 };
+    static float g[N], u[N];
+    static uint16_t a[N + 1];
+    for (int i = 0; i < N; i++) g[i] = randn() * 4.0f, u[i] = randn();
+    g[0] = 0.0f, g[1] = -100.0f, g[2] = 100.0f, u[3] = 0.0f;
+    a[N] = 0xBEEF;
+    a2amm_swiglu(g, u, N, a);
+    long wrong = 0;
+    for (int i = 0; i < N; i++) wrong += a[i] != f32_to_bf16(a2amm_silu(g[i]) * u[i]);
+    CHECK(wrong == 0, "swiglu: %ld of %d values are not bf16(silu(g) u)", wrong, N);
+    CHECK(a[N] == 0xBEEF, "swiglu wrote past n");
+    CHECK(bf16_to_f32(a[2]) == bf16_to_f32(f32_to_bf16(100.0f * u[2])), "swiglu: silu(100) is 100");
+    a2amm_swiglu(NULL, u, N, a); /* NULLs: nothing, no crash */
+}
+
+/* a2amm_matmul_bf16a: within fp32 accumulation of the fp64 sums, and its refusals (the bits: test_moe.c). */
+static void test_matmul_bf16a(void)
+{
+    enum { M = 5, N = 64, K = 96 };
+    float bf[N * K], bd[N * K];
+    uint8_t b[N * K], sb[N * 3];
+    uint16_t a[M * (K + 1)];
+    static float y[M * (N + 2)];
+    for (int i = 0; i < N * K; i++) bf[i] = randn();
+    for (int i = 0; i < M * (K + 1); i++) a[i] = f32_to_bf16(randn());
+    a2amm_error err;
+    CHECK(a2amm_mx_quantize_f32(bf, N, K, K, A2AMM_E4M3, A2AMM_SCALE_RCEIL, b, K, sb, 3, &err) == 0, "%s", err.msg);
+    a2amm_mx_dequantize_f32(b, K, sb, 3, N, K, A2AMM_E4M3, bd, K, &err);
+    a2amm_bf16a_weights *w = NULL;
+    CHECK(a2amm_bf16a_weights_create(b, sb, N, K, 3, A2AMM_E4M3, &w, &err) == 0, "bf16a weights: %s", err.msg);
+    CHECK(a2amm_matmul_bf16a(w, a, K + 1, M, y, N + 2, &err) == 0, "matmul_bf16a: %s", err.msg);
+    long far = 0;
+    for (int i = 0; i < M; i++)
+        for (int n = 0; n < N; n++) {
+            double sum = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                double p = (double)bf16_to_f32(a[i * (K + 1) + k]) * (double)bd[n * K + k];
+                sum += p, mag += fabs(p);
+            }
+            far += fabs((double)y[i * (N + 2) + n] - sum) > ldexp(1, -17) * mag;
+        }
+    CHECK(far == 0, "matmul_bf16a: %ld of %d outputs off the fp64 sums by more than fp32 sums allow", far, M * N);
+    CHECK(a2amm_matmul_bf16a(w, a, K - 1, M, y, N, &err) == A2AMM_E_INVAL && strstr(err.msg, "lda >= k = 96"),
+          "matmul_bf16a: lda below k: %s", err.msg);
+    CHECK(a2amm_matmul_bf16a(w, a, K, -1, y, N, &err) == A2AMM_E_INVAL, "matmul_bf16a: m = -1 accepted");
+    CHECK(a2amm_matmul_bf16a(NULL, a, K, M, y, N, &err) == A2AMM_E_INVAL && strstr(err.msg, "NULL"),
+          "matmul_bf16a: NULL weights: %s", err.msg);
+    a2amm_bf16a_weights_destroy(w);
+    a2amm_bf16a_weights_destroy(NULL);
+    w = (a2amm_bf16a_weights *)1;
+    CHECK(a2amm_bf16a_weights_create(b, sb, 48, K, 3, A2AMM_E4M3, &w, &err) == A2AMM_E_INVAL && w == NULL &&
+              strstr(err.msg, "multiples of 32"), "bf16a weights of n = 48: %s", err.msg);
+    CHECK(a2amm_bf16a_weights_create(b, sb, N, K, 2, A2AMM_E4M3, &w, &err) == A2AMM_E_INVAL &&
+              strstr(err.msg, "ldsb"), "bf16a weights with a short ldsb: %s", err.msg);
+    CHECK(a2amm_bf16a_weights_create(NULL, sb, N, K, 3, A2AMM_E4M3, &w, &err) == A2AMM_E_INVAL,
+          "bf16a weights of NULL accepted");
+}
+
 static void test_quantize_round_trip(a2amm_fp8_type type, a2amm_scale_mode mode)
 {
     enum { ROWS = 9, COLS = 100, LDX = 103, LDC = 107, LDS = 6 };
@@ -161,6 +230,23 @@ static void test_matmul(void)
     CHECK(a2amm_matmul(w, a, K, sa, 3, M, A2AMM_E4M3, out[0], N - 1, 1, &err) == A2AMM_E_INVAL &&
               strstr(err.msg, "ldo >= n = 70"), "ldo below n: %s", err.msg);
     CHECK(a2amm_matmul(NULL, a, K, sa, 3, M, A2AMM_E4M3, out[0], N, 1, &err) == A2AMM_E_INVAL, "NULL weights");
+    /* the fp32 sums: a2amm_matmul's bits once rounded, on any thread count, at any row stride */
+    static float sums[2][M * (N + 3)];
+    for (int t = 0; t < 2; t++)
+        CHECK(a2amm_matmul_f32(w, a, K, sa, 3, M, A2AMM_E4M3, sums[t], N + 3, 2 * t + 1, &err) == 0, "matmul_f32: %s",
+              err.msg);
+    long unrounded = 0, rounded = 0;
+    for (int i = 0; i < M; i++)
+        for (int n = 0; n < N; n++) {
+            unrounded += memcmp(&sums[0][i * (N + 3) + n], &sums[1][i * (N + 3) + n], sizeof(float)) != 0;
+            rounded += f32_to_bf16(sums[0][i * (N + 3) + n]) != out[0][i * N + n];
+        }
+    CHECK(unrounded == 0, "matmul_f32: 1 and 3 threads differ in %ld sums", unrounded);
+    CHECK(rounded == 0, "matmul_f32: %ld sums, rounded to bf16, are not a2amm_matmul's bits", rounded);
+    CHECK(a2amm_matmul_f32(w, a, K, sa, 3, M, A2AMM_E4M3, sums[0], N - 1, 1, &err) == A2AMM_E_INVAL &&
+              strstr(err.msg, "a2amm_matmul_f32") && strstr(err.msg, "ldc >= n = 70"), "ldc below n: %s", err.msg);
+    CHECK(a2amm_matmul_f32(w, a, K, sa, 3, M, A2AMM_E4M3, NULL, N, 1, &err) == A2AMM_E_INVAL && strstr(err.msg, "NULL"),
+          "matmul_f32 NULL c: %s", err.msg);
     a2amm_weights_destroy(w);
     /* weights prepared over 1 thread multiply to the same bits as over 2 */
     CHECK(a2amm_weights_create(b, sb, N, K, 4, A2AMM_E5M2, 1, &w, &err) == 0, "weights, 1 thread: %s", err.msg);
@@ -264,5 +350,7 @@ int main(void)
         for (int m = 0; m < 2; m++) test_quantize_round_trip((a2amm_fp8_type)t, (a2amm_scale_mode)m);
     test_quantize_errors();
     test_matmul();
+    test_swiglu();
+    test_matmul_bf16a();
     return check_summary("test_api");
 }

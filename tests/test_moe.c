@@ -438,8 +438,32 @@ static void caller_expert(const moe_case *c, int e, int64_t n, const uint8_t *co
     free(w13), free(s13), free(w2), free(s2), free(gu), free(a), free(ys);
 }
 
+/* Expert e's y as a caller builds it from the public calls alone: a2amm_matmul_f32 (g and u), a2amm_swiglu,
+ * a2amm_matmul_bf16a (the down projection). 0, or the first call's error. */
+static int public_expert(const moe_case *c, int e, int64_t n, const uint8_t *codes, const uint8_t *scales, float *y,
+                         a2amm_error *err)
+{
+    const int64_t H = c->H, I = c->I;
+    uint8_t *w13 = malloc((size_t)(2 * I * H)), *s13 = malloc((size_t)(2 * I * H / 32));
+    uint8_t *w2 = malloc((size_t)(H * I)), *s2 = malloc((size_t)(H * I / 32));
+    float *gu = malloc(sizeof *gu * (size_t)(n * 2 * I));
+    uint16_t *a = malloc(sizeof *a * (size_t)(n * I));
+    mc_expert(c, e, w13, s13, w2, s2);
+    a2amm_weights *wu = NULL;
+    a2amm_bf16a_weights *wd = NULL;
+    int rc = a2amm_weights_create(w13, s13, 2 * I, H, H / 32, c->b_type, 1, &wu, err);
+    if (!rc) rc = a2amm_matmul_f32(wu, codes, H, scales, H / 32, n, c->a_type, gu, 2 * I, 2, err);
+    for (int64_t i = 0; !rc && i < n; i++) a2amm_swiglu(gu + i * 2 * I, gu + i * 2 * I + I, I, a + i * I);
+    if (!rc) rc = a2amm_bf16a_weights_create(w2, s2, H, I, I / 32, c->b_type, &wd, err);
+    if (!rc) rc = a2amm_matmul_bf16a(wd, a, I, n, y, H, err);
+    a2amm_weights_destroy(wu);
+    a2amm_bf16a_weights_destroy(wd);
+    free(w13), free(s13), free(w2), free(s2), free(gu), free(a);
+    return rc;
+}
+
 typedef struct pair_report {
-    int rc, same, rows_ok, expert_same;
+    int rc, same, rows_ok, expert_same, public_same;
     char msg[1100];
 } pair_report;
 
@@ -461,7 +485,7 @@ static int rank_pair(a2amm_comm *comm, void *arg)
     if (!rc) rc = a2amm_moe_run(m, T, x, sx, H / 32, idx, w, by_run, &err);
     if (!rc) rc = a2amm_moe_dispatch(m, T, x, sx, H / 32, idx, w, &batch, &err);
     int64_t total = 0;
-    rep->rows_ok = 1, rep->expert_same = 1;
+    rep->rows_ok = 1, rep->expert_same = 1, rep->public_same = 1;
     for (int le = 0; !rc && le < local; le++) {
         int64_t n = 0;
         const uint8_t *codes = NULL, *scales = NULL;
@@ -474,6 +498,9 @@ static int rank_pair(a2amm_comm *comm, void *arg)
             float *y2 = malloc(sizeof *y2 * (size_t)(n * H));
             a2amm_error e2 = {0, ""};
             rep->expert_same &= y2 && a2amm_moe_expert(m, le, n, codes, scales, H / 32, y2, H, &e2) == 0 &&
+                                !memcmp(y2, y[le], sizeof *y2 * (size_t)(n * H));
+            /* and from the public matmuls: the same bits */
+            rep->public_same &= y2 && public_expert(c, r * local + le, n, codes, scales, y2, &e2) == 0 &&
                                 !memcmp(y2, y[le], sizeof *y2 * (size_t)(n * H));
             free(y2);
         }
@@ -504,6 +531,8 @@ static void test_dispatch_combine(void)
         CHECK(rep[r].same, "rank %d: dispatch, the caller's experts and combine gave other bits than a2amm_moe_run", r);
         CHECK(rep[r].rows_ok, "rank %d: a batch's rows of an expert the rank does not hold were not refused", r);
         CHECK(rep[r].expert_same, "rank %d: a2amm_moe_expert gave other bits than the op's expert computation", r);
+        CHECK(rep[r].public_same, "rank %d: experts from a2amm_matmul_f32, a2amm_swiglu and a2amm_matmul_bf16a gave "
+              "other bits than the op's", r);
     }
     munmap(rep, 2 * sizeof *rep);
 }

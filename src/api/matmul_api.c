@@ -48,8 +48,9 @@ typedef struct matmul_job {
     gemm_a_slab slab;
     int64_t m;
     int threads;
-    float *c;
-    uint16_t *out;
+    float *c;      /* the fp32 sums */
+    int64_t ldc;
+    uint16_t *out; /* rounded to bf16 here, or NULL: the sums are the result */
     int64_t ldo;
 } matmul_job;
 
@@ -60,32 +61,52 @@ static void matmul_task(void *arg, int task)
     gemm_a_slab slab = j->slab;
     slab.a += p.r0 * slab.lda;
     slab.sa += p.r0 * slab.ldsa;
-    gemm_multiply_store(j->w->b, &slab, p.r1 - p.r0, 0, j->w->k, p.n0, p.n1, j->c + p.r0 * j->w->n, j->w->n,
-                        j->out + p.r0 * j->ldo, j->ldo);
+    if (j->out)
+        gemm_multiply_store(j->w->b, &slab, p.r1 - p.r0, 0, j->w->k, p.n0, p.n1, j->c + p.r0 * j->ldc, j->ldc,
+                            j->out + p.r0 * j->ldo, j->ldo);
+    else
+        gemm_multiply(j->w->b, &slab, p.r1 - p.r0, 0, j->w->k, p.n0, p.n1, j->c + p.r0 * j->ldc, j->ldc);
+}
+
+/* a2amm_matmul (out) or a2amm_matmul_f32 (c, ldc; out NULL): the checks, then the job over a pool. */
+static int matmul(const char *call, const a2amm_weights *w, const uint8_t *a, int64_t lda, const uint8_t *sa,
+                  int64_t ldsa, int64_t m, a2amm_fp8_type a_type, float *c, int64_t ldc, uint16_t *out, int64_t ldo,
+                  int threads, a2amm_error *err)
+{
+    const char *result = out ? "ldo" : "ldc";
+    const int64_t ld = out ? ldo : ldc;
+    if (!w || !a || !sa || (!out && !c)) return a2amm_fail(err, A2AMM_E_INVAL, "%s: a NULL argument", call);
+    if (m < 0 || lda < w->k || ldsa < w->k / 32 || ld < w->n)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: m must not be negative, lda >= k = %lld, ldsa >= k/32 = %lld, %s "
+                          ">= n = %lld (got m %lld, lda %lld, ldsa %lld, %s %lld)", call, (long long)w->k,
+                          (long long)(w->k / 32), result, (long long)w->n, (long long)m, (long long)lda,
+                          (long long)ldsa, result, (long long)ld);
+    if (a_type != A2AMM_E4M3 && a_type != A2AMM_E5M2)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: a_type must be A2AMM_E4M3 or A2AMM_E5M2", call);
+    if (threads < 0 || threads > 1024) return a2amm_fail(err, A2AMM_E_INVAL, "%s: threads must be 0 to 1024", call);
+    if (m == 0) return A2AMM_OK;
+    if (threads == 0) threads = pool_cpu_count();
+    pool *workers = NULL;
+    float *sums = out ? malloc((size_t)m * (size_t)w->n * sizeof *sums) : c;
+    int rc = sums ? pool_create(threads, &workers, err) : a2amm_fail(err, A2AMM_E_NOMEM, "%s: out of memory", call);
+    if (!rc) {
+        matmul_job j = {w, {a, sa, lda, ldsa, a_type}, m, threads, sums, out ? w->n : ldc, out, ldo};
+        pool_run(workers, matmul_task, &j, gemm_split_count(m, w->n, w->k, threads));
+    }
+    pool_destroy(workers);
+    if (out) free(sums);
+    return rc;
 }
 
 int a2amm_matmul(const a2amm_weights *w, const uint8_t *a, int64_t lda, const uint8_t *sa, int64_t ldsa, int64_t m,
                  a2amm_fp8_type a_type, uint16_t *out, int64_t ldo, int threads, a2amm_error *err)
 {
-    if (!w || !a || !sa || !out) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_matmul: a NULL argument");
-    if (m < 0 || lda < w->k || ldsa < w->k / 32 || ldo < w->n)
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_matmul: m must not be negative, lda >= k = %lld, ldsa >= k/32 "
-                          "= %lld, ldo >= n = %lld (got m %lld, lda %lld, ldsa %lld, ldo %lld)", (long long)w->k,
-                          (long long)(w->k / 32), (long long)w->n, (long long)m, (long long)lda, (long long)ldsa,
-                          (long long)ldo);
-    if (a_type != A2AMM_E4M3 && a_type != A2AMM_E5M2)
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_matmul: a_type must be A2AMM_E4M3 or A2AMM_E5M2");
-    if (threads < 0 || threads > 1024) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_matmul: threads must be 0 to 1024");
-    if (m == 0) return A2AMM_OK;
-    if (threads == 0) threads = pool_cpu_count();
-    pool *workers = NULL;
-    float *c = malloc((size_t)m * (size_t)w->n * sizeof *c);
-    int rc = c ? pool_create(threads, &workers, err) : a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_matmul: out of memory");
-    if (!rc) {
-        matmul_job j = {w, {a, sa, lda, ldsa, a_type}, m, threads, c, out, ldo};
-        pool_run(workers, matmul_task, &j, gemm_split_count(m, w->n, w->k, threads));
-    }
-    pool_destroy(workers);
-    free(c);
-    return rc;
+    if (!out) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_matmul: a NULL argument");
+    return matmul("a2amm_matmul", w, a, lda, sa, ldsa, m, a_type, NULL, 0, out, ldo, threads, err);
+}
+
+int a2amm_matmul_f32(const a2amm_weights *w, const uint8_t *a, int64_t lda, const uint8_t *sa, int64_t ldsa,
+                     int64_t m, a2amm_fp8_type a_type, float *c, int64_t ldc, int threads, a2amm_error *err)
+{
+    return matmul("a2amm_matmul_f32", w, a, lda, sa, ldsa, m, a_type, c, ldc, NULL, 0, threads, err);
 }

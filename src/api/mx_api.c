@@ -87,3 +87,8 @@ int a2amm_mx_dequantize_f32(const uint8_t *codes, int64_t ldc, const uint8_t *sc
 
 float a2amm_expf(float x) { return mx_expf(x); }
 float a2amm_silu(float g) { return mx_silu(g); }
+
+void a2amm_swiglu(const float *g, const float *u, int64_t n, uint16_t *a)
+{
+    for (int64_t i = 0; g && u && a && i < n; i++) a[i] = mx_f32_to_bf16(mx_silu(g[i]) * u[i]);
+}
