@@ -98,7 +98,7 @@ sys.stderr.write("a2amm setup: lib%s.so in %s (%s), headers in %s, version %s\n"
 
 sources = ["a2amm_lib.c", "arrays.c", "comm.c", "comm_alltoallv.c", "comm_mpi.c", "interrupt.c", "launch.c", "module.c", "moe.c",
            "mx.c", "op.c",
-           "weights.c", "moe_weights.c"]
+           "weights.c", "moe_weights.c", "bf16a.c"]
 ext = Extension(
     "a2amm._a2amm",
     sources=[os.path.join("src", s) for s in sources],

@@ -167,19 +167,66 @@ class Weights(_a2amm.Weights):
         return "a2amm.Weights(%s)" % state
 
 
-def matmul(a_codes, a_scales, weights, fmt="e4m3", out=None, threads=0):
+def matmul(a_codes, a_scales, weights, fmt="e4m3", out=None, threads=0, out_dtype="bfloat16"):
     """out [m, n] bf16 = A [m, k] x B on one rank: a_codes [m, k] and a_scales [m, k/32] uint8 in fmt (any
     row stride), B the prepared weights. Sums in fp32 in a fixed order, one bf16 rounding: the same bits
     as the op. out: written in place when given (bf16: torch.bfloat16, or numpy uint16 bits, rows
     contiguous); else a torch.bfloat16 tensor for torch a_codes, numpy uint16 bits otherwise. threads:
-    0 for every core. The GIL is released while it runs."""
+    0 for every core. The GIL is released while it runs.
+    out_dtype="float32": the fp32 sums themselves, unrounded (float32 [m, n]; torch.float32 for torch
+    a_codes): an MoE expert's gate and up sums as the MoE op has them (see swiglu, matmul_bf16a)."""
+    if out_dtype not in ("bfloat16", "float32"):
+        raise ValueError("out_dtype must be 'bfloat16' or 'float32'; got %r" % (out_dtype,))
+    f32 = out_dtype == "float32"
     a = _array(a_codes, "a_codes")
+    n = weights.n if isinstance(weights, Weights) else 0
     if out is None and _torch_tensor(a_codes):
-        out = _bf16_out(getattr(a, "shape", (0,))[0], weights.n if isinstance(weights, Weights) else 0)
+        import torch
+        rows = getattr(a, "shape", (0,))[0]
+        out = torch.empty((rows, n), dtype=torch.float32) if f32 else _bf16_out(rows, n)
     if _torch_tensor(out):
-        _a2amm.matmul(a, _array(a_scales, "a_scales"), weights, fmt, _array(out, "out"), threads)
+        _a2amm.matmul(a, _array(a_scales, "a_scales"), weights, fmt, _array(out, "out"), threads, f32)
         return out
-    return _a2amm.matmul(a, _array(a_scales, "a_scales"), weights, fmt, out, threads)
+    return _a2amm.matmul(a, _array(a_scales, "a_scales"), weights, fmt, out, threads, f32)
+
+
+def swiglu(g, u):
+    """bf16(silu(g) * u), element by element, as the MoE op computes an expert's activation: silu(g) = g /
+    (1 + e^-g) in fp32 with the library's exp (the same bits on every CPU), one fp32 product, one rounding
+    to bf16. g, u: float32 [m, n] (numpy or torch). Returns torch.bfloat16 for torch g, else numpy uint16
+    bf16 bits."""
+    res = _a2amm.swiglu(_array(g, "g"), _array(u, "u"))
+    if _torch_tensor(g):
+        import torch
+        return torch.from_numpy(res.view(_np.int16)).view(torch.bfloat16)
+    return res
+
+
+class BF16AWeights(_a2amm.BF16AWeights):
+    """MX weights prepared for a bf16 A (the MoE op's down projection as a matmul of its own): b_codes [n, k]
+    (B transposed: one row per output column; n and k multiples of 32) and b_scales [n, k/32], uint8, in
+    fmt. Serves matmul_bf16a; the arrays may change or go afterwards."""
+
+    def __init__(self, b_codes, b_scales, fmt="e4m3"):
+        super().__init__(_array(b_codes, "b_codes"), _array(b_scales, "b_scales"), fmt)
+
+    def __repr__(self):
+        state = "closed" if self.closed else "n=%d, k=%d, fmt=%r" % (self.n, self.k, self.fmt)
+        return "a2amm.BF16AWeights(%s)" % state
+
+
+def matmul_bf16a(a, weights, out=None):
+    """y [m, n] float32 = a [m, k] (bf16: torch.bfloat16, or numpy uint16 bits) x B, by the MoE op's rule
+    for an expert's down projection (each output summed over k in fp32): with an expert's W2 as
+    BF16AWeights and a from swiglu, the op's y bits. out: float32 [m, n] written in place, else a new
+    array (torch.float32 for torch a). The GIL is released while it runs."""
+    if out is None and _torch_tensor(a):
+        import torch
+        out = torch.empty((a.shape[0], weights.n if isinstance(weights, BF16AWeights) else 0), dtype=torch.float32)
+    if _torch_tensor(out):
+        _a2amm.matmul_bf16a(_array(a, "a"), weights, _array(out, "out"))
+        return out
+    return _a2amm.matmul_bf16a(_array(a, "a"), weights, out)
 
 
 # ---- the operator -------------------------------------------------------------------------------

@@ -72,6 +72,28 @@ int lib_matmul(const a2amm_weights *w, const uint8_t *a, int64_t lda, const uint
     return a2amm_matmul(w, a, lda, sa, ldsa, m, a_type, out, ldo, threads, err);
 }
 
+int lib_matmul_f32(const a2amm_weights *w, const uint8_t *a, int64_t lda, const uint8_t *sa, int64_t ldsa, int64_t m,
+                   a2amm_fp8_type a_type, float *c, int64_t ldc, int threads, a2amm_error *err)
+{
+    return a2amm_matmul_f32(w, a, lda, sa, ldsa, m, a_type, c, ldc, threads, err);
+}
+
+void lib_swiglu(const float *g, const float *u, int64_t n, uint16_t *a) { a2amm_swiglu(g, u, n, a); }
+
+int lib_bf16a_weights_create(const uint8_t *b, const uint8_t *sb, int64_t n, int64_t k, int64_t ldsb,
+                             a2amm_fp8_type type, a2amm_bf16a_weights **w, a2amm_error *err)
+{
+    return a2amm_bf16a_weights_create(b, sb, n, k, ldsb, type, w, err);
+}
+
+void lib_bf16a_weights_destroy(a2amm_bf16a_weights *w) { a2amm_bf16a_weights_destroy(w); }
+
+int lib_matmul_bf16a(const a2amm_bf16a_weights *w, const uint16_t *a, int64_t lda, int64_t m, float *y, int64_t ldy,
+                     a2amm_error *err)
+{
+    return a2amm_matmul_bf16a(w, a, lda, m, y, ldy, err);
+}
+
 int lib_launch(int nranks, a2amm_rank_fn fn, void *arg, const lib_launch_options *o, a2amm_error *err)
 {
     a2amm_launch_options lo = A2AMM_LAUNCH_OPTIONS_INIT;

@@ -47,6 +47,15 @@ int lib_weights_create(const uint8_t *b, const uint8_t *sb, int64_t n, int64_t k
 void lib_weights_destroy(a2amm_weights *w);
 int lib_matmul(const a2amm_weights *w, const uint8_t *a, int64_t lda, const uint8_t *sa, int64_t ldsa, int64_t m,
                a2amm_fp8_type a_type, uint16_t *out, int64_t ldo, int threads, a2amm_error *err);
+/* The fp32 sums a2amm_matmul rounds; the MoE activation; the matmul of a bf16 A (the MoE down projection). */
+int lib_matmul_f32(const a2amm_weights *w, const uint8_t *a, int64_t lda, const uint8_t *sa, int64_t ldsa, int64_t m,
+                   a2amm_fp8_type a_type, float *c, int64_t ldc, int threads, a2amm_error *err);
+void lib_swiglu(const float *g, const float *u, int64_t n, uint16_t *a);
+int lib_bf16a_weights_create(const uint8_t *b, const uint8_t *sb, int64_t n, int64_t k, int64_t ldsb,
+                             a2amm_fp8_type type, a2amm_bf16a_weights **w, a2amm_error *err);
+void lib_bf16a_weights_destroy(a2amm_bf16a_weights *w);
+int lib_matmul_bf16a(const a2amm_bf16a_weights *w, const uint16_t *a, int64_t lda, int64_t m, float *y, int64_t ldy,
+                     a2amm_error *err);
 
 /* Communicators. */
 typedef struct lib_launch_options {

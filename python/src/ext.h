@@ -107,7 +107,8 @@ typedef struct CommObject {
     PyObject *weakrefs;
 } CommObject;
 
-extern PyTypeObject CommType, OpType, WeightsType, InputBufferType, MoEType, MoEBatchType, MoEWeightsType;
+extern PyTypeObject CommType, OpType, WeightsType, InputBufferType, MoEType, MoEBatchType, MoEWeightsType,
+    BF16AWeightsType;
 
 /* comm_alltoallv.c: Comm.alltoallv(blocks, timeout=60.0) -> [R uint8 arrays]. */
 PyObject *comm_alltoallv(CommObject *self, PyObject *args, PyObject *kw);
@@ -196,6 +197,9 @@ PyObject *ext_close_all(PyObject *self, PyObject *why);
 PyObject *ext_quantize(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *ext_dequantize(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *ext_matmul(PyObject *self, PyObject *args, PyObject *kw);
+/* bf16a.c: the matmul of a bf16 A over BF16AWeights, and the MoE activation. */
+PyObject *ext_matmul_bf16a(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *ext_swiglu(PyObject *self, PyObject *args);
 PyObject *ext_op_heap_bytes(PyObject *self, PyObject *args, PyObject *kw);
 
 #endif

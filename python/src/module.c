@@ -115,6 +115,8 @@ static PyMethodDef METHODS[] = {
     {"quantize", (PyCFunction)(void (*)(void))ext_quantize, METH_VARARGS | METH_KEYWORDS, NULL},
     {"dequantize", (PyCFunction)(void (*)(void))ext_dequantize, METH_VARARGS | METH_KEYWORDS, NULL},
     {"matmul", (PyCFunction)(void (*)(void))ext_matmul, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"matmul_bf16a", (PyCFunction)(void (*)(void))ext_matmul_bf16a, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"swiglu", ext_swiglu, METH_VARARGS, NULL},
     {"_launch", (PyCFunction)(void (*)(void))ext_launch, METH_VARARGS, NULL},
     {"op_heap_bytes", (PyCFunction)(void (*)(void))ext_op_heap_bytes, METH_VARARGS | METH_KEYWORDS, NULL},
     {NULL, NULL, 0, NULL},
@@ -134,7 +136,7 @@ static int add_types(PyObject *m)
 {
     comm_type_prepare();
     PyTypeObject *types[] = {&CommType, &OpType, &WeightsType, &InputBufferType, &MoEType, &MoEBatchType,
-                             &MoEWeightsType};
+                             &MoEWeightsType, &BF16AWeightsType};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         if (PyType_Ready(types[i]) < 0) return -1;
         const char *dot = strrchr(types[i]->tp_name, '.');

@@ -139,10 +139,11 @@ int ext_weights_of(PyObject *wo, WeightsObject **out) { return weights_of(wo, ou
 PyObject *ext_matmul(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *kwlist[] = {"a_codes", "a_scales", "weights", "fmt", "out", "threads", NULL};
+    static char *kwlist[] = {"a_codes", "a_scales", "weights", "fmt", "out", "threads", "f32", NULL};
     PyObject *ao, *sao, *wo, *fmt = NULL, *outo = NULL;
-    int threads = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OOi:matmul", kwlist, &ao, &sao, &wo, &fmt, &outo, &threads))
+    int threads = 0, f32 = 0; /* f32: the fp32 sums (a2amm_matmul_f32), not their bf16 rounding */
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OOip:matmul", kwlist, &ao, &sao, &wo, &fmt, &outo, &threads,
+                                     &f32))
         return NULL;
     WeightsObject *w;
     a2amm_fp8_type type = A2AMM_E4M3;
@@ -162,10 +163,11 @@ PyObject *ext_matmul(PyObject *self, PyObject *args, PyObject *kw)
     }
     PyObject *res = NULL;
     if (outo && outo != Py_None) res = Py_NewRef(outo);
-    else res = ext_new_array(ext_np_u16, a.rows, w->n);
-    int ok = res && matrix_get(res, "out", EL_BF16, MAT_ROWS | MAT_WRITABLE, &out) == 0;
+    else res = ext_new_array(f32 ? ext_np_f32 : ext_np_u16, a.rows, w->n);
+    int ok = res && matrix_get(res, "out", f32 ? EL_F32 : EL_BF16, MAT_ROWS | MAT_WRITABLE, &out) == 0;
     if (ok && (out.rows != a.rows || out.cols != w->n)) {
-        matrix_shape_error("out", &out, "[m, n] = [%lld, %lld] (bf16)", (long long)a.rows, (long long)w->n);
+        matrix_shape_error("out", &out, "[m, n] = [%lld, %lld] (%s)", (long long)a.rows, (long long)w->n,
+                           f32 ? "float32" : "bf16");
         matrix_release(&out);
         ok = 0;
     }
@@ -175,8 +177,10 @@ PyObject *ext_matmul(PyObject *self, PyObject *args, PyObject *kw)
         Py_INCREF(w); /* the weights stay, and stay open, while the GIL is released */
         w->users++;
         Py_BEGIN_ALLOW_THREADS
-        rc = lib_matmul(w->w, (const uint8_t *)a.ptr, a.ld, (const uint8_t *)sa.ptr, sa.ld, a.rows, type,
-                        (uint16_t *)out.ptr, out.ld, threads, &err);
+        rc = f32 ? lib_matmul_f32(w->w, (const uint8_t *)a.ptr, a.ld, (const uint8_t *)sa.ptr, sa.ld, a.rows, type,
+                                  (float *)out.ptr, out.ld, threads, &err)
+                 : lib_matmul(w->w, (const uint8_t *)a.ptr, a.ld, (const uint8_t *)sa.ptr, sa.ld, a.rows, type,
+                              (uint16_t *)out.ptr, out.ld, threads, &err);
         Py_END_ALLOW_THREADS
         w->users--;
         Py_DECREF(w);

@@ -319,6 +319,66 @@ def test_dispatch_the_ops_experts_and_combine_give_the_calls_bits(R, E, k):
     assert sum(n for _, n in results) > 0, results
 
 
+@pytest.mark.parametrize("R,E,k", [(1, 4, 2), (2, 8, 3), (4, 8, 2)])
+def test_experts_by_a2amm_matmul_between_dispatch_and_combine_give_the_calls_bits(R, E, k):
+    """A caller's own experts from the public matmuls (issue 30): g and u by a2amm.matmul(...,
+    out_dtype="float32"), a = a2amm.swiglu(g, u), y = a2amm.matmul_bf16a(a, BF16AWeights(W2)); between
+    dispatch and combine they give moe(x, ...)'s bits on every rank. The weights are the MX pairs set_weights
+    makes of the floats (a2amm.quantize with the op's mode)."""
+    w13, w2 = expert_weights(E)
+    empty = 1 if R > 1 else None
+
+    def rank(comm):
+        r, L = comm.rank, E // R
+        x, ids, w = rank_tokens(r, R, E, k, 0, empty_rank=empty)
+        c13, s13 = mx(w13[r * L:(r + 1) * L])
+        c2, s2 = mx(w2[r * L:(r + 1) * L])
+        ups = [a2amm.Weights(c13[le], s13[le]) for le in range(L)]
+        downs = [a2amm.BF16AWeights(c2[le], s2[le]) for le in range(L)]
+        with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
+            moe.set_weights(w13[r * L:(r + 1) * L], w2[r * L:(r + 1) * L])
+            called = moe(x, ids, w)
+            rows, handle = moe.dispatch(x, ids, w)
+            ys = []
+            for le, (codes, scales) in enumerate(rows):
+                gu = a2amm.matmul(codes, scales, ups[le], out_dtype="float32")
+                assert gu.dtype == np.float32 and gu.shape == (len(codes), 2 * I)
+                ys.append(a2amm.matmul_bf16a(a2amm.swiglu(gu[:, :I], gu[:, I:]), downs[le]))
+            by_matmul = moe.combine(handle, ys)
+        for wt in ups + downs:
+            wt.close()
+        return np.array_equal(called, by_matmul), sum(len(p[0]) for p in rows)
+
+    results = a2amm.launch(R, rank)
+    assert all(same for same, _ in results), results
+    assert sum(n for _, n in results) > 0, results
+
+
+def test_the_public_expert_pieces_refuse_what_they_cannot_take():
+    """matmul's out_dtype, swiglu's shapes, BF16AWeights' shape and matmul_bf16a's a and weights."""
+    c, s = mx(np.ones((64, 96), np.float32))
+    w = a2amm.Weights(c, s)
+    with pytest.raises(ValueError, match="out_dtype must be"):
+        a2amm.matmul(c[:2], s[:2], w, out_dtype="float16")
+    with pytest.raises(ValueError, match="g's shape"):
+        a2amm.swiglu(np.ones((2, 4), np.float32), np.ones((2, 5), np.float32))
+    with pytest.raises(TypeError):
+        a2amm.swiglu(np.ones((2, 4), np.float64), np.ones((2, 4), np.float32))
+    with pytest.raises(ValueError, match="multiples of 32"):
+        a2amm.BF16AWeights(c[:48], s[:48])
+    d = a2amm.BF16AWeights(c, s)
+    with pytest.raises(ValueError, match="k = 96"):
+        a2amm.matmul_bf16a(np.zeros((2, 64), np.uint16), d)
+    with pytest.raises(TypeError, match="must be an a2amm.BF16AWeights"):
+        a2amm.matmul_bf16a(np.zeros((2, 96), np.uint16), w)
+    y = a2amm.matmul_bf16a(a2amm.float32_to_bf16(np.ones((2, 96), np.float32)), d)
+    np.testing.assert_allclose(y, np.ones((2, 64)) * 96, rtol=1e-6)  # a row of ones by weights of ones
+    d.close()
+    with pytest.raises(ValueError, match="closed"):
+        a2amm.matmul_bf16a(np.zeros((2, 96), np.uint16), d)
+    w.close()
+
+
 def test_a_batch_is_combined_once():
     w13, w2 = expert_weights(2)
 
