@@ -95,6 +95,20 @@ static const tile_config CONFIG __attribute__((aligned(64))) = {
     .rows = {16, 16, 16, 16, 16, 16, 16, 16},
 };
 
+/*
+ * The small-M path's configurations, one for each count of rows r = 1..16:
+ * C (tmm0-3) and A (tmm4) r rows, B (tmm5-7) 16 K-pair rows. A tile row's
+ * dot products do not depend on the tile's other rows, so r rows give the
+ * bits of 16; TDPBF16PS does r/16 of the work and the A tile load reads r
+ * rows, not 16 rows 16 KB apart.
+ */
+#define SMALL_CONFIG(r)                                                                                       \
+    {.palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {r, r, r, r, r, 16, 16, 16}}
+static const tile_config SMALL_CONFIGS[16] __attribute__((aligned(64))) = {
+    SMALL_CONFIG(1),  SMALL_CONFIG(2),  SMALL_CONFIG(3),  SMALL_CONFIG(4),  SMALL_CONFIG(5),  SMALL_CONFIG(6),
+    SMALL_CONFIG(7),  SMALL_CONFIG(8),  SMALL_CONFIG(9),  SMALL_CONFIG(10), SMALL_CONFIG(11), SMALL_CONFIG(12),
+    SMALL_CONFIG(13), SMALL_CONFIG(14), SMALL_CONFIG(15), SMALL_CONFIG(16)};
+
 AMX_TARGET void gemm_amx_begin(void) { _tile_loadconfig(&CONFIG); }
 
 AMX_TARGET void gemm_amx_end(void) { _tile_release(); }
@@ -337,6 +351,7 @@ AMX_WIDEN_TARGET static void amx_block8_half(const gemm_tile *t, float *c_out, i
     uint32_t buf[2][16 * 64] __attribute__((aligned(64)));
     const char *prefetch = t->prefetch;
     const int64_t per_step = prefetch_per_step(t, 1);
+    _tile_loadconfig(&SMALL_CONFIGS[t->rows_used - 1]);
     if (t->c_in) {
         _tile_loadd(0, t->c_in, in_stride);
         _tile_loadd(1, t->c_in + 16, in_stride);
@@ -373,6 +388,7 @@ AMX_WIDEN_TARGET static void amx_block8_half(const gemm_tile *t, float *c_out, i
     _tile_stored(1, c_out + 16, out_stride);
     _tile_stored(2, c_out + 32, out_stride);
     _tile_stored(3, c_out + 48, out_stride);
+    _tile_loadconfig(&CONFIG); /* the other kernels' tiles */
 }
 
 /* Whole 32-row tiles only (the context says so): to C straight, or through a buffer rounded to out. */
