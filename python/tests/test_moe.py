@@ -102,6 +102,48 @@ def test_moe_against_fp64(R, E, k):
             check(results[r][call], x, ids, w, w13, w2, R, "R=%d rank %d call %d" % (R, r, call))
 
 
+def routed_tokens(r, E, k, route):
+    """Rank r's tokens with a routing of a kind: "uniform" (distinct random experts), "skewed" (every token's
+    first slot on expert 0), "hot" (every token on experts 0 .. k-1: all on the first rank), "none" (every
+    slot -1: no token goes anywhere) and "mixed" (each token one of those)."""
+    rng = np.random.default_rng(77 + r)
+    T = MAX_T
+    x = rng.standard_normal((T, H)).astype(np.float32)
+    ids = np.stack([rng.permutation(E)[:k] for _ in range(T)]).astype(np.int64)
+    for t in range(T):
+        kind = ["uniform", "skewed", "hot", "none"][t % 4] if route == "mixed" else route
+        if kind == "skewed" and 0 not in ids[t, :1]:
+            ids[t, ids[t] == 0] = ids[t, 0]
+            ids[t, 0] = 0
+        elif kind == "hot":
+            ids[t] = np.arange(k)
+        elif kind == "none":
+            ids[t] = -1
+    w = rng.random((T, k)).astype(np.float32)
+    return x, ids, w
+
+
+@pytest.mark.parametrize("route", ["uniform", "skewed", "hot", "none", "mixed"])
+@pytest.mark.parametrize("R", [1, 2, 4])
+def test_every_route_against_fp64(route, R):
+    E, k = 8, 3
+    w13, w2 = expert_weights(E)
+
+    def rank(comm):
+        r, L = comm.rank, E // R
+        with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
+            moe.set_weights(w13[r * L:(r + 1) * L], w2[r * L:(r + 1) * L])
+            return moe(*routed_tokens(r, E, k, route))
+
+    results = a2amm.launch(R, rank)
+    for r in range(R):
+        x, ids, w = routed_tokens(r, E, k, route)
+        assert len(set(map(tuple, ids.tolist()))) >= 1 and all(len(set(i) - {-1}) == (i >= 0).sum() for i in ids)
+        check(results[r], x, ids, w, w13, w2, R, "%s routing, R=%d rank %d" % (route, R, r))
+        if route == "none":
+            assert not results[r].any(), "tokens with no expert get zeros"
+
+
 def test_mx_pairs_and_float_give_the_same_bits():
     R, E, k = 2, 4, 2
     w13, w2 = expert_weights(E)
