@@ -5,8 +5,6 @@
  */
 #include "ext.h"
 
-#include <structmember.h>
-
 typedef struct BF16AWeightsObject {
     PyObject_HEAD
     a2amm_bf16a_weights *w;
@@ -14,6 +12,11 @@ typedef struct BF16AWeightsObject {
     a2amm_fp8_type type;
     Py_ssize_t users; /* matmul_bf16a calls running with the GIL released */
 } BF16AWeightsObject;
+
+/* Weights' members and getters serve this type too: the same fields at the same places. */
+#define SAME_PLACE(f) (offsetof(BF16AWeightsObject, f) == offsetof(WeightsObject, f))
+_Static_assert(SAME_PLACE(w) && SAME_PLACE(n) && SAME_PLACE(k) && SAME_PLACE(type) && SAME_PLACE(users),
+               "BF16AWeightsObject is laid out as WeightsObject");
 
 static int bf16a_init(BF16AWeightsObject *self, PyObject *args, PyObject *kw)
 {
@@ -81,35 +84,11 @@ static PyObject *bf16a_exit(BF16AWeightsObject *self, PyObject *args)
     return bf16a_close(self, NULL);
 }
 
-static PyObject *bf16a_get_fmt(BF16AWeightsObject *self, void *c)
-{
-    (void)c;
-    return PyUnicode_FromString(lib_fmt_name(self->type));
-}
-
-static PyObject *bf16a_get_closed(BF16AWeightsObject *self, void *c)
-{
-    (void)c;
-    return PyBool_FromLong(self->w == NULL);
-}
-
 static PyMethodDef BF16A_METHODS[] = {
     {"close", (PyCFunction)bf16a_close, METH_NOARGS, "Frees the prepared weights (refused while a call uses them)."},
     {"__enter__", ext_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)bf16a_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
-};
-
-static PyMemberDef BF16A_MEMBERS[] = {
-    {"n", T_LONGLONG, offsetof(BF16AWeightsObject, n), READONLY, "output columns (rows of B transposed)"},
-    {"k", T_LONGLONG, offsetof(BF16AWeightsObject, k), READONLY, "the inner dimension"},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyGetSetDef BF16A_GETSET[] = {
-    {"fmt", (getter)bf16a_get_fmt, NULL, "the fp8 format of B", NULL},
-    {"closed", (getter)bf16a_get_closed, NULL, "whether close() freed them", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
 };
 
 PyTypeObject BF16AWeightsType = {
@@ -120,8 +99,8 @@ PyTypeObject BF16AWeightsType = {
     .tp_init = (initproc)bf16a_init,
     .tp_dealloc = (destructor)bf16a_dealloc,
     .tp_methods = BF16A_METHODS,
-    .tp_members = BF16A_MEMBERS,
-    .tp_getset = BF16A_GETSET,
+    .tp_members = ext_weights_members,
+    .tp_getset = ext_weights_getset,
 };
 
 /* matmul_bf16a(a [m, k] bf16 bits, weights, out=None) -> y [m, n] float32: local, the GIL released. */

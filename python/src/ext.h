@@ -9,6 +9,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h> /* PyMemberDef */
 #include <signal.h>
 #include <stdint.h>
 
@@ -158,6 +159,10 @@ typedef struct WeightsObject {
     a2amm_fp8_type type;
     Py_ssize_t users; /* ops that use them */
 } WeightsObject;
+
+/* Weights' n, k (members), fmt and closed (getters): BF16AWeights shares them (an object of the same layout). */
+extern PyMemberDef ext_weights_members[];
+extern PyGetSetDef ext_weights_getset[];
 
 /* __enter__ of the extension's types: the object itself (module.c). */
 PyObject *ext_enter(PyObject *self, PyObject *unused);

@@ -94,13 +94,14 @@ static PyMethodDef WEIGHTS_METHODS[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyMemberDef WEIGHTS_MEMBERS[] = {
+/* Shared with BF16AWeights (bf16a.c), whose object has the same layout. */
+PyMemberDef ext_weights_members[] = {
     {"n", T_LONGLONG, offsetof(WeightsObject, n), READONLY, "output columns (rows of B transposed)"},
     {"k", T_LONGLONG, offsetof(WeightsObject, k), READONLY, "the inner dimension"},
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyGetSetDef WEIGHTS_GETSET[] = {
+PyGetSetDef ext_weights_getset[] = {
     {"fmt", (getter)weights_get_fmt, NULL, "the fp8 format of B", NULL},
     {"closed", (getter)weights_get_closed, NULL, "whether close() freed them", NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -114,8 +115,8 @@ PyTypeObject WeightsType = {
     .tp_init = (initproc)weights_init,
     .tp_dealloc = (destructor)weights_dealloc,
     .tp_methods = WEIGHTS_METHODS,
-    .tp_members = WEIGHTS_MEMBERS,
-    .tp_getset = WEIGHTS_GETSET,
+    .tp_members = ext_weights_members,
+    .tp_getset = ext_weights_getset,
 };
 
 /* 0 with the prepared weights of w, or -1 with a TypeError/ValueError. */
