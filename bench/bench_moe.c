@@ -227,8 +227,7 @@ static int baseline_run(a2amm_comm *comm, baseline *bl, const rank_data *d, uint
         db[q] = (size_t)Tq * (size_t)H * 2, dof[q] = at;
         memset((uint8_t *)bl->dense + at, 0, db[q]);
         for (int64_t r = src_first[q]; r < src_first[q + 1]; r++) {
-            int32_t token;
-            memcpy(&token, bl->records + (size_t)r * rb, 4); /* a record starts with its token (op/moe.c) */
+            const int32_t token = moe_record_token(s, bl->records, r);
             memcpy((uint8_t *)bl->dense + at + (size_t)token * (size_t)H * 2, bl->partials + r * H, (size_t)H * 2);
         }
         at += db[q];

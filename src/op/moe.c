@@ -128,6 +128,13 @@ typedef struct record_view {
     const uint8_t *slots, *codes; /* n x {local expert, weight}; H codes, then H/32 scales */
 } record_view;
 
+int32_t moe_record_token(const moe_shape *s, const uint8_t *recs, int64_t r)
+{
+    int32_t token;
+    memcpy(&token, recs + (size_t)r * moe_record_bytes(s), 4); /* a record starts with its token */
+    return token;
+}
+
 static record_view record_at(const moe_shape *s, const uint8_t *recv, int64_t r)
 {
     const uint8_t *rec = recv + (size_t)r * moe_record_bytes(s);

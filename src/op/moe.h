@@ -29,6 +29,8 @@ typedef struct moe_shape {
 
 /* Bytes of a dispatch record (8-aligned). */
 size_t moe_record_bytes(const moe_shape *s);
+/* The token (its index on the sending rank) of record r of the records at recs. */
+int32_t moe_record_token(const moe_shape *s, const uint8_t *recs, int64_t r);
 
 /* The routing of a call of T tokens: every id in [-1, E), none twice in a token, every weight of a
  * used slot finite. 0, or A2AMM_E_INVAL naming the token and the slot. */
