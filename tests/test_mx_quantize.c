@@ -12,7 +12,9 @@
  *   NaN, Inf, subnormal and zero included), 32 at a time;
  * - NaN, Inf, all-zero and subnormal-only blocks, the largest finite
  *   values (which saturate), and rows of every length 0..100 (a partial last
- *   block) and 2048.
+ *   block) and 2048;
+ * - every row again as bf16 bits (the values' top halves) through the bf16
+ *   entry, against the portable level on the same values as floats.
  *
  * test_mx_quantize [avx2|avx512]: one level (the suite runs each as a test
  * of its own); a level this CPU lacks is reported skipped (exit 77).
@@ -34,6 +36,8 @@ static void compare_row(mx_quantize_level level, const float *x, size_t len, con
 {
     const size_t nb = (len + MX_BLOCK - 1) / MX_BLOCK;
     uint8_t *c0 = malloc(len + 1), *c1 = malloc(len + 1), *s0 = malloc(nb + 1), *s1 = malloc(nb + 1);
+    uint16_t *bits = malloc(sizeof *bits * (len + 1));
+    float *wide = malloc(sizeof *wide * (len + 1));
     for (int t = 0; t < 2; t++)
         for (int m = 0; m < 2; m++) {
             memset(c1, 0xA5, len + 1), memset(s1, 0xA5, nb + 1);
@@ -49,8 +53,17 @@ static void compare_row(mx_quantize_level level, const float *x, size_t len, con
                   b < nb ? (double)x[b * MX_BLOCK] : (double)x[i]);
             CHECK(c1[len] == 0xA5 && s1[nb] == 0xA5, "%s, %s, len %zu: wrote past the row",
                   mx_quantize_level_name(level), what, len);
+            /* the same values' top halves as bf16 bits: the bytes of the portable level on their floats */
+            for (size_t q = 0; q < len; q++) bits[q] = (uint16_t)(f2u(x[q]) >> 16), wide[q] = u2f((uint32_t)bits[q] << 16);
+            memset(c1, 0xA5, len + 1), memset(s1, 0xA5, nb + 1);
+            mx_quantize_row_portable(wide, len, TYPES[t], MODES[m], c0, s0);
+            mx_quantize_row_bf16_at(level, bits, len, TYPES[t], MODES[m], c1, s1);
+            CHECK(!memcmp(c0, c1, len) && !memcmp(s0, s1, nb) && c1[len] == 0xA5 && s1[nb] == 0xA5,
+                  "%s, %s, %s, %s, len %zu: bf16 input: other bytes than the portable level on its floats",
+                  mx_quantize_level_name(level), what, TYPES[t] == A2AMM_E4M3 ? "E4M3" : "E5M2",
+                  mx_scale_mode_name(MODES[m]), len);
         }
-    free(c0), free(c1), free(s0), free(s1);
+    free(c0), free(c1), free(s0), free(s1), free(bits), free(wide);
 }
 
 /* A value of exponent e (2^e .. 2^(e+1)), a random mantissa and sign; subnormal or zero below fp32's range. */

@@ -33,6 +33,7 @@ int main(int argc, char **argv)
     }
     const size_t n = (size_t)(rows * cols), nb = (size_t)(rows * ((cols + 31) / 32));
     float *x = malloc(n * sizeof *x);
+    uint16_t *h = malloc(n * sizeof *h); /* x's bf16 halves: the bf16 entry's input */
     uint8_t *codes[3], *scales[3];
     for (int l = 0; l < 3; l++) codes[l] = malloc(n), scales[l] = malloc(nb);
     srand(1);
@@ -40,34 +41,43 @@ int main(int argc, char **argv)
         double u = 0;
         for (int j = 0; j < 3; j++) u += rand() / (double)RAND_MAX - 0.5;
         x[i] = (float)(u * 2.0);
+        uint32_t bits;
+        memcpy(&bits, &x[i], sizeof bits);
+        h[i] = (uint16_t)(bits >> 16);
     }
     printf("mx_quantize_probe: %ld x %ld float32 to E4M3, best of %d rounds\n", rows, cols, rounds);
-    for (int m = 0; m < 2; m++) {
+    for (int m = 0; m < 3; m++) { /* FLOOR, RCEIL, then RCEIL on bf16 input */
         const mx_scale_mode mode = m ? MX_SCALE_RCEIL : MX_SCALE_FLOOR;
+        const int bf16 = m == 2;
         double best[3] = {1e9, 1e9, 1e9};
         for (int r = 0; r < rounds; r++)
             for (int l = 0; l < 3; l++) {
                 if (!mx_quantize_level_usable((mx_quantize_level)l)) continue;
                 const double t0 = now();
                 for (long i = 0; i < rows; i++)
-                    mx_quantize_row_at((mx_quantize_level)l, x + i * cols, (size_t)cols, A2AMM_E4M3, mode,
-                                       codes[l] + i * cols, scales[l] + i * ((cols + 31) / 32));
+                    if (bf16)
+                        mx_quantize_row_bf16_at((mx_quantize_level)l, h + i * cols, (size_t)cols, A2AMM_E4M3, mode,
+                                                codes[l] + i * cols, scales[l] + i * ((cols + 31) / 32));
+                    else
+                        mx_quantize_row_at((mx_quantize_level)l, x + i * cols, (size_t)cols, A2AMM_E4M3, mode,
+                                           codes[l] + i * cols, scales[l] + i * ((cols + 31) / 32));
                 const double t = now() - t0;
                 if (t < best[l]) best[l] = t;
             }
         for (int l = 0; l < 3; l++) {
             if (!mx_quantize_level_usable((mx_quantize_level)l)) {
-                printf("  %-5s %-8s  (this CPU lacks it)\n", mx_scale_mode_name(mode),
+                printf("  %-5s %-4s %-8s  (this CPU lacks it)\n", mx_scale_mode_name(mode), bf16 ? "bf16" : "f32",
                        mx_quantize_level_name((mx_quantize_level)l));
                 continue;
             }
             const int same = !memcmp(codes[l], codes[0], n) && !memcmp(scales[l], scales[0], nb);
-            printf("  %-5s %-8s %9.1f us  %5.2f ns a value  %5.2fx the portable level  %s\n", mx_scale_mode_name(mode),
+            printf("  %-5s %-4s %-8s %9.1f us  %5.2f ns a value  %5.2fx the portable level  %s\n",
+                   mx_scale_mode_name(mode), bf16 ? "bf16" : "f32",
                    mx_quantize_level_name((mx_quantize_level)l), best[l] * 1e6, best[l] * 1e9 / (double)n,
                    best[0] / best[l], same ? "same bytes" : "DIFFERENT BYTES");
         }
     }
     for (int l = 0; l < 3; l++) free(codes[l]), free(scales[l]);
-    free(x);
+    free(x), free(h);
     return 0;
 }

@@ -30,7 +30,7 @@ static int check_mode(const char *call, a2amm_scale_mode mode, a2amm_error *err)
 
 static mx_scale_mode mode_of(a2amm_scale_mode m) { return m == A2AMM_SCALE_RCEIL ? MX_SCALE_RCEIL : MX_SCALE_FLOOR; }
 
-/* Rows of fp32 (bf16 == NULL) or bf16 values quantized, each row of bf16 widened first (exactly). */
+/* Rows of fp32 (bf16 == NULL) or bf16 values quantized (bf16 widened exactly on the way). */
 static int quantize_rows(const char *call, const float *f32, const uint16_t *bf16, int64_t rows, int64_t cols,
                          int64_t ldx, a2amm_fp8_type type, a2amm_scale_mode mode, uint8_t *codes, int64_t ldc,
                          uint8_t *scales, int64_t lds, a2amm_error *err)
@@ -39,14 +39,12 @@ static int quantize_rows(const char *call, const float *f32, const uint16_t *bf1
     int rc = check_matrix(call, x, codes, scales, rows, cols, ldx, ldc, lds, type, err);
     if (!rc) rc = check_mode(call, mode, err);
     if (rc) return rc;
-    float *row = bf16 ? malloc((size_t)(cols ? cols : 1) * sizeof *row) : NULL;
-    if (bf16 && !row) return a2amm_fail(err, A2AMM_E_NOMEM, "%s: out of memory", call);
     for (int64_t i = 0; i < rows; i++) {
-        for (int64_t t = 0; bf16 && t < cols; t++) row[t] = mx_bf16_to_f32(bf16[i * ldx + t]);
-        mx_quantize_row(bf16 ? row : f32 + i * ldx, (size_t)cols, type, mode_of(mode), codes + i * ldc,
-                        scales + i * lds);
+        if (bf16)
+            mx_quantize_row_bf16(bf16 + i * ldx, (size_t)cols, type, mode_of(mode), codes + i * ldc, scales + i * lds);
+        else
+            mx_quantize_row(f32 + i * ldx, (size_t)cols, type, mode_of(mode), codes + i * ldc, scales + i * lds);
     }
-    free(row);
     return A2AMM_OK;
 }
 

@@ -107,6 +107,11 @@ void mx_quantize_row_at(mx_quantize_level level, const float *x, size_t len, a2a
                         mx_scale_mode mode, uint8_t *codes, uint8_t *scales);
 void mx_quantize_row_portable(const float *x, size_t len, a2amm_fp8_type type, mx_scale_mode mode,
                               uint8_t *codes, uint8_t *scales);
+/* The same of a row of bf16 values (bits), each widened exactly: the bytes of its floats' row. */
+void mx_quantize_row_bf16(const uint16_t *x, size_t len, a2amm_fp8_type type, mx_scale_mode mode,
+                          uint8_t *codes, uint8_t *scales);
+void mx_quantize_row_bf16_at(mx_quantize_level level, const uint16_t *x, size_t len, a2amm_fp8_type type,
+                             mx_scale_mode mode, uint8_t *codes, uint8_t *scales);
 
 /* Dequantized value of one element: fp8 value * 2^(scale-127), in double
  * (exact: the product always fits). NaN when the scale is 0xFF. */

@@ -68,13 +68,22 @@ static inline __attribute__((always_inline)) AVX512_TARGET __m128i encode16(__m5
     return _mm512_cvtepi32_epi8(code);
 }
 
-static AVX512_TARGET void quantize_blocks_avx512(const float *x, size_t blocks, a2amm_fp8_type type,
+/* 16 values from x: floats, or (bf16) bf16 bits widened by the shift, exactly. */
+static inline __attribute__((always_inline)) AVX512_TARGET __m512 load16(const void *x, size_t i, int bf16)
+{
+    if (bf16)
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)x + i))), 16));
+    return _mm512_loadu_ps((const float *)x + i);
+}
+
+static AVX512_TARGET void quantize_blocks_avx512(const void *x, int bf16, size_t blocks, a2amm_fp8_type type,
                                                  mx_scale_mode mode, uint8_t *codes, uint8_t *scales)
 {
     const encode_consts k = encode_consts_of(type);
     const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
-    for (size_t b = 0; b < blocks; b++, x += MX_BLOCK, codes += MX_BLOCK) {
-        const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+    for (size_t b = 0; b < blocks; b++, codes += MX_BLOCK) {
+        const __m512 x0 = load16(x, b * MX_BLOCK, bf16), x1 = load16(x, b * MX_BLOCK + 16, bf16);
         const __m512i m = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(x0), magnitude),
                                            _mm512_and_si512(_mm512_castps_si512(x1), magnitude));
         const uint8_t s = mx_scale_of_amax((uint32_t)_mm512_reduce_max_epi32(m), type, mode);
@@ -108,16 +117,25 @@ static inline __attribute__((always_inline)) AVX2_TARGET __m256i encode8(__m256 
                            _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80)));
 }
 
-static AVX2_TARGET void quantize_blocks_avx2(const float *x, size_t blocks, a2amm_fp8_type type,
+/* 8 values from x: floats, or (bf16) bf16 bits widened by the shift, exactly. */
+static inline __attribute__((always_inline)) AVX2_TARGET __m256 load8(const void *x, size_t i, int bf16)
+{
+    if (bf16)
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)x + i))), 16));
+    return _mm256_loadu_ps((const float *)x + i);
+}
+
+static AVX2_TARGET void quantize_blocks_avx2(const void *x, int bf16, size_t blocks, a2amm_fp8_type type,
                                              mx_scale_mode mode, uint8_t *codes, uint8_t *scales)
 {
     const encode_consts k = encode_consts_of(type);
     const __m256i magnitude = _mm256_set1_epi32(0x7FFFFFFF);
-    for (size_t b = 0; b < blocks; b++, x += MX_BLOCK, codes += MX_BLOCK) {
+    for (size_t b = 0; b < blocks; b++, codes += MX_BLOCK) {
         __m256 v[4];
         __m256i m = _mm256_setzero_si256();
         for (int q = 0; q < 4; q++) {
-            v[q] = _mm256_loadu_ps(x + 8 * q);
+            v[q] = load8(x, b * MX_BLOCK + 8 * (size_t)q, bf16);
             m = _mm256_max_epi32(m, _mm256_and_si256(_mm256_castps_si256(v[q]), magnitude));
         }
         __m128i h = _mm_max_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
@@ -163,18 +181,46 @@ const char *mx_quantize_level_name(mx_quantize_level level)
     return level == MX_QUANTIZE_AVX512 ? "avx512" : level == MX_QUANTIZE_AVX2 ? "avx2" : "portable";
 }
 
+/* A row of floats or (bf16) of bf16 bits: the level's whole blocks, then the rest by the portable level. */
+static void quantize_row(mx_quantize_level level, const void *x, int bf16, size_t len, a2amm_fp8_type type,
+                         mx_scale_mode mode, uint8_t *codes, uint8_t *scales)
+{
+    size_t whole = level == MX_QUANTIZE_PORTABLE ? 0 : len / MX_BLOCK;
+    if (level == MX_QUANTIZE_AVX512) quantize_blocks_avx512(x, bf16, whole, type, mode, codes, scales);
+    else if (level == MX_QUANTIZE_AVX2) quantize_blocks_avx2(x, bf16, whole, type, mode, codes, scales);
+    if (!bf16) {
+        const size_t done = whole * MX_BLOCK;
+        mx_quantize_row_portable((const float *)x + done, len - done, type, mode, codes + done, scales + whole);
+        return;
+    }
+    for (; whole * MX_BLOCK < len; whole++) { /* block by block, widened into a block's room */
+        const size_t at = whole * MX_BLOCK, n = len - at < MX_BLOCK ? len - at : MX_BLOCK;
+        float block[MX_BLOCK];
+        for (size_t i = 0; i < n; i++) block[i] = mx_bf16_to_f32(((const uint16_t *)x)[at + i]);
+        mx_quantize_block(block, n, type, mode, codes + at, scales + whole);
+    }
+}
+
 void mx_quantize_row_at(mx_quantize_level level, const float *x, size_t len, a2amm_fp8_type type,
                         mx_scale_mode mode, uint8_t *codes, uint8_t *scales)
 {
-    const size_t whole = level == MX_QUANTIZE_PORTABLE ? 0 : len / MX_BLOCK;
-    if (level == MX_QUANTIZE_AVX512) quantize_blocks_avx512(x, whole, type, mode, codes, scales);
-    else if (level == MX_QUANTIZE_AVX2) quantize_blocks_avx2(x, whole, type, mode, codes, scales);
-    const size_t done = whole * MX_BLOCK;
-    mx_quantize_row_portable(x + done, len - done, type, mode, codes + done, scales + whole);
+    quantize_row(level, x, 0, len, type, mode, codes, scales);
 }
 
 void mx_quantize_row(const float *x, size_t len, a2amm_fp8_type type, mx_scale_mode mode, uint8_t *codes,
                      uint8_t *scales)
 {
-    mx_quantize_row_at(mx_quantize_level_best(), x, len, type, mode, codes, scales);
+    quantize_row(mx_quantize_level_best(), x, 0, len, type, mode, codes, scales);
+}
+
+void mx_quantize_row_bf16_at(mx_quantize_level level, const uint16_t *x, size_t len, a2amm_fp8_type type,
+                             mx_scale_mode mode, uint8_t *codes, uint8_t *scales)
+{
+    quantize_row(level, x, 1, len, type, mode, codes, scales);
+}
+
+void mx_quantize_row_bf16(const uint16_t *x, size_t len, a2amm_fp8_type type, mx_scale_mode mode, uint8_t *codes,
+                          uint8_t *scales)
+{
+    quantize_row(mx_quantize_level_best(), x, 1, len, type, mode, codes, scales);
 }
