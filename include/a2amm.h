@@ -216,14 +216,15 @@ A2AMM_API int a2amm_matmul_f32(const a2amm_weights *w, const uint8_t *a, int64_t
  * a [m, lda] (bf16 bits) x B by the op's rule for y_e = a x W2_e (each
  * output summed over k in fp32, docs/op-contract.md), on the kernel level
  * a2amm_weights_create would pick: with W2_e and the a of a2amm_swiglu,
- * the op's bits. Local; a2amm_matmul_bf16a is thread-safe on one weights.
+ * the op's bits. Local; a2amm_matmul_bf16a (rows shared out over `threads`,
+ * 0: every core; the same bits on any count) is thread-safe on one weights.
  */
 typedef struct a2amm_bf16a_weights a2amm_bf16a_weights;
 A2AMM_API int a2amm_bf16a_weights_create(const uint8_t *b, const uint8_t *sb, int64_t n, int64_t k, int64_t ldsb,
                                          a2amm_fp8_type b_type, a2amm_bf16a_weights **w, a2amm_error *err);
 A2AMM_API void a2amm_bf16a_weights_destroy(a2amm_bf16a_weights *w);
 A2AMM_API int a2amm_matmul_bf16a(const a2amm_bf16a_weights *w, const uint16_t *a, int64_t lda, int64_t m, float *y,
-                                 int64_t ldy, a2amm_error *err);
+                                 int64_t ldy, int threads, a2amm_error *err);
 
 /* ---- Communicators ------------------------------------------------------ */
 /*

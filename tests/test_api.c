@@ -71,7 +71,14 @@ static void test_matmul_bf16a(void)
     a2amm_mx_dequantize_f32(b, K, sb, 3, N, K, A2AMM_E4M3, bd, K, &err);
     a2amm_bf16a_weights *w = NULL;
     CHECK(a2amm_bf16a_weights_create(b, sb, N, K, 3, A2AMM_E4M3, &w, &err) == 0, "bf16a weights: %s", err.msg);
-    CHECK(a2amm_matmul_bf16a(w, a, K + 1, M, y, N + 2, &err) == 0, "matmul_bf16a: %s", err.msg);
+    CHECK(a2amm_matmul_bf16a(w, a, K + 1, M, y, N + 2, 1, &err) == 0, "matmul_bf16a: %s", err.msg);
+    /* the rows shared out over 2 and 3 threads: the same bits */
+    static float y2[M * (N + 2)];
+    for (int th = 2; th <= 3; th++)
+        CHECK(a2amm_matmul_bf16a(w, a, K + 1, M, y2, N + 2, th, &err) == 0 && !memcmp(y, y2, sizeof y2),
+              "matmul_bf16a over %d threads: other bits than over 1 (%s)", th, err.msg);
+    CHECK(a2amm_matmul_bf16a(w, a, K + 1, M, y2, N + 2, -1, &err) == A2AMM_E_INVAL && strstr(err.msg, "threads"),
+          "matmul_bf16a: threads -1: %s", err.msg);
     long far = 0;
     for (int i = 0; i < M; i++)
         for (int n = 0; n < N; n++) {
@@ -83,10 +90,10 @@ static void test_matmul_bf16a(void)
             far += fabs((double)y[i * (N + 2) + n] - sum) > ldexp(1, -17) * mag;
         }
     CHECK(far == 0, "matmul_bf16a: %ld of %d outputs off the fp64 sums by more than fp32 sums allow", far, M * N);
-    CHECK(a2amm_matmul_bf16a(w, a, K - 1, M, y, N, &err) == A2AMM_E_INVAL && strstr(err.msg, "lda >= k = 96"),
+    CHECK(a2amm_matmul_bf16a(w, a, K - 1, M, y, N, 0, &err) == A2AMM_E_INVAL && strstr(err.msg, "lda >= k = 96"),
           "matmul_bf16a: lda below k: %s", err.msg);
-    CHECK(a2amm_matmul_bf16a(w, a, K, -1, y, N, &err) == A2AMM_E_INVAL, "matmul_bf16a: m = -1 accepted");
-    CHECK(a2amm_matmul_bf16a(NULL, a, K, M, y, N, &err) == A2AMM_E_INVAL && strstr(err.msg, "NULL"),
+    CHECK(a2amm_matmul_bf16a(w, a, K, -1, y, N, 0, &err) == A2AMM_E_INVAL, "matmul_bf16a: m = -1 accepted");
+    CHECK(a2amm_matmul_bf16a(NULL, a, K, M, y, N, 0, &err) == A2AMM_E_INVAL && strstr(err.msg, "NULL"),
           "matmul_bf16a: NULL weights: %s", err.msg);
     a2amm_bf16a_weights_destroy(w);
     a2amm_bf16a_weights_destroy(NULL);

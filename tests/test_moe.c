@@ -455,7 +455,7 @@ static int public_expert(const moe_case *c, int e, int64_t n, const uint8_t *cod
     if (!rc) rc = a2amm_matmul_f32(wu, codes, H, scales, H / 32, n, c->a_type, gu, 2 * I, 2, err);
     for (int64_t i = 0; !rc && i < n; i++) a2amm_swiglu(gu + i * 2 * I, gu + i * 2 * I + I, I, a + i * I);
     if (!rc) rc = a2amm_bf16a_weights_create(w2, s2, H, I, I / 32, c->b_type, &wd, err);
-    if (!rc) rc = a2amm_matmul_bf16a(wd, a, I, n, y, H, err);
+    if (!rc) rc = a2amm_matmul_bf16a(wd, a, I, n, y, H, 2, err);
     a2amm_weights_destroy(wu);
     a2amm_bf16a_weights_destroy(wd);
     free(w13), free(s13), free(w2), free(s2), free(gu), free(a);

@@ -215,18 +215,19 @@ class BF16AWeights(_a2amm.BF16AWeights):
         return "a2amm.BF16AWeights(%s)" % state
 
 
-def matmul_bf16a(a, weights, out=None):
+def matmul_bf16a(a, weights, out=None, threads=0):
     """y [m, n] float32 = a [m, k] (bf16: torch.bfloat16, or numpy uint16 bits) x B, by the MoE op's rule
     for an expert's down projection (each output summed over k in fp32): with an expert's W2 as
     BF16AWeights and a from swiglu, the op's y bits. out: float32 [m, n] written in place, else a new
-    array (torch.float32 for torch a). The GIL is released while it runs."""
+    array (torch.float32 for torch a). threads: the rows shared out (0 for every core; the same bits on
+    any count). The GIL is released while it runs."""
     if out is None and _torch_tensor(a):
         import torch
         out = torch.empty((a.shape[0], weights.n if isinstance(weights, BF16AWeights) else 0), dtype=torch.float32)
     if _torch_tensor(out):
-        _a2amm.matmul_bf16a(_array(a, "a"), weights, _array(out, "out"))
+        _a2amm.matmul_bf16a(_array(a, "a"), weights, _array(out, "out"), threads)
         return out
-    return _a2amm.matmul_bf16a(_array(a, "a"), weights, out)
+    return _a2amm.matmul_bf16a(_array(a, "a"), weights, out, threads)
 
 
 # ---- the operator -------------------------------------------------------------------------------

@@ -89,9 +89,9 @@ int lib_bf16a_weights_create(const uint8_t *b, const uint8_t *sb, int64_t n, int
 void lib_bf16a_weights_destroy(a2amm_bf16a_weights *w) { a2amm_bf16a_weights_destroy(w); }
 
 int lib_matmul_bf16a(const a2amm_bf16a_weights *w, const uint16_t *a, int64_t lda, int64_t m, float *y, int64_t ldy,
-                     a2amm_error *err)
+                     int threads, a2amm_error *err)
 {
-    return a2amm_matmul_bf16a(w, a, lda, m, y, ldy, err);
+    return a2amm_matmul_bf16a(w, a, lda, m, y, ldy, threads, err);
 }
 
 int lib_launch(int nranks, a2amm_rank_fn fn, void *arg, const lib_launch_options *o, a2amm_error *err)

@@ -55,7 +55,7 @@ int lib_bf16a_weights_create(const uint8_t *b, const uint8_t *sb, int64_t n, int
                              a2amm_fp8_type type, a2amm_bf16a_weights **w, a2amm_error *err);
 void lib_bf16a_weights_destroy(a2amm_bf16a_weights *w);
 int lib_matmul_bf16a(const a2amm_bf16a_weights *w, const uint16_t *a, int64_t lda, int64_t m, float *y, int64_t ldy,
-                     a2amm_error *err);
+                     int threads, a2amm_error *err);
 
 /* Communicators. */
 typedef struct lib_launch_options {

@@ -103,13 +103,15 @@ PyTypeObject BF16AWeightsType = {
     .tp_getset = ext_weights_getset,
 };
 
-/* matmul_bf16a(a [m, k] bf16 bits, weights, out=None) -> y [m, n] float32: local, the GIL released. */
+/* matmul_bf16a(a [m, k] bf16 bits, weights, out=None, threads=0) -> y [m, n] float32: local, the GIL released. */
 PyObject *ext_matmul_bf16a(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *kwlist[] = {"a", "weights", "out", NULL};
+    static char *kwlist[] = {"a", "weights", "out", "threads", NULL};
     PyObject *ao, *wo, *outo = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:matmul_bf16a", kwlist, &ao, &wo, &outo)) return NULL;
+    int threads = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|Oi:matmul_bf16a", kwlist, &ao, &wo, &outo, &threads)) return NULL;
+    if (threads < 0) return PyErr_Format(PyExc_ValueError, "threads must be 0 (every core) or positive; got %d", threads);
     if (!PyObject_TypeCheck(wo, &BF16AWeightsType))
         return PyErr_Format(PyExc_TypeError, "weights must be an a2amm.BF16AWeights (prepared once from b_codes and "
                             "b_scales); got a %.100s", Py_TYPE(wo)->tp_name);
@@ -138,7 +140,7 @@ PyObject *ext_matmul_bf16a(PyObject *self, PyObject *args, PyObject *kw)
         Py_INCREF(w); /* the weights stay, and stay open, while the GIL is released */
         w->users++;
         Py_BEGIN_ALLOW_THREADS
-        rc = lib_matmul_bf16a(w->w, (const uint16_t *)a.ptr, a.ld, a.rows, (float *)y.ptr, y.ld, &err);
+        rc = lib_matmul_bf16a(w->w, (const uint16_t *)a.ptr, a.ld, a.rows, (float *)y.ptr, y.ld, threads, &err);
         Py_END_ALLOW_THREADS
         w->users--;
         Py_DECREF(w);
