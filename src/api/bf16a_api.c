@@ -56,19 +56,28 @@ void a2amm_bf16a_weights_destroy(a2amm_bf16a_weights *w)
 
 typedef struct bf16a_job {
     const a2amm_bf16a_weights *w;
-    const float *af; /* a's values as floats, rows k apart */
-    float **ys;      /* a pointer a row of y */
+    const uint16_t *a;
+    int64_t lda;
+    float *y;
+    int64_t ldy;
+    float *af;  /* room for a's values as floats, rows k apart */
+    float **ys; /* room for a pointer a row of y */
     int64_t m;
     int tasks;
 } bf16a_job;
 
-/* A slice of the rows: a row's outputs do not depend on the others it is computed with (every level gives
- * the portable level's bits, row by row), so any split gives the same bits. */
+/* A slice of the rows, widened to floats (exact) by the task itself: a row's outputs do not depend on the
+ * others it is computed with (every level gives the portable level's bits, row by row), so any split gives
+ * the same bits. */
 static void bf16a_task(void *arg, int task)
 {
     const bf16a_job *j = arg;
-    const int64_t r0 = j->m * task / j->tasks, r1 = j->m * (task + 1) / j->tasks;
-    if (r1 > r0) j->w->down(j->w->n, j->w->k, j->w->type, j->af + r0 * j->w->k, r1 - r0, j->w->packed, j->ys + r0);
+    const int64_t r0 = j->m * task / j->tasks, r1 = j->m * (task + 1) / j->tasks, k = j->w->k;
+    for (int64_t i = r0; i < r1; i++) {
+        for (int64_t c = 0; c < k; c++) j->af[i * k + c] = mx_bf16_to_f32(j->a[i * j->lda + c]);
+        j->ys[i] = j->y + i * j->ldy;
+    }
+    if (r1 > r0) j->w->down(j->w->n, k, j->w->type, j->af + r0 * k, r1 - r0, j->w->packed, j->ys + r0);
 }
 
 int a2amm_matmul_bf16a(const a2amm_bf16a_weights *w, const uint16_t *a, int64_t lda, int64_t m, float *y,
@@ -84,18 +93,14 @@ int a2amm_matmul_bf16a(const a2amm_bf16a_weights *w, const uint16_t *a, int64_t 
         return a2amm_fail(err, A2AMM_E_INVAL, "%s: threads must be 0 (every core) to 1024 (got %d)", call, threads);
     if (m == 0) return A2AMM_OK;
     if (threads == 0) threads = pool_cpu_count();
-    /* the down projection takes a's bf16 values as floats (exact), rows k apart, and a pointer a row of y */
+    /* the down projection takes a's values as floats, rows k apart, and a pointer a row of y */
     float *af = malloc(sizeof *af * (size_t)(m * w->k));
     float **ys = malloc(sizeof *ys * (size_t)m);
     pool *workers = NULL;
     int rc = af && ys ? pool_create(threads, &workers, err)
                       : a2amm_fail(err, A2AMM_E_NOMEM, "%s: out of memory for %lld rows", call, (long long)m);
     if (!rc) {
-        for (int64_t i = 0; i < m; i++) {
-            for (int64_t c = 0; c < w->k; c++) af[i * w->k + c] = mx_bf16_to_f32(a[i * lda + c]);
-            ys[i] = y + i * ldy;
-        }
-        bf16a_job j = {w, af, ys, m, (int)(m < threads ? m : threads)};
+        bf16a_job j = {w, a, lda, y, ldy, af, ys, m, (int)(m < threads ? m : threads)};
         pool_run(workers, bf16a_task, &j, j.tasks);
     }
     pool_destroy(workers);
