@@ -409,7 +409,7 @@ static void test_faults(void)
 /* ---- dispatch, the caller's experts, combine: the op's bits when the experts compute as the op does ---- */
 
 /* Expert e's y for n rows (codes [n, H], scales [n, H/32]): g and u by the kernel level's matmul, a =
- * bf16(silu(g) u), the portable down projection: what the op computes, from the caller's side. */
+ * bf16(silu(g) u), the kernel level's down projection: what the op computes, from the caller's side. */
 static void caller_expert(const moe_case *c, int e, int64_t n, const uint8_t *codes, const uint8_t *scales, float *y)
 {
     const int64_t H = c->H, I = c->I;
@@ -431,7 +431,7 @@ static void caller_expert(const moe_case *c, int e, int64_t n, const uint8_t *co
         }
         uint8_t *packed = malloc(moe_down_bytes(H, I));
         moe_down_pack(H, I, c->b_type, w2, I, s2, I / 32, packed);
-        moe_down_portable(H, I, c->b_type, a, n, packed, ys); /* a level's bits are the portable one's */
+        CHECK(moe_down_for(isa)(H, I, c->b_type, a, n, packed, ys) == 0, "the down projection: out of memory");
         free(packed);
     }
     gemm_b_free(b);

@@ -1,13 +1,14 @@
 /*
  * The MoE op's down projection (src/op/moe_down.c): the portable level
  * against the rule written out here on W2 as given (codes [H][I], scales
- * [H][I/32], before the packing), and every vector level against the
- * portable one, bit for bit: all fp8 codes of both types, every scale
+ * [H][I/32], before the packing), and the avx2 and avx512 levels against
+ * the portable one, bit for bit (the amx level, whose block sums are its
+ * tiles', against the exact value and row by row: check_problem_amx): all fp8 codes of both types, every scale
  * (NaN's 0xFF too), products that underflow and sums that overflow, NaN and
  * Inf in a, and shapes from one 32-block to a DeepSeek-V2-Lite expert, with
  * every row count up to past two groups of rows.
  *
- * test_moe_down [avx2|avx512]: one level (the suite runs each as a test of
+ * test_moe_down [avx2|avx512|amx]: one level (the suite runs each as a test of
  * its own); a level this CPU lacks is reported skipped (exit 77).
  */
 #include <math.h>
@@ -18,6 +19,7 @@
 #include "check.h"
 #include "common/cpu.h"
 #include "mx/mx.h"
+#include "gemm/gemm_amx.h"
 #include "op/moe_down.h"
 
 /* One problem: a [n][I] bf16 values, W2 codes [H][I] and scales [H][I/32]. */
@@ -94,7 +96,7 @@ static void run_level(moe_down_fn *fn, const problem *p, float *y)
 {
     float **ys = malloc(sizeof *ys * (size_t)(p->n + 1));
     for (int64_t i = 0; i < p->n; i++) ys[i] = y + i * p->H;
-    fn(p->H, p->I, p->type, p->a, p->n, p->packed, ys);
+    CHECK(fn(p->H, p->I, p->type, p->a, p->n, p->packed, ys) == 0, "the down projection ran out of memory");
     free(ys);
 }
 
@@ -110,6 +112,73 @@ static void compare(const char *what, const char *level, const problem *p, const
           f2u(got[bad < 0 ? 0 : bad]), (double)want[bad < 0 ? 0 : bad], f2u(want[bad < 0 ? 0 : bad]));
 }
 
+/* Whether the amx level sends a row through the tiles: moe_down_amx.c's rule, written again. */
+static int tile_row(const float *a, int64_t I)
+{
+    for (int64_t i = 0; i < I; i++) {
+        double m = fabs((double)a[i]);
+        if (!(m == 0 || (m >= ldexp(1, -103) && m < ldexp(1, 100)))) return 0;
+    }
+    return 1;
+}
+
+/*
+ * The amx level, whose block sums are TDPBF16PS's (an order of its own): a
+ * row it takes through the tiles within (I + 2) fp32 roundings of the sum of
+ * |terms| of the exact value (the NaN and Inf of the portable level where
+ * that one is not finite); a row it leaves to the sequential rule, the
+ * portable bits; and every row the same bits whether the call has all rows,
+ * one, or the rows split in two (a tile row's sums do not depend on the
+ * other rows, nor on how many the tile has).
+ */
+static void check_problem_amx(const char *what, const problem *p)
+{
+    const int64_t H = p->H, I = p->I;
+    size_t bytes = sizeof(float) * (size_t)(p->n * H + 1);
+    float *portable = malloc(bytes), *got = malloc(bytes), *alone = malloc(bytes), *halves = malloc(bytes);
+    memset(got, 0xA5, bytes), memset(alone, 0x5A, bytes), memset(halves, 0x3C, bytes);
+    run_level(moe_down_portable, p, portable);
+    run_level(moe_down_amx, p, got);
+    for (int64_t i = 0; i < p->n; i++) {
+        problem q = *p;
+        q.a = p->a + i * I, q.n = 1;
+        run_level(moe_down_amx, &q, alone + i * H);
+    }
+    for (int64_t h = 0; h < 2; h++) {
+        problem q = *p;
+        int64_t r0 = h ? p->n / 2 : 0, r1 = h ? p->n : p->n / 2;
+        q.a = p->a + r0 * I, q.n = r1 - r0;
+        run_level(moe_down_amx, &q, halves + r0 * H);
+    }
+    compare(what, "amx: rows one at a time against all at once", p, got, alone);
+    compare(what, "amx: rows in two calls against all at once", p, got, halves);
+    int64_t bad = 0, tiled = 0;
+    for (int64_t i = 0; i < p->n; i++) {
+        const int tiles = tile_row(p->a + i * I, I);
+        tiled += tiles;
+        for (int64_t c = 0; c < H; c++) {
+            const float g = got[i * H + c], w = portable[i * H + c];
+            double exact = 0, size = 0;
+            for (int64_t k = 0; k < I; k++) {
+                double term = (double)p->a[i * I + k] * mx_fp8_to_f32(p->w2[c * I + k], p->type) *
+                              mx_e8m0_to_f64(p->s2[c * (I / 32) + k / 32]);
+                exact += term, size += fabs(term);
+            }
+            int ok;
+            if (!tiles) ok = f2u(g) == f2u(w);
+            else if (!isfinite(w)) ok = isnan(w) ? isnan(g) != 0 : g == w;
+            else ok = isfinite(g) && fabs((double)g - exact) <= (double)(I + 2) * ldexp(size, -24) + ldexp(1, -149);
+            if (!ok && ++bad <= 3)
+                CHECK(0, "%s, amx, %s, H %lld I %lld: row %lld (%s) column %lld: %a, portable %a, exact %a", what,
+                      p->type == A2AMM_E4M3 ? "e4m3" : "e5m2", (long long)H, (long long)I, (long long)i,
+                      tiles ? "tiles" : "sequential", (long long)c, (double)g, (double)w, exact);
+        }
+    }
+    CHECK(bad == 0, "%s, amx: %lld values wrong (%lld of %lld rows through the tiles)", what, (long long)bad,
+          (long long)tiled, (long long)p->n);
+    free(portable), free(got), free(alone), free(halves);
+}
+
 /* One problem through the portable level (against the rule, where `rule_too`) and through fn. */
 static void check_problem(const char *what, const char *level, moe_down_fn *fn, const problem *p, int rule_too)
 {
@@ -121,7 +190,9 @@ static void check_problem(const char *what, const char *level, moe_down_fn *fn, 
         rule(p, want);
         compare(what, "portable", p, want, portable);
     }
-    if (fn) {
+    if (fn == moe_down_amx)
+        check_problem_amx(what, p);
+    else if (fn) {
         run_level(fn, p, got);
         compare(what, level, p, portable, got);
     }
@@ -148,6 +219,7 @@ static void check_level(const char *level, moe_down_fn *fn)
         } ranges[] = {
             {"any scale, NaN's too", -20, 20, 0, 255},
             {"products that underflow", -133, -110, 0, 20},   /* fp32 subnormal products: rounded twice */
+            {"tiny a, large scales", -135, -100, 200, 254},   /* subnormal a and products, results normal */
             {"sums that overflow", 100, 127, 240, 254},       /* Inf, and Inf - Inf = NaN */
             {"cancelling large sums", 60, 70, 180, 200},
         };
@@ -181,13 +253,13 @@ static void check_level(const char *level, moe_down_fn *fn)
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
-    if (argc > 2 || (only && strcmp(only, "avx2") && strcmp(only, "avx512"))) {
-        fprintf(stderr, "usage: test_moe_down [avx2|avx512]\n");
+    if (argc > 2 || (only && strcmp(only, "avx2") && strcmp(only, "avx512") && strcmp(only, "amx"))) {
+        fprintf(stderr, "usage: test_moe_down [avx2|avx512|amx]\n");
         return 2;
     }
     rng_state = 0x5DEECE66Dull;
     CHECK(moe_down_for(GEMM_ISA_REF) == moe_down_portable && moe_down_for(GEMM_ISA_AVX2) == moe_down_avx2 &&
-              moe_down_for(GEMM_ISA_AVX512) == moe_down_avx512 && moe_down_for(GEMM_ISA_AMX) == moe_down_avx512,
+              moe_down_for(GEMM_ISA_AVX512) == moe_down_avx512 && moe_down_for(GEMM_ISA_AMX) == moe_down_amx,
           "each kernel level's down projection");
     int skipped = 0;
     if (!only) check_level("portable only", NULL);
@@ -203,6 +275,14 @@ int main(int argc, char **argv)
             check_level("avx512", moe_down_avx512);
         else
             printf("SKIP: the avx512 down projection: this CPU has no AVX-512F (or A2AMM_CPU_HIDE hides it)\n"),
+                skipped++;
+    }
+    if (!only || !strcmp(only, "amx")) {
+        if (gemm_amx_usable())
+            check_level("amx", moe_down_amx);
+        else
+            printf("SKIP: the amx down projection: this CPU has no AMX-BF16, its kernel does not grant the tiles, or "
+                   "A2AMM_CPU_HIDE hides it\n"),
                 skipped++;
     }
     int rc = check_summary("test_moe_down");

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# The MoE op gives the same bits on every kernel level this CPU runs (the
-# contract's "whatever the path"): every case of tests/moe_cases.h, each
-# rank's output digest, with A2AMM_ISA forcing ref (the portable down
-# projection and the exact matmul), avx2, avx512 and amx in turn; a level
-# this CPU cannot run is named and left out (ref and the best always run).
+# Every kernel level this CPU runs computes the MoE op's values: every case
+# of tests/moe_cases.h, each rank's output digest, with A2AMM_ISA forcing
+# ref (the portable down projection and the exact matmul), avx2, avx512 and
+# amx in turn; a level this CPU cannot run is named and left out (ref and
+# the best always run). The levels sum in orders of their own (the matmul's
+# K order, the amx down projection's tiles), but the cases' values (codes
+# below 2 in magnitude, scales in a narrow band) make every fp32 sum exact,
+# so any order gives the same bits and a digest that differs is a wrong
+# value (a layout, a scale, a route), not an order.
 . "$(dirname "$0")/lib.sh"
 unset A2AMM_CPU_HIDE A2AMM_ISA
 TEST_MOE="$(dirname "$A2AMM")/tests/test_moe"

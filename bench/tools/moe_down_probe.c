@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "common/cpu.h"
+#include "gemm/gemm_amx.h"
 #include "op/moe_down.h"
 
 static double now_s(void)
@@ -61,13 +62,14 @@ int main(int argc, char **argv)
         const char *name;
         moe_down_fn *fn;
         int ok;
-    } levels[] = {{"portable", moe_down_portable, 1}, {"avx2", moe_down_avx2, 2}, {"avx512", moe_down_avx512, 3}};
+    } levels[] = {{"portable", moe_down_portable, 1}, {"avx2", moe_down_avx2, 2}, {"avx512", moe_down_avx512, 3},
+                  {"amx", moe_down_amx, 4}};
     printf("moe_down_probe H=%lld I=%lld N=%lld: W2 %.2f MB packed, one thread, best of %d\n", (long long)H,
            (long long)I, (long long)n, (double)bytes / 1e6, iters);
     uint64_t sink = 0;
     for (size_t l = 0; l < sizeof levels / sizeof *levels; l++) {
         int runs = levels[l].ok == 1 || (levels[l].ok == 2 && cpu_has(CPU_AVX2) && cpu_has(CPU_FMA)) ||
-                   (levels[l].ok == 3 && cpu_has(CPU_AVX512F));
+                   (levels[l].ok == 3 && cpu_has(CPU_AVX512F)) || (levels[l].ok == 4 && gemm_amx_usable());
         if (!runs) {
             printf("  %-8s not run: this CPU lacks it\n", levels[l].name);
             continue;

@@ -64,6 +64,7 @@ typedef struct bf16a_job {
     float **ys; /* room for a pointer a row of y */
     int64_t m;
     int tasks;
+    _Atomic int failed; /* a task's down projection ran out of memory */
 } bf16a_job;
 
 /* A slice of the rows, widened to floats (exact) by the task itself: a row's outputs do not depend on the
@@ -71,13 +72,14 @@ typedef struct bf16a_job {
  * the same bits. */
 static void bf16a_task(void *arg, int task)
 {
-    const bf16a_job *j = arg;
+    bf16a_job *j = arg;
     const int64_t r0 = j->m * task / j->tasks, r1 = j->m * (task + 1) / j->tasks, k = j->w->k;
     for (int64_t i = r0; i < r1; i++) {
         for (int64_t c = 0; c < k; c++) j->af[i * k + c] = mx_bf16_to_f32(j->a[i * j->lda + c]);
         j->ys[i] = j->y + i * j->ldy;
     }
-    if (r1 > r0) j->w->down(j->w->n, k, j->w->type, j->af + r0 * k, r1 - r0, j->w->packed, j->ys + r0);
+    if (r1 > r0 && j->w->down(j->w->n, k, j->w->type, j->af + r0 * k, r1 - r0, j->w->packed, j->ys + r0) != 0)
+        j->failed = 1;
 }
 
 int a2amm_matmul_bf16a(const a2amm_bf16a_weights *w, const uint16_t *a, int64_t lda, int64_t m, float *y,
@@ -100,8 +102,9 @@ int a2amm_matmul_bf16a(const a2amm_bf16a_weights *w, const uint16_t *a, int64_t 
     int rc = af && ys ? pool_create(threads, &workers, err)
                       : a2amm_fail(err, A2AMM_E_NOMEM, "%s: out of memory for %lld rows", call, (long long)m);
     if (!rc) {
-        bf16a_job j = {w, a, lda, y, ldy, af, ys, m, (int)(m < threads ? m : threads)};
+        bf16a_job j = {w, a, lda, y, ldy, af, ys, m, (int)(m < threads ? m : threads), 0};
         pool_run(workers, bf16a_task, &j, j.tasks);
+        if (j.failed) rc = a2amm_fail(err, A2AMM_E_NOMEM, "%s: out of memory for %lld rows", call, (long long)m);
     }
     pool_destroy(workers);
     free(af), free(ys);

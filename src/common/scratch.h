@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-enum { SCRATCH_SLOTS = 4 };
+enum { SCRATCH_SLOTS = 5 }; /* 0-3: the gemm driver's; 4: the MoE down projection's amx level */
 
 /*
  * A 64-byte-aligned buffer of at least `bytes` owned by the calling thread,

@@ -78,17 +78,9 @@ int gemm_amx_usable(void)
     return granted;
 }
 
-/* Palette 1: tiles 0-7 of 16 rows of 64 bytes. */
-typedef struct tile_config {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config;
+typedef gemm_amx_config tile_config;
 
-/*
- * A global, not a local: GCC 12 sees only the first 16 bytes of a local
- * read by _tile_loadconfig and drops the stores to the rest.
- */
+/* Palette 1: tiles 0-7 of 16 rows of 64 bytes (a global: see gemm_amx_config). */
 static const tile_config CONFIG __attribute__((aligned(64))) = {
     .palette = 1,
     .colsb = {64, 64, 64, 64, 64, 64, 64, 64},

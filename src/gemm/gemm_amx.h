@@ -18,6 +18,14 @@ enum { GEMM_AMX_ROWS = 32 };
  */
 int gemm_amx_usable(void);
 
+/* Palette 1's tile configuration, as _tile_loadconfig reads it (tiles 0-7 used). Keep one in a global:
+ * GCC 12 sees only the first 16 bytes of a local read by _tile_loadconfig and drops the stores to the rest. */
+typedef struct gemm_amx_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} gemm_amx_config;
+
 /* Loads the tile configuration on the calling thread; gemm_amx_end releases the tiles. */
 void gemm_amx_begin(void);
 void gemm_amx_end(void);

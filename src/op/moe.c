@@ -232,7 +232,7 @@ int moe_expert_rows(const moe_shape *s, const moe_weights *w, int le, const uint
             const float *g = c + i * 2 * I, *u = g + I;
             for (int64_t k = 0; k < I; k++) act[i * I + k] = mx_bf16_to_f32(mx_f32_to_bf16(mx_silu(g[k]) * u[k]));
         }
-        w->down(H, I, s->b_type, act, n, w->w2 + (size_t)le * moe_down_bytes(H, I), ys);
+        ok = w->down(H, I, s->b_type, act, n, w->w2 + (size_t)le * moe_down_bytes(H, I), ys) == 0;
     }
     free(c), free(act);
     return ok ? 0 : -1;

@@ -1,5 +1,6 @@
 /* The MoE op's down projection: the packing and its levels (see moe_down.h). */
 #include "op/moe_down.h"
+#include "op/moe_down_panel.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -8,9 +9,6 @@
 #include "mx/mx.h"
 
 enum {
-    NR = MOE_DOWN_NR,
-    HEAD = 16,            /* bytes before a panel's blocks: bit c of its first two, column c has a NaN code */
-    BLOCK = NR + 32 * NR, /* bytes of a panel's 32-block: 16 scales, then 32 rows of 16 codes */
     ROWS_512 = 8,         /* rows the avx512 level keeps in registers at once */
     ROWS_256 = 4,         /* and the avx2 level */
     SUMS_IN_FLIGHT = 8    /* vectors of sums a level keeps (panels side by side x rows, x halves on avx2) */
@@ -20,8 +18,6 @@ static int nan_code(uint8_t code, a2amm_fp8_type type)
 {
     return type == A2AMM_E4M3 ? (code & 0x7F) == 0x7F : (code & 0x7F) > 0x7C;
 }
-
-static size_t panel_bytes(int64_t I) { return HEAD + (size_t)(I / 32) * BLOCK; }
 
 size_t moe_down_bytes(int64_t H, int64_t I) { return (size_t)(H / NR) * panel_bytes(I); }
 
@@ -61,7 +57,7 @@ static double scale_value(uint8_t s)
 
 static float canonical(float v) { return isnan(v) ? NAN : v; }
 
-void moe_down_portable(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
+int moe_down_portable(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
                        const uint8_t *packed, float *const *ys)
 {
     const int64_t nkb = I / 32;
@@ -85,6 +81,7 @@ void moe_down_portable(int64_t H, int64_t I, a2amm_fp8_type b_type, const float 
             for (int c = 0; c < NR; c++) ys[i][p * NR + c] = canonical(acc[c]);
         }
     }
+    return 0;
 }
 
 /*
@@ -144,31 +141,7 @@ static void down_rows(const down_level *level, int64_t H, int64_t I, a2amm_fp8_t
 
 /* ---- the vector levels' widening ------------------------------------------------------------------ */
 
-#define AVX2_TARGET __attribute__((target("avx2,fma,f16c"))) /* F16C: every AVX2 CPU has it */
-#define AVX2_INLINE static inline __attribute__((always_inline)) AVX2_TARGET
-#define AVX512_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
-#define AVX512_INLINE static inline __attribute__((always_inline)) AVX512_TARGET
 
-/*
- * 16 codes as fp16 bits: E5M2 is fp16's top byte (its Inf and NaN are
- * fp16's); E4M3's magnitude bits go 7 places up (an fp16 of 2^-8 the value,
- * subnormals as fp16 subnormals: exact) and its sign to fp16's (the code
- * sign-extended to 16 bits, shifted 7, bit 14 cleared). E4M3's NaN codes
- * widen to 480 here: a column with one is NaN whatever else, which the
- * panel's NaN columns say at the end. Widening fp16 with vcvtph2ps never
- * meets an fp32 subnormal: building the value as a float times 2^120 did,
- * and each subnormal operand cost a microcode assist (0.5 GB/s of W2).
- */
-AVX2_INLINE __m256i fp16_bits(const uint8_t *codes, int e4m3)
-{
-    const __m128i raw = _mm_loadu_si128((const __m128i *)codes);
-    if (e4m3)
-        return _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(raw), 7), _mm256_set1_epi16((short)0xBF80));
-    return _mm256_slli_epi16(_mm256_cvtepu8_epi16(raw), 8);
-}
-
-/* The panel's NaN columns (its head). */
-static unsigned nan_columns(const uint8_t *panel) { return panel[0] | (unsigned)panel[1] << 8; }
 
 /* 8 bits to 8 lanes of all ones or zeros. */
 AVX2_INLINE __m256 column_mask_avx2(unsigned bits)
@@ -178,21 +151,7 @@ AVX2_INLINE __m256 column_mask_avx2(unsigned bits)
     return _mm256_castsi256_ps(_mm256_cmpeq_epi32(set, bit));
 }
 
-/* 16 codes to their fp32 values. */
-AVX512_INLINE __m512 widen16_avx512(const uint8_t *codes, int e4m3)
-{
-    __m512 x = _mm512_cvtph_ps(fp16_bits(codes, e4m3));
-    return e4m3 ? _mm512_mul_ps(x, _mm512_set1_ps(256.0f)) : x;
-}
 
-/* 16 codes to their fp32 values, 8 in each half. */
-AVX2_INLINE void widen16_avx2(const uint8_t *codes, int e4m3, __m256 *lo, __m256 *hi)
-{
-    __m256i h = fp16_bits(codes, e4m3);
-    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
-    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
-    if (e4m3) *lo = _mm256_mul_ps(*lo, _mm256_set1_ps(256.0f)), *hi = _mm256_mul_ps(*hi, _mm256_set1_ps(256.0f));
-}
 
 /* ---- avx512 ---------------------------------------------------------------------------------------- */
 
@@ -299,21 +258,6 @@ typedef struct widened_pair {
     unsigned nan[PAIR];          /* each panel's NaN columns */
 } widened_pair;
 
-/*
- * 2^(scale - 127) as a float (2^-127 is a subnormal, exact), NaN for 0xFF.
- * With it one FMA, fma(sums, scale, acc), gives the rule's
- * float((double)acc + (double)sums * 2^(scale - 127)): the product is exact
- * in both, and a sum of two floats rounded to double (53 bits >= 2 * 24 + 2)
- * then to float is the sum rounded once to float, which the FMA does; in
- * float's subnormal range the double sum is exact or far below its grid.
- */
-static float scale_float(uint8_t s)
-{
-    uint32_t bits = s == 0 ? 0x00400000u : (uint32_t)s << 23;
-    float v;
-    memcpy(&v, &bits, sizeof v);
-    return s == 0xFF ? NAN : v;
-}
 
 AVX512_INLINE void widen_pair(const uint8_t *panel, size_t stride, int64_t b, int e4m3, widened_pair *out)
 {
@@ -399,15 +343,16 @@ static AVX512_TARGET void down_many_avx512(int64_t H, int64_t I, a2amm_fp8_type 
         }
 }
 
-void moe_down_avx512(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
+int moe_down_avx512(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
                      const uint8_t *packed, float *const *ys)
 {
     if (n >= MANY_ROWS && (H / NR) % PAIR == 0) {
         down_many_avx512(H, I, b_type, a, n, packed, ys);
-        return;
+        return 0;
     }
     const down_level level = {ROWS_512, panels_at_once_512, pick_512};
     down_rows(&level, H, I, b_type, a, n, packed, ys);
+    return 0;
 }
 
 /* ---- avx2 ------------------------------------------------------------------------------------------ */
@@ -590,23 +535,24 @@ static AVX2_TARGET void down_many_avx2(int64_t H, int64_t I, a2amm_fp8_type b_ty
         }
 }
 
-void moe_down_avx2(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n, const uint8_t *packed,
+int moe_down_avx2(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n, const uint8_t *packed,
                    float *const *ys)
 {
     if (n >= MANY_ROWS) {
         down_many_avx2(H, I, b_type, a, n, packed, ys);
-        return;
+        return 0;
     }
     const down_level level = {ROWS_256, panels_at_once_256, pick_256};
     down_rows(&level, H, I, b_type, a, n, packed, ys);
+    return 0;
 }
 
 moe_down_fn *moe_down_for(gemm_isa isa)
 {
     switch (isa) {
     case GEMM_ISA_AVX2: return moe_down_avx2;
-    case GEMM_ISA_AVX512:
-    case GEMM_ISA_AMX: return moe_down_avx512;
+    case GEMM_ISA_AVX512: return moe_down_avx512;
+    case GEMM_ISA_AMX: return moe_down_amx;
     default: return moe_down_portable;
     }
 }

@@ -13,10 +13,15 @@
  * its columns hold a NaN code: such a column is NaN in every row), then per
  * 32-block, the 16 columns' scale bytes and the block's 32 rows of the 16
  * columns' codes (row t: W2[16p .. 16p + 15][32b + t]), so a vector of 16
- * columns is one 16-byte load. Every level reads that layout; each column's order is the
- * one above, so the levels give the same bits (tests/test_moe_down.c). The
- * vector levels widen the codes in registers for every group of rows: a
- * decode call reads W2's fp8 bytes once and never a widened copy.
+ * columns is one 16-byte load. Every level reads that layout. The portable,
+ * avx2 and avx512 levels keep each column's order above, so they give the
+ * same bits (tests/test_moe_down.c); the amx level sums each block with
+ * TDPBF16PS, an order of its own (moe_down_amx.c: as a2amm_matmul's levels,
+ * its bits are its own, within the contract's tolerance), except rows whose
+ * values the tiles would flush (those take the rule above). The vector
+ * levels widen the codes in registers for every group of rows (amx: a panel
+ * at a time for all of them): a decode call reads W2's fp8 bytes once and
+ * never a stored widened copy.
  */
 #ifndef A2AMM_OP_MOE_DOWN_H
 #define A2AMM_OP_MOE_DOWN_H
@@ -36,16 +41,18 @@ size_t moe_down_bytes(int64_t H, int64_t I);
 void moe_down_pack(int64_t H, int64_t I, a2amm_fp8_type b_type, const uint8_t *w2, int64_t ldw, const uint8_t *s2,
                    int64_t lds, uint8_t *packed);
 
-/* ys[i][c] for c < H and i < n, from a [n][I] (row stride I) and a packed W2 of b_type. */
-typedef void moe_down_fn(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
+/* ys[i][c] for c < H and i < n, from a [n][I] (row stride I) and a packed W2 of b_type. 0, or -1 when out
+ * of memory (the amx level's buffers; the others never fail). */
+typedef int moe_down_fn(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
                          const uint8_t *packed, float *const *ys);
 
 moe_down_fn moe_down_portable; /* the reference twin: plain C, any CPU */
 moe_down_fn moe_down_avx2;     /* AVX2 + FMA CPUs only */
 moe_down_fn moe_down_avx512;   /* AVX-512F CPUs only */
+moe_down_fn moe_down_amx;      /* AMX-BF16 CPUs whose kernel grants the tiles only (gemm_amx_usable) */
 
 /* The level that goes with a kernel level (which the CPU's features chose): portable for ref, avx2 for
- * avx2, avx512 for avx512 and amx. */
+ * avx2, avx512 for avx512, amx for amx. */
 moe_down_fn *moe_down_for(gemm_isa isa);
 
 #endif
