@@ -95,11 +95,11 @@ AMX_DOWN_INLINE void widen_panel_tiles(const uint8_t *panel, int64_t nkb, int e4
     }
 }
 
-/* acc[r] += the sums of C tile `buf` (rows 16 floats apart) times the block's scales. */
+/* acc[r] += the sums of C tile `buf` (rows 16 floats apart) times the block's scales, for the tile's rows. */
 #define ADD_BLOCK(buf, scale)                                                                                  \
     do {                                                                                                       \
         const __m512 s_ = (scale);                                                                             \
-        _Pragma("GCC unroll 16") for (int r = 0; r < TILE_ROWS; r++) acc[r] =                                  \
+        _Pragma("GCC unroll 16") for (int r = 0; r < TILE_ROWS; r++) if (r < rows) acc[r] =                    \
             _mm512_fmadd_ps(_mm512_load_ps((buf) + 16 * r), s_, acc[r]);                                       \
     } while (0)
 
@@ -107,7 +107,6 @@ AMX_DOWN_INLINE void widen_panel_tiles(const uint8_t *panel, int64_t nkb, int e4
  * `rows` rows of a (bf16, I apart) over one widened panel: each block's sums
  * by a tile (two blocks in flight, their C tiles stored to cbuf), added to
  * acc; then ys[r][col ..], NaN canonical, the panel's NaN columns NaN.
- * cbuf's rows past those a tile stores are zeros (the caller's).
  */
 static AMX_DOWN_TARGET void tile_panel(const uint16_t *a, int64_t I, int rows, const uint32_t *wide,
                                        const float *scales, unsigned nan, float *cbuf, float *const *ys,
@@ -151,7 +150,6 @@ static AMX_DOWN_TARGET void tiles_over_panels(int64_t H, int64_t I, int e4m3, co
                                               const uint8_t *packed, float *const *ysel, uint32_t *wide,
                                               float *scales, float *cbuf)
 {
-    memset(cbuf, 0, sizeof(float) * 2 * TILE_ROWS * 16);
     _tile_loadconfig(&CONFIGS[(nt < TILE_ROWS ? nt : TILE_ROWS) - 1]);
     for (int64_t p = 0; p < H / NR; p++) {
         const uint8_t *panel = packed + (size_t)p * panel_bytes(I);
