@@ -37,10 +37,10 @@
 #include "bench/moe_dnn.h"
 #include "bench/bench_peers.h"
 
-enum { MOE_BENCH_MAX_ITERS = 1000, WAYS = 6 };
-enum { WAY_CALL, WAY_UNFUSED, WAY_EXPERTS, WAY_GATHER, WAY_DNN, WAY_READ };
+enum { MOE_BENCH_MAX_ITERS = 1000, WAYS = 7 };
+enum { WAY_CALL, WAY_UNFUSED, WAY_OVERLAP, WAY_EXPERTS, WAY_GATHER, WAY_DNN, WAY_READ };
 static const char *const WAY_NAMES[WAYS] = {"a2amm MoE call (fused schedule)", "a2amm MoE call, unfused schedule",
-                                            "experts alone (the same rows)", "(1) gather + reduce-scatter",
+                                            "a2amm MoE call, overlap schedule", "experts alone (the same rows)", "(1) gather + reduce-scatter",
                                             "(2) alltoallv + oneDNN bf16 experts", "read of the experts' fp8 codes"};
 
 typedef struct moe_bench {
@@ -67,7 +67,10 @@ static void moe_bench_usage(FILE *f)
             "(2) counts by AllToAll, each (token, expert) row in bf16 to the expert's rank,\n"
             "oneDNN's bf16 matmuls per expert, results back (the uneven AllToAlls are the\n"
             "communicator's: MPI messages over MPI); and a read of the experts' fp8 codes.\n"
-            "Each repetition's time is the slowest rank's.\n"
+            "Each repetition's time is the slowest rank's. The op runs on each schedule: fused\n"
+            "(the default: overlap where each local expert gets 256 rows a chunk, else one pass),\n"
+            "unfused, and overlap (two chunks of each rank's tokens, one's exchanges while the\n"
+            "other's experts run, every hit expert's weights read once a chunk).\n"
             "\n"
             "options:\n"
             "  --iters N          repetitions (default 5)\n"
@@ -275,13 +278,15 @@ static int bench_rank(a2amm_comm *comm, void *arg)
         !bl.partials || !bl.y || !bl.z || R > 256)
         rc = a2amm_fail(&err, A2AMM_E_NOMEM, "rank %d: out of memory", r);
     /* the op, and the same experts prepared for the bench's own use of them */
-    a2amm_moe *m_unfused = NULL;
-    a2amm_moe_config cfg_unfused = cfg;
-    cfg_unfused.schedule = A2AMM_SCHEDULE_UNFUSED;
+    a2amm_moe *m_unfused = NULL, *m_overlap = NULL;
+    a2amm_moe_config cfg_unfused = cfg, cfg_overlap = cfg;
+    cfg_unfused.schedule = A2AMM_SCHEDULE_UNFUSED, cfg_overlap.schedule = A2AMM_SCHEDULE_OVERLAP;
     if (!rc) rc = a2amm_moe_create(comm, &cfg, &m, &err);
     if (!rc) rc = a2amm_moe_set_weights(m, d.w13, d.s13, sw, d.w2, d.s2, I / 32, &err);
     if (!rc) rc = a2amm_moe_create(comm, &cfg_unfused, &m_unfused, &err);
     if (!rc) rc = a2amm_moe_set_weights(m_unfused, d.w13, d.s13, sw, d.w2, d.s2, I / 32, &err);
+    if (!rc) rc = a2amm_moe_create(comm, &cfg_overlap, &m_overlap, &err);
+    if (!rc) rc = a2amm_moe_set_weights(m_overlap, d.w13, d.s13, sw, d.w2, d.s2, I / 32, &err);
     if (!rc) rc = gemm_isa_select(&isa, &err);
     if (!rc) rc = moe_weights_prepare(&s, isa, (int64_t)max_rec, d.w13, d.s13, sw, d.w2, d.s2, I / 32, &w, &err);
     if (!rc) rc = pool_create(b->threads > 0 ? b->threads : (pool_cpu_count() / R > 0 ? pool_cpu_count() / R : 1),
@@ -319,6 +324,11 @@ static int bench_rank(a2amm_comm *comm, void *arg)
         if (!rc) rc = a2amm_moe_run(m_unfused, T, d.x, d.sx, sw, d.idx, d.w, out_base, &err);
         t[WAY_UNFUSED * way] = cli_now() - t0;
         if (!rc && memcmp(out, out_base, sizeof *out * (size_t)(T * H))) b->same[r] = 0; /* the two schedules' bits */
+        if (!rc) rc = a2amm_comm_barrier(comm, b->timeout_s, &err);
+        t0 = cli_now();
+        if (!rc) rc = a2amm_moe_run(m_overlap, T, d.x, d.sx, sw, d.idx, d.w, out_base, &err);
+        t[WAY_OVERLAP * way] = cli_now() - t0;
+        if (!rc && memcmp(out, out_base, sizeof *out * (size_t)(T * H))) b->same[r] = 0;
         /* the experts alone, on the rows a dispatch gives them (then combined, to end the batch) */
         a2amm_moe_batch *batch = NULL;
         if (!rc) rc = a2amm_moe_dispatch(m, T, d.x, d.sx, sw, d.idx, d.w, &batch, &err);
@@ -359,6 +369,7 @@ static int bench_rank(a2amm_comm *comm, void *arg)
     if (rc) fprintf(stderr, "a2amm bench moe: rank %d: %s\n", r, err.msg);
     a2amm_moe_destroy(m);
     a2amm_moe_destroy(m_unfused);
+    a2amm_moe_destroy(m_overlap);
     moe_dnn_free(dnn);
     moe_weights_free(&s, &w);
     pool_destroy(workers);
@@ -502,11 +513,13 @@ int cmd_bench_moe(int argc, char **argv)
         printf("  %-46s %10.3f %10.3f %10.3f %12.0f\n", WAY_NAMES[wy], sum[wy].min * 1e3, sum[wy].median * 1e3,
                sum[wy].max * 1e3, wy == WAY_READ ? 0.0 : (double)(b.T * b.R) / sum[wy].median);
     if (slowest) {
-        printf("  call / experts alone %.3f; unfused / fused %.3f; (1) / call %.3f; (2) / call %.3f; call / read %.3f "
-               "(medians)\n", sum[WAY_CALL].median / sum[WAY_EXPERTS].median,
-               sum[WAY_UNFUSED].median / sum[WAY_CALL].median, sum[WAY_GATHER].median / sum[WAY_CALL].median,
-               sum[WAY_DNN].median / sum[WAY_CALL].median, sum[WAY_CALL].median / sum[WAY_READ].median);
-        printf("  (1) and the unfused schedule give the fused call's bits on every rank: %s\n", same ? "yes" : "NO");
+        printf("  call / experts alone %.3f; unfused / fused %.3f; overlap / experts alone %.3f; (1) / call %.3f; (2) / "
+               "call %.3f; call / read %.3f (medians)\n", sum[WAY_CALL].median / sum[WAY_EXPERTS].median,
+               sum[WAY_UNFUSED].median / sum[WAY_CALL].median, sum[WAY_OVERLAP].median / sum[WAY_EXPERTS].median,
+               sum[WAY_GATHER].median / sum[WAY_CALL].median, sum[WAY_DNN].median / sum[WAY_CALL].median,
+               sum[WAY_CALL].median / sum[WAY_READ].median);
+        printf("  (1), the unfused and the overlap schedules give the fused call's bits on every rank: %s\n",
+               same ? "yes" : "NO");
         double worst = 0;
         for (int r = 0; r < b.R; r++) worst = fmax(worst, b.dnn_err[r]);
         printf("  (2) runs %s; its out against the op's: %.2e (|difference|_2 / |out|_2, worst rank: bf16 "

@@ -423,8 +423,10 @@ typedef enum a2amm_path {
 } a2amm_path;
 
 typedef enum a2amm_schedule {
-    A2AMM_SCHEDULE_FUSED = 0,  /* tile by tile: later tiles travel while earlier ones multiply */
-    A2AMM_SCHEDULE_UNFUSED = 1 /* the whole AllToAll, a barrier, then the matmul (for comparison) */
+    A2AMM_SCHEDULE_FUSED = 0,   /* tile by tile: later tiles travel while earlier ones multiply (MoE: by size,
+                                   below) */
+    A2AMM_SCHEDULE_UNFUSED = 1, /* the whole AllToAll, a barrier, then the matmul (for comparison) */
+    A2AMM_SCHEDULE_OVERLAP = 2  /* MoE only: two chunks wherever max_tokens is over 64 (below) */
 } a2amm_schedule;
 
 /* Every field but threads is shared: every rank passes the same. Made
@@ -648,7 +650,12 @@ typedef struct a2amm_moe_config {
     a2amm_fp8_type a_type, b_type; /* x's codes; the experts' weights' */
     int threads;          /* this rank's compute threads (0: cores / R, at least 1); its own: ranks may differ */
     double timeout_s;     /* every wait between ranks (0: 60) */
-    a2amm_schedule schedule; /* fused (0, the default) or unfused: the same bits */
+    a2amm_schedule schedule; /* fused (0, the default), unfused or overlap: the same bits. Overlap: each rank's
+                                tokens in two chunks (where max_tokens is over 64), one chunk's dispatch and
+                                combine while the other's experts run, each chunk reading every hit expert's
+                                weights again. Fused: overlap where each local expert gets at least 256 rows a
+                                chunk on average (R * max_tokens * topk / experts / 2), so that the second read
+                                costs little beside the experts' work; else one pass, as unfused. */
 } a2amm_moe_config;
 
 #ifdef __cplusplus

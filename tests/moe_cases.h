@@ -27,7 +27,7 @@ typedef struct moe_case {
     int calls;
     uint64_t seed;
     int threads; /* each rank's compute threads (0: the op's default) */
-    a2amm_schedule schedule; /* fused (0: the default; chunks where max_tokens > 64) or unfused */
+    a2amm_schedule schedule; /* fused (0: the default, by size), unfused, or overlap (chunks where max_tokens > 64) */
 } moe_case;
 
 /* A deterministic stream of one (case, what, rank, call). */
@@ -290,9 +290,9 @@ static const moe_case MC_CASES[] = {
     {4, 8, 3, 32, 96, 5, ROUTE_EMPTY, A2AMM_E5M2, A2AMM_E5M2, 2, 7, 0, A2AMM_SCHEDULE_FUSED},
     {2, 32, 6, 128, 64, 16, ROUTE_UNIFORM, A2AMM_E4M3, A2AMM_E4M3, 2, 8, 0, A2AMM_SCHEDULE_FUSED},
     {8, 16, 5, 64, 32, 6, ROUTE_EMPTY, A2AMM_E4M3, A2AMM_E4M3, 2, 9, 0, A2AMM_SCHEDULE_FUSED},
-    /* max_tokens over 64: the fused schedule's chunks (up to 4 of at least 64 tokens) */
-    {2, 8, 3, 64, 32, 200, ROUTE_UNIFORM, A2AMM_E4M3, A2AMM_E4M3, 2, 10, 0, A2AMM_SCHEDULE_FUSED},
-    {3, 6, 2, 32, 64, 300, ROUTE_EMPTY, A2AMM_E5M2, A2AMM_E4M3, 2, 11, 0, A2AMM_SCHEDULE_FUSED},
+    /* max_tokens over 64: the overlap schedule's two chunks (of at least 64 tokens) */
+    {2, 8, 3, 64, 32, 200, ROUTE_UNIFORM, A2AMM_E4M3, A2AMM_E4M3, 2, 10, 0, A2AMM_SCHEDULE_OVERLAP},
+    {3, 6, 2, 32, 64, 300, ROUTE_EMPTY, A2AMM_E5M2, A2AMM_E4M3, 2, 11, 0, A2AMM_SCHEDULE_OVERLAP},
 };
 enum { MC_FIRST_CHUNKED = 9 }; /* the cases from here have calls of several chunks */
 #define MC_NCASES (sizeof MC_CASES / sizeof *MC_CASES)

@@ -340,12 +340,13 @@ expect_output "bench moe --help has an example" "a2amm bench moe 2 16 2048 1408 
 for args in "2 6 64 32 4 2" "3 5 96 64 6 3 --skew" "1 4 64 32 2 1"; do
     # shellcheck disable=SC2086
     expect_ok "bench moe $args" "$A2AMM" bench moe $args --iters 2
-    for row in "a2amm MoE call" "experts alone" "(1) gather + reduce-scatter" "(2) alltoallv + oneDNN bf16 experts" \
+    for row in "a2amm MoE call (fused schedule)" "a2amm MoE call, unfused schedule" "a2amm MoE call, overlap schedule" \
+        "experts alone" "(1) gather + reduce-scatter" "(2) alltoallv + oneDNN bf16 experts" \
         "read of the experts' fp8 codes" "call / experts alone"; do
         expect_output "bench moe $args: $row" "$row"
     done
     # the baseline computes what the op does by another route: the same bits, or the bench fails
-    expect_output "bench moe $args: the baseline and the unfused schedule give the op's bits" "(1) and the unfused schedule give the fused call's bits on every rank: yes"
+    expect_output "bench moe $args: the baseline and the other schedules give the op's bits" "(1), the unfused and the overlap schedules give the fused call's bits on every rank: yes"
     # (2) rounds g, u and y to bf16: near the op's output (the bench fails past 5%), and says what it ran
     expect_output "bench moe $args: baseline (2) says what it ran" "(2) runs oneDNN"
 done

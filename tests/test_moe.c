@@ -143,8 +143,8 @@ static void test_cases(void)
     }
 }
 
-/* The fused schedule's chunks against the unfused schedule's one pass: the same bits (and both within the
- * bound: test_cases ran the fused one). */
+/* The overlap schedule's chunks against the unfused schedule's one pass: the same bits (and both within the
+ * bound: test_cases ran the overlap one). */
 static void test_schedules(void)
 {
     for (size_t i = MC_FIRST_CHUNKED; i < MC_NCASES; i++) {
@@ -237,7 +237,7 @@ static int rank_shared(a2amm_comm *comm, void *arg)
     if (!rc) rc = mc_make(comm, &small, 0, 30, &own_small, &err);
     a2amm_moe_config cfg = A2AMM_MOE_CONFIG_INIT;
     cfg.experts = big->E, cfg.topk = big->k, cfg.hidden = H, cfg.inter = I, cfg.max_tokens = big->max_tokens;
-    cfg.a_type = big->a_type, cfg.b_type = big->b_type, cfg.timeout_s = 30;
+    cfg.a_type = big->a_type, cfg.b_type = big->b_type, cfg.timeout_s = 30, cfg.schedule = big->schedule;
     if (!rc) rc = a2amm_moe_create(comm, &cfg, &on_big, &err);
     /* refused: prepared for 12 rows an expert, the op may give one 400 */
     int refused = !rc && a2amm_moe_use_weights(on_big, too_few, &e2) == A2AMM_E_INVAL &&
@@ -323,14 +323,20 @@ static const char *check_events(const seen_events *s, int64_t T, int chunks, int
     return "";
 }
 
+/* The schedules the observer test runs: overlap (two chunks), unfused, and fused by size on either side of
+ * its rule (R * max_tokens * k / E / 2 rows an expert a chunk: 75, then 262 with max_tokens 700). */
+enum { OBSERVE_RUNS = 4 };
+static const char *const OBSERVE_NAMES[OBSERVE_RUNS] = {"overlap", "unfused", "fused, 75 rows an expert a chunk",
+                                                        "fused, 262 rows an expert a chunk"};
+
 typedef struct observe_report {
-    char what[2][120];
+    char what[OBSERVE_RUNS][120];
 } observe_report;
 
 static int rank_observe(a2amm_comm *comm, void *arg)
 {
     observe_report *rep = (observe_report *)arg + a2amm_comm_rank(comm);
-    const moe_case *c = &MC_CASES[MC_FIRST_CHUNKED]; /* max_tokens 200: two chunks */
+    const moe_case *c = &MC_CASES[MC_FIRST_CHUNKED]; /* R 2, E 8, k 3, max_tokens 200, the overlap schedule */
     const int r = a2amm_comm_rank(comm);
     const int64_t H = c->H, T = 150 - 40 * r;
     uint8_t *x = malloc((size_t)(T * H)), *sx = malloc((size_t)(T * H / 32));
@@ -340,15 +346,17 @@ static int rank_observe(a2amm_comm *comm, void *arg)
     seen_events *seen = calloc(1, sizeof *seen);
     mc_inputs(c, r, 0, T, x, sx, idx, w);
     a2amm_error err = {0, ""};
-    for (int sched = 0; sched < 2; sched++) {
+    for (int sched = 0; sched < OBSERVE_RUNS; sched++) {
+        static const int chunks[OBSERVE_RUNS] = {2, 1, 1, 2};
         moe_case one = *c;
-        one.schedule = sched ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED;
+        one.schedule = sched == 0 ? A2AMM_SCHEDULE_OVERLAP : sched == 1 ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED;
+        if (sched == 3) one.max_tokens = 700;
         a2amm_moe *m = NULL;
         seen->n = 0;
         int rc = mc_make(comm, &one, 0, 30, &m, &err);
         if (!rc) rc = a2amm_moe_set_observer(m, collect, seen, &err);
         if (!rc) rc = a2amm_moe_run(m, T, x, sx, H / 32, idx, w, out, &err);
-        snprintf(rep->what[sched], sizeof rep->what[sched], "%.100s", rc ? err.msg : check_events(seen, T, sched ? 1 : 2, r));
+        snprintf(rep->what[sched], sizeof rep->what[sched], "%.100s", rc ? err.msg : check_events(seen, T, chunks[sched], r));
         a2amm_moe_destroy(m);
     }
     free(x), free(sx), free(idx), free(w), free(out), free(seen);
@@ -359,13 +367,15 @@ static void test_observer(void)
 {
     observe_report *rep = mmap(NULL, 2 * sizeof *rep, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     memset(rep, 0xFF, 2 * sizeof *rep);
+    CHECK(MC_CASES[MC_FIRST_CHUNKED].R == 2 && MC_CASES[MC_FIRST_CHUNKED].E == 8 && MC_CASES[MC_FIRST_CHUNKED].k == 3 &&
+          MC_CASES[MC_FIRST_CHUNKED].max_tokens == 200, "observer: the case the schedules' rows are worked out for");
     a2amm_error err = {0, ""};
     a2amm_launch_options lo = {.size = sizeof lo, .heap_bytes = 64u << 20};
     CHECK(a2amm_launch(2, rank_observe, rep, &lo, &err) == 0, "observer: the launch: %s", err.msg);
     for (int r = 0; r < 2; r++)
-        for (int sched = 0; sched < 2; sched++)
-            CHECK(rep[r].what[sched][0] == '\0', "observer, rank %d, %s schedule: %.100s", r,
-                  sched ? "unfused" : "fused", rep[r].what[sched]);
+        for (int sched = 0; sched < OBSERVE_RUNS; sched++)
+            CHECK(rep[r].what[sched][0] == '\0', "observer, rank %d, %s schedule: %.100s", r, OBSERVE_NAMES[sched],
+                  rep[r].what[sched]);
     munmap(rep, 2 * sizeof *rep);
 }
 

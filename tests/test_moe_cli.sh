@@ -107,7 +107,8 @@ expect_ok "verify without --op" "$A2AMM" verify 12 96 64 3 --dir "$d"
 expect_ok "the seed's form finds the MoE data too" "$A2AMM" 12 96 64 3 --dir "$d"
 check "... the same bits" same_outputs "$d" 3 "$SCRATCH/c5.want"
 
-# --- the fused schedule (2 chunks where T > 64) and the unfused one: the same bits
+# --- the fused schedule (the default: by size), the unfused one and overlap (2 chunks where T > 64): the
+# same bits
 d="$SCRATCH/sched"
 "$A2AMM" gen 150 64 32 3 --op moe --experts 6 --topk 3 --tokens 150,70,9 --route skewed --dir "$d" --quiet >/dev/null
 expect_ok "T=150: the fused schedule" "$A2AMM" run 150 64 32 3 --op moe --dir "$d"
@@ -117,16 +118,30 @@ expect_ok "T=150: verify" "$A2AMM" verify 150 64 32 3 --dir "$d"
 expect_ok "T=150: --unfused" "$A2AMM" run 150 64 32 3 --op moe --unfused --dir "$d"
 expect_output "run says the schedule" "unfused schedule"
 check "--unfused: the fused schedule's bits" same_outputs "$d" 3 "$SCRATCH/sched.want"
+expect_ok "T=150: --overlap" "$A2AMM" run 150 64 32 3 --op moe --overlap --dir "$d"
+expect_output "run says the schedule" "overlap schedule"
+check "--overlap: the fused schedule's bits" same_outputs "$d" 3 "$SCRATCH/sched.want"
+expect_fail "--unfused and --overlap together are refused" "one schedule, not both" \
+    "$A2AMM" run 150 64 32 3 --op moe --overlap --unfused --dir "$d"
 expect_ok "perf times both schedules" "$A2AMM" run 150 64 32 3 --op moe perf --iters 2 --dir "$d"
 expect_output "perf: the other schedule's row" "the call, unfused schedule"
 expect_ok "perf --unfused times the fused one beside" "$A2AMM" run 150 64 32 3 --op moe perf --iters 2 --unfused --dir "$d"
 expect_output "perf --unfused: the other schedule's row" "the call, fused schedule"
 
-# --- --trace: every rank's dispatch and combine by chunk, the experts, each expert on its thread
-expect_ok "--trace" "$A2AMM" run 150 64 32 3 --op moe --dir "$d" --trace "$SCRATCH/moe.json"
+# --- --trace: every rank's dispatch and combine by chunk (overlap: two; fused at 112 rows an expert a chunk:
+# one pass), the experts, each expert on its thread
+expect_ok "--trace, fused (by size: one pass)" "$A2AMM" run 150 64 32 3 --op moe --dir "$d" --trace "$SCRATCH/moe1.json"
+check "--trace, fused at 112 rows an expert a chunk: one chunk, named fused" /usr/bin/python3 -c "
+import json; j = json.load(open('$SCRATCH/moe1.json'))
+assert j['otherData']['schedule'] == 'fused', j['otherData']
+names = [e['name'] for e in j['traceEvents'] if e.get('ph') == 'X']
+assert sum(n.startswith('dispatch chunk 0') for n in names) == 3, names
+assert not any(n.startswith('dispatch chunk 1') for n in names), names"
+expect_ok "--trace" "$A2AMM" run 150 64 32 3 --op moe --overlap --dir "$d" --trace "$SCRATCH/moe.json"
 check "--trace: the op's spans, each chunk's dispatch and combine, every rank" /usr/bin/python3 -c "
 import json; j = json.load(open('$SCRATCH/moe.json'))
 assert j['otherData']['op'] == 'moe' and j['otherData']['R'] == 3, j['otherData']
+assert j['otherData']['schedule'] == 'overlap', j['otherData']
 names = [e['name'] for e in j['traceEvents'] if e.get('ph') == 'X']
 for want in ('dispatch chunk 0', 'dispatch chunk 1', 'combine chunk 0', 'combine chunk 1', 'experts chunk 0 (',
              'experts chunk 1 ('):

@@ -436,22 +436,25 @@ class MoE(_a2amm.MoE):
     of its top-k experts, which runs them (SwiGLU: silu(x W1^T) * (x W3^T), then W2) and sends back
     the weighted sum; the token's rank adds what comes back (docs/op-contract.md, "The MoE op").
     max_recv: the most rows a rank may receive in a call (0: R * max_tokens). mode: how float inputs
-    are quantized ("rceil" or "floor", as a2amm.quantize). schedule: "fused" (where max_tokens is over
-    64, each rank's tokens in two chunks, one chunk's exchanges while the other's experts run) or
-    "unfused" (the whole dispatch, the experts, the whole combine): the same bits either way.
+    are quantized ("rceil" or "floor", as a2amm.quantize). schedule: "overlap" (where max_tokens is
+    over 64, each rank's tokens in two chunks, one chunk's exchanges while the other's experts run,
+    each chunk reading every hit expert's weights again), "unfused" (the whole dispatch, the experts,
+    the whole combine) or "fused" (the default: overlap where each local expert gets 256 rows a chunk
+    on average, R * max_tokens * topk / experts / 2; else unfused): the same bits on every one.
     timeout: seconds every wait may take (0: 60).
     """
 
     def __init__(self, comm, *, experts, topk, hidden, inter, max_tokens, max_recv=0, a_fmt="e4m3",
                  w_fmt="e4m3", mode="rceil", schedule="fused", threads=0, timeout=0):
-        for name, value, choices in (("mode", mode, ("rceil", "floor")), ("schedule", schedule, ("fused", "unfused"))):
+        for name, value, choices in (("mode", mode, ("rceil", "floor")),
+                                     ("schedule", schedule, ("fused", "unfused", "overlap"))):
             if value not in choices:
-                why = "%s must be \"%s\" or \"%s\"; got %r" % (name, choices[0], choices[1], value)
+                why = "%s must be %s; got %r" % (name, " or ".join('"%s"' % c for c in choices), value)
                 comm.fail("MoE: " + why)
                 raise ValueError(why)
         super().__init__(comm, experts=experts, topk=topk, hidden=hidden, inter=inter, max_tokens=max_tokens,
                          max_recv=max_recv, a_fmt=a_fmt, w_fmt=w_fmt, threads=threads, timeout=float(timeout),
-                         unfused=schedule == "unfused")
+                         schedule=("fused", "unfused", "overlap").index(schedule))
         self.mode = mode
         self.schedule = schedule
 

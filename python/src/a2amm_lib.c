@@ -224,7 +224,7 @@ int lib_moe_create(a2amm_comm *comm, const lib_moe_options *o, a2amm_moe **moe, 
     c.experts = o->experts, c.topk = o->topk, c.hidden = o->hidden, c.inter = o->inter;
     c.max_tokens = o->max_tokens, c.max_recv = o->max_recv, c.a_type = o->a_type, c.b_type = o->b_type;
     c.threads = o->threads, c.timeout_s = o->timeout_s;
-    c.schedule = o->unfused ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED;
+    c.schedule = (a2amm_schedule)o->schedule;
     return a2amm_moe_create(comm, &c, moe, err);
 }
 

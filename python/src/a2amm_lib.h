@@ -117,7 +117,7 @@ typedef struct lib_moe_options {
     a2amm_fp8_type a_type, b_type;
     int threads;      /* 0: cores / R */
     double timeout_s; /* 0: 60 */
-    int unfused;      /* the unfused schedule (a2amm_moe_config.schedule) */
+    int schedule;     /* a2amm_moe_config.schedule: 0 fused, 1 unfused, 2 overlap */
 } lib_moe_options;
 int lib_moe_create(a2amm_comm *comm, const lib_moe_options *o, a2amm_moe **moe, a2amm_error *err);
 int lib_moe_set_weights(a2amm_moe *moe, const uint8_t *w13, const uint8_t *s13, int64_t ld13, const uint8_t *w2,

@@ -45,17 +45,17 @@ static int make_moe(void *arg, a2amm_error *err)
 static int moe_init(MoEObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"comm", "experts", "topk", "hidden", "inter", "max_tokens", "max_recv", "a_fmt", "w_fmt",
-                             "threads", "timeout", "unfused", NULL};
+                             "threads", "timeout", "schedule", NULL};
     PyObject *co, *afmt = NULL, *wfmt = NULL;
-    int experts = 0, topk = 0, threads = 0, unfused = 0;
+    int experts = 0, topk = 0, threads = 0, schedule = 0;
     long long hidden = 0, inter = 0, max_tokens = 0, max_recv = 0;
     double timeout = 0;
     if (self->moe || self->comm) {
         PyErr_SetString(PyExc_ValueError, "a MoE is made once: make another");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O$iiLLLLOOidp:MoE", kwlist, &co, &experts, &topk, &hidden, &inter,
-                                     &max_tokens, &max_recv, &afmt, &wfmt, &threads, &timeout, &unfused))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O$iiLLLLOOidi:MoE", kwlist, &co, &experts, &topk, &hidden, &inter,
+                                     &max_tokens, &max_recv, &afmt, &wfmt, &threads, &timeout, &schedule))
         return -1;
     if (!PyObject_TypeCheck(co, &CommType)) {
         PyErr_Format(PyExc_TypeError, "comm must be an a2amm.Comm (from a2amm.launch or a2amm.Comm.from_mpi); got a "
@@ -65,7 +65,7 @@ static int moe_init(MoEObject *self, PyObject *args, PyObject *kw)
     CommObject *c = (CommObject *)co;
     if (comm_check_usable(c, "MoE") < 0) return -1;
     lib_moe_options o = {experts, topk, hidden, inter, max_tokens, max_recv, A2AMM_E4M3, A2AMM_E4M3, threads, timeout,
-                         unfused};
+                         schedule};
     if ((afmt && afmt != Py_None && ext_fmt(afmt, "a_fmt", &o.a_type) < 0) ||
         (wfmt && wfmt != Py_None && ext_fmt(wfmt, "w_fmt", &o.b_type) < 0)) {
         comm_fail_for_error(c); /* the other ranks are (or will be) in this collective call */

@@ -506,8 +506,9 @@ def test_a_rank_that_raises_or_dies_stops_the_others_within_seconds(how):
 
 
 def test_the_schedules_give_the_same_bits():
-    """schedule="fused" (the default: two chunks of a rank's tokens where max_tokens is over 64, one chunk's
-    exchanges while the other's experts run) and "unfused" give the same bits; a bad schedule is refused."""
+    """schedule="overlap" (two chunks of a rank's tokens where max_tokens is over 64, one chunk's exchanges
+    while the other's experts run), "unfused" and "fused" (the default: overlap by size) give the same bits;
+    a bad schedule is refused."""
     R, E, k, T = 2, 4, 2, 150
     w13, w2 = expert_weights(E)
 
@@ -519,22 +520,22 @@ def test_the_schedules_give_the_same_bits():
         ids = np.stack([rng.permutation(E)[:k] for _ in range(Tr)]).astype(np.int32)
         w = rng.random((Tr, k)).astype(np.float32)
         outs = []
-        for schedule in ("fused", "unfused"):
+        for schedule in ("fused", "unfused", "overlap"):
             with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=T, schedule=schedule) as moe:
                 assert moe.schedule == schedule
                 moe.set_weights(w13[r * L:(r + 1) * L], w2[r * L:(r + 1) * L])
                 outs.append(moe(x, ids, w))
         return outs
 
-    for fused, unfused in a2amm.launch(R, rank):
-        assert fused.shape[0] > 64 and np.array_equal(fused, unfused)
+    for fused, unfused, overlap in a2amm.launch(R, rank):
+        assert fused.shape[0] > 64 and np.array_equal(fused, unfused) and np.array_equal(fused, overlap)
 
     def bad(comm):
-        with pytest.raises(ValueError, match='schedule must be "fused" or "unfused"; got \'overlapped\''):
+        with pytest.raises(ValueError, match='schedule must be "fused" or "unfused" or "overlap"; got \'overlapped\''):
             a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=T, schedule="overlapped")
 
     # the refusal fails the communicator (the other ranks are in the collective call): the launch says why
-    with pytest.raises(a2amm.Error, match='MoE: schedule must be "fused" or "unfused"'):
+    with pytest.raises(a2amm.Error, match='MoE: schedule must be "fused" or "unfused" or "overlap"'):
         a2amm.launch(2, bad)
 
 

@@ -108,8 +108,9 @@ static int check_config(const a2amm_moe_config *c, int R, a2amm_error *err)
     else if ((c->a_type != A2AMM_E4M3 && c->a_type != A2AMM_E5M2) || (c->b_type != A2AMM_E4M3 && c->b_type != A2AMM_E5M2))
         bad = "a_type and b_type must be A2AMM_E4M3 or A2AMM_E5M2";
     else if (!(c->timeout_s > 0) || isinf(c->timeout_s)) bad = "timeout_s must be positive (0 in the config: 60)";
-    else if (c->schedule != A2AMM_SCHEDULE_FUSED && c->schedule != A2AMM_SCHEDULE_UNFUSED)
-        bad = "schedule must be A2AMM_SCHEDULE_FUSED or A2AMM_SCHEDULE_UNFUSED";
+    else if (c->schedule != A2AMM_SCHEDULE_FUSED && c->schedule != A2AMM_SCHEDULE_UNFUSED &&
+             c->schedule != A2AMM_SCHEDULE_OVERLAP)
+        bad = "schedule must be A2AMM_SCHEDULE_FUSED, A2AMM_SCHEDULE_UNFUSED or A2AMM_SCHEDULE_OVERLAP";
     if (!bad) return A2AMM_OK;
     return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_create: %s (got experts %d on %d ranks, topk %d, hidden %lld, inter "
                       "%lld, max_tokens %lld, max_recv %lld, timeout_s %g)", bad, c->experts, R, c->topk,
@@ -557,14 +558,24 @@ static int step_combine(a2amm_moe *m, int c, a2amm_moe_batch *b, const float *co
 
 /* ---- the fused schedule ------------------------------------------------------------------------------ */
 
-enum { FUSED_CHUNKS_MAX = 2, FUSED_CHUNK_MIN = 64 /* tokens */ };
+/*
+ * FUSED_ROWS_MIN: the rows a local expert gets a chunk on average from which the fused schedule overlaps.
+ * Each chunk reads every hit expert's weights again; with the amx kernels (this Xeon, DeepSeek-V2-Lite's
+ * experts) that read costs about what 10 rows' work does: two chunks of 96 rows an expert took 1.11x one
+ * pass of 192 (experts alone, bench moe 2 512 vs 1024), more than the half of the exchange they hide on
+ * one machine (5-10% of the call) or across hosts at 1 Gbit/s (docs/performance.md).
+ */
+enum { FUSED_CHUNKS_MAX = 2, FUSED_CHUNK_MIN = 64 /* tokens */, FUSED_ROWS_MIN = 256 };
 
 /* The chunks of every rank's call: the same on every rank (from the shared config), so that every rank
- * makes the same exchanges. Unfused, or where counts go first (their refusal is one for the whole call):
- * one. */
+ * makes the same exchanges. Unfused, fused below FUSED_ROWS_MIN, or where counts go first (their refusal
+ * is one for the whole call): one. */
 static int fused_chunks(const a2amm_moe *m)
 {
     if (m->cfg.schedule == A2AMM_SCHEDULE_UNFUSED || counts_first(m)) return 1;
+    const double rows_a_chunk = (double)m->s.R * (double)m->cfg.max_tokens * m->cfg.topk /
+                                ((double)m->cfg.experts * FUSED_CHUNKS_MAX);
+    if (m->cfg.schedule == A2AMM_SCHEDULE_FUSED && rows_a_chunk < FUSED_ROWS_MIN) return 1;
     int64_t c = (m->cfg.max_tokens + FUSED_CHUNK_MIN - 1) / FUSED_CHUNK_MIN;
     return c < FUSED_CHUNKS_MAX ? (int)c : FUSED_CHUNKS_MAX;
 }

@@ -383,9 +383,12 @@ static void run_usage(FILE *f)
             "                     as gen's: held to what gen recorded (a contradiction is refused)\n"
             "  --threads T        compute threads a rank (default: cores / ranks on this machine)\n"
             "  --unfused          the unfused schedule: the whole dispatch, the experts, the whole\n"
-            "                     combine (default: fused, where max_tokens T is over 64: each rank's\n"
-            "                     tokens in 2 chunks, one chunk's exchanges while the other's experts\n"
-            "                     run; the same bits). perf mode times the other schedule too\n"
+            "                     combine. perf mode times the other schedule too (unfused, or fused)\n"
+            "  --overlap          each rank's tokens in 2 chunks (T over 64), one chunk's dispatch\n"
+            "                     and combine while the other's experts run; each chunk reads every\n"
+            "                     hit expert's weights again. The default, fused, overlaps where each\n"
+            "                     local expert gets 256 rows a chunk on average (R T K / E / 2), else\n"
+            "                     runs unfused. Every schedule gives the same bits\n"
             "  --iters N          perf repetitions (default 10)\n"
             "  --warmup N         perf untimed repetitions first (default 1)\n"
             "  --timeout SECONDS  deadline of every wait between ranks (default 60)\n"
@@ -405,7 +408,7 @@ static void run_usage(FILE *f)
             "  a2amm run 64 256 128 2 --op moe perf --iters 5 --dir /tmp/a2amm-moe\n");
 }
 
-static void print_perf(const moe_io_shape *s, const moe_run_result *res, int unfused, int json)
+static void print_perf(const moe_io_shape *s, const moe_run_result *res, a2amm_schedule schedule, int json)
 {
     cli_summary sum[MOE_VARIANTS];
     for (int v = 0; v < MOE_VARIANTS; v++) sum[v] = cli_summarize(res->t[v], res->iters);
@@ -422,14 +425,15 @@ static void print_perf(const moe_io_shape *s, const moe_run_result *res, int unf
             printf(",\"%s_s\":{\"median\":%.9f,\"min\":%.9f,\"max\":%.9f}", keys[v], sum[v].median, sum[v].min,
                    sum[v].max);
         printf(",\"schedule\":\"%s\",\"exposed_s\":%.9f,\"tokens_per_s\":%.1f,\"expert_rows_max\":%lld}\n",
-               unfused ? "unfused" : "fused", call - experts, tokens / call, (long long)res->rows_max);
+               moe_schedule_name(schedule), call - experts, tokens / call, (long long)res->rows_max);
         return;
     }
     printf("  perf: %d repetitions, each the slowest rank's time (median, min, max); the call's schedule: %s\n",
-           res->iters, unfused ? "unfused" : "fused");
+           res->iters, moe_schedule_name(schedule));
     for (int v = 0; v < MOE_VARIANTS; v++)
         printf("    %-46s %9.3f ms  (%.3f .. %.3f)\n",
-               v == MOE_V_OTHER ? (unfused ? "the call, fused schedule" : "the call, unfused schedule")
+               v == MOE_V_OTHER ? (moe_other_schedule(schedule) == A2AMM_SCHEDULE_FUSED ? "the call, fused schedule"
+                                                                                        : "the call, unfused schedule")
                                 : moe_variant_names[v],
                sum[v].median * 1e3, sum[v].min * 1e3, sum[v].max * 1e3);
     printf("  call / experts alone: %.2f; exposed (call - experts): %.3f ms; %.0f tokens/s over %lld tokens; "
@@ -473,7 +477,14 @@ int cmd_run_moe(int argc, char **argv)
             if (m < 0) return 2;
             o.trace_path = v;
         } else if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--unfused")) o.unfused = 1;
+        else if (!strcmp(argv[i], "--unfused") || !strcmp(argv[i], "--overlap")) {
+            a2amm_schedule asked = argv[i][2] == 'u' ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_OVERLAP;
+            if (o.schedule != A2AMM_SCHEDULE_FUSED && o.schedule != asked) {
+                fprintf(stderr, "a2amm run: --unfused and --overlap: one schedule, not both\n");
+                return 2;
+            }
+            o.schedule = asked;
+        }
         else if (!strcmp(argv[i], "precision") && a.npos == 4) o.mode = RUN_PRECISION;
         else if (!strcmp(argv[i], "perf") && a.npos == 4) o.mode = RUN_PERF;
         else if (argv[i][0] == '-' && argv[i][1] && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
@@ -515,7 +526,7 @@ int cmd_run_moe(int argc, char **argv)
     if (!json) {
         print_shape("run", &s);
         printf("  %s mode, transport %s, %s schedule\n", o.mode == RUN_PERF ? "perf" : "precision",
-               o.transport == RUN_MPI ? "mpi" : "shm", o.unfused ? "unfused" : "fused");
+               o.transport == RUN_MPI ? "mpi" : "shm", moe_schedule_name(o.schedule));
     }
     fflush(stdout);
     moe_run_result res;
@@ -537,7 +548,7 @@ int cmd_run_moe(int argc, char **argv)
         if (rc == A2AMM_E_INTERRUPTED && cli_exit_code_for_stop()) return cli_exit_code_for_stop();
         return 1;
     }
-    if (o.mode == RUN_PERF) print_perf(&s, &res, o.unfused, json);
+    if (o.mode == RUN_PERF) print_perf(&s, &res, o.schedule, json);
     else if (!json)
         printf("  %d compute thread%s a rank, kernel %s\n  wrote %s/output/<0..%d>/npu_out.bin (bf16 [T_r, %lld] "
                "each) in %.3f s (whole run: load, prepare, call, write)\n", res.threads, res.threads == 1 ? "" : "s",

@@ -27,6 +27,11 @@ const char *const moe_variant_names[MOE_VARIANTS] = {"a2amm MoE call (dispatch, 
                                                      "experts alone (the same rows)",
                                                      "exchange alone (dispatch + combine)"};
 
+const char *moe_schedule_name(a2amm_schedule schedule)
+{
+    return schedule == A2AMM_SCHEDULE_UNFUSED ? "unfused" : schedule == A2AMM_SCHEDULE_OVERLAP ? "overlap" : "fused";
+}
+
 typedef struct moe_runner {
     const char *dir;
     moe_io_shape s;
@@ -206,13 +211,13 @@ static int rank_work(moe_rank *k, a2amm_error *err)
     a2amm_moe_config cfg = A2AMM_MOE_CONFIG_INIT;
     cfg.experts = s->E, cfg.topk = s->K, cfg.hidden = s->H, cfg.inter = s->I, cfg.max_tokens = s->T ? s->T : 1;
     cfg.a_type = s->a_type, cfg.b_type = s->b_type, cfg.threads = rn->threads, cfg.timeout_s = rn->o.timeout_s;
-    cfg.schedule = rn->o.unfused ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED;
+    cfg.schedule = rn->o.schedule;
     if (!rc) rc = a2amm_moe_create(k->comm, &cfg, &k->m, err);
     a2amm_comm_say(k->comm, "preparing its experts' weights");
     if (!rc)
         rc = a2amm_moe_set_weights(k->m, k->d.w13, k->d.s13, moe_io_scale_row(s->H), k->d.w2, k->d.s2,
                                    moe_io_scale_row(s->I), err);
-    cfg.schedule = rn->o.unfused ? A2AMM_SCHEDULE_FUSED : A2AMM_SCHEDULE_UNFUSED;
+    cfg.schedule = moe_other_schedule(rn->o.schedule);
     if (!rc && rn->o.mode == RUN_PERF) rc = a2amm_moe_create(k->comm, &cfg, &k->other, err);
     if (!rc && rn->o.mode == RUN_PERF)
         rc = a2amm_moe_set_weights(k->other, k->d.w13, k->d.s13, moe_io_scale_row(s->H), k->d.w2, k->d.s2,
@@ -322,7 +327,8 @@ static int trace_mpi_write(const moe_runner *rn, const moe_run_result *res, cons
                            a2amm_error *err)
 {
     trace_meta meta = {.moe = &rn->s, .mode = rn->o.mode == RUN_PERF ? "perf" : "precision", .transport = "mpi",
-                       .path = "messages", .threads = rn->threads, .unfused = rn->o.unfused, .offset_ns = offsets};
+                       .path = "messages", .threads = rn->threads, .schedule = moe_schedule_name(rn->o.schedule),
+                       .offset_ns = offsets};
     return run_trace_mpi_write(rn->mpi_trace, rn->o.trace_path, rn->s.R, res->rank, &meta, err);
 }
 
@@ -400,7 +406,7 @@ int moe_run_files(const char *dir, const moe_io_shape *s, const moe_run_options 
         }
         if (rn.o.trace_path) { /* the ranks' parts into one file; only removed after a failure */
             trace_meta meta = {.moe = s, .mode = rn.o.mode == RUN_PERF ? "perf" : "precision", .transport = "shm",
-                               .path = "stage", .threads = rn.threads, .unfused = rn.o.unfused};
+                               .path = "stage", .threads = rn.threads, .schedule = moe_schedule_name(rn.o.schedule)};
             int traced = run_trace_merge_parts(rn.o.trace_path, rn.tag, s->R, rc == A2AMM_OK, &meta, err);
             if (!rc) rc = traced;
         }

@@ -22,11 +22,20 @@
 enum { MOE_V_CALL, MOE_V_OTHER, MOE_V_EXPERTS, MOE_V_EXCHANGE, MOE_VARIANTS };
 extern const char *const moe_variant_names[MOE_VARIANTS];
 
+/* "fused", "unfused" or "overlap". */
+const char *moe_schedule_name(a2amm_schedule schedule);
+
+/* What perf mode times beside the schedule asked for: unfused, or fused where unfused was asked. */
+static inline a2amm_schedule moe_other_schedule(a2amm_schedule schedule)
+{
+    return schedule == A2AMM_SCHEDULE_UNFUSED ? A2AMM_SCHEDULE_FUSED : A2AMM_SCHEDULE_UNFUSED;
+}
+
 typedef struct moe_run_options {
     run_mode mode;
     int iters, warmup; /* perf: timed repetitions (default 10), untimed ones first (default 1) */
     int threads;       /* compute threads a rank (0: cores / ranks sharing this machine) */
-    int unfused;       /* the unfused schedule (default: fused, a2amm.h) */
+    a2amm_schedule schedule; /* fused (the default: by size), unfused or overlap (a2amm_moe_config) */
     double timeout_s;  /* every wait between ranks (default 60) */
     run_transport transport;
     const volatile sig_atomic_t *stop; /* non-zero stops the run (A2AMM_E_INTERRUPTED, nothing written) */

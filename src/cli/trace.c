@@ -252,7 +252,8 @@ static void write_meta(FILE *f, int R, const trace_meta *m, int64_t origin)
     cli_json_fstr(f, m->transport);
     fprintf(f, ",\"path\":");
     cli_json_fstr(f, m->path);
-    fprintf(f, ",\"schedule\":\"%s\",\"tile_m\":%lld,\"depth\":%d,\"threads\":%d", m->unfused ? "unfused" : "fused",
+    fprintf(f, ",\"schedule\":\"%s\",\"tile_m\":%lld,\"depth\":%d,\"threads\":%d",
+            m->schedule ? m->schedule : m->unfused ? "unfused" : "fused",
             (long long)m->tile_m, m->depth, m->threads);
     fprintf(f, ",\"clock\":\"CLOCK_MONOTONIC of each rank, minus its offset, minus the origin\",\"origin_ns\":%lld",
             (long long)origin);

@@ -72,6 +72,7 @@ typedef struct trace_meta {
     const char *path;            /* "direct" or "put" */
     int64_t tile_m;
     int depth, threads, unfused;
+    const char *schedule;        /* the schedule's name where set (the MoE op's), else from unfused */
     const char *const *variant_names; /* TRACE_VARIANT's names by index */
     const int64_t *offset_ns;    /* [R]: each rank's clock minus rank 0's (ping exchange), or NULL (one clock) */
     const size_t *dropped;       /* [R]: spans not kept, or NULL */
