@@ -30,10 +30,11 @@
 
 #include "common/scratch.h"
 #include "gemm/gemm_amx.h"
+#include "mx/mx.h"
 #include "op/moe_down.h"
 #include "op/moe_down_panel.h"
 
-#define AMX_DOWN_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx2,fma,f16c")))
+#define AMX_DOWN_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vbmi,avx2,fma,f16c")))
 #define AMX_DOWN_INLINE static inline __attribute__((always_inline)) AMX_DOWN_TARGET
 
 enum {
@@ -73,25 +74,61 @@ AMX_DOWN_INLINE void row_to_bf16(const float *a, int64_t I, uint16_t *out)
 }
 
 /*
- * A panel's blocks as TDPBF16PS's B tiles: block b's K-pair row kp holds,
- * for each column c, (W2[c][32b + 2kp], W2[c][32b + 2kp + 1]) as bf16 (the
- * codes' values exactly; E4M3's NaN codes as 480, the panel's NaN columns
- * say the rest), and its 16 scales as floats.
+ * The widening's tables: the low and the high byte of the bf16 of each
+ * code magnitude 0-127 (exact: 4 significant bits at most; E4M3's NaN
+ * magnitude as NaN, which the panel's NaN columns overrule anyway), two
+ * registers each for VPERMI2B; and the byte order that, after the unpacking
+ * of low and high bytes into words, leaves each column's K-pair side by
+ * side (see widen_rows4).
  */
-AMX_DOWN_INLINE void widen_panel_tiles(const uint8_t *panel, int64_t nkb, int e4m3, uint32_t *wide, float *scales)
+typedef struct tile_widen {
+    __m512i lo[2], hi[2], order, sign;
+} tile_widen;
+
+static AMX_DOWN_TARGET tile_widen tile_widen_of(a2amm_fp8_type type)
 {
-    const __m512i high = _mm512_set1_epi32((int)0xFFFF0000u);
+    uint8_t lo[128], hi[128], order[64];
+    for (int m = 0; m < 128; m++) {
+        const float v = mx_fp8_to_f32((uint8_t)m, type);
+        uint32_t bits;
+        memcpy(&bits, &v, sizeof bits);
+        lo[m] = (uint8_t)(bits >> 16), hi[m] = (uint8_t)(bits >> 24);
+    }
+    /* unpacklo/hi of 128-bit lane q give words 8q + i from bytes 16q + i and 16q + 8 + i; word w of K-pair
+     * row h (0: codes rows 0 and 1, 1: rows 2 and 3) is column w / 2's code in row 2h + w % 2 */
+    for (int w = 0; w < 32; w++)
+        for (int h = 0; h < 2; h++) order[16 * (w / 8) + 8 * h + w % 8] = (uint8_t)(16 * (2 * h + w % 2) + w / 2);
+    return (tile_widen){{_mm512_loadu_si512(lo), _mm512_loadu_si512(lo + 64)},
+                        {_mm512_loadu_si512(hi), _mm512_loadu_si512(hi + 64)},
+                        _mm512_loadu_si512(order),
+                        _mm512_set1_epi8((char)0x80)};
+}
+
+/*
+ * Four rows of a block's codes (16 columns each, 64 bytes) as two K-pair
+ * rows of the B tile: column c's two values at words 2c and 2c + 1, as
+ * bf16, by two table lookups (VPERMI2B on the codes' low 7 bits) and the
+ * sign put back.
+ */
+AMX_DOWN_INLINE void widen_rows4(const uint8_t *codes, const tile_widen *w, uint32_t *out)
+{
+    const __m512i x = _mm512_permutexvar_epi8(w->order, _mm512_loadu_si512(codes));
+    const __m512i lo = _mm512_permutex2var_epi8(w->lo[0], x, w->lo[1]);
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(w->hi[0], x, w->hi[1]), x, w->sign, 0xF8);
+    _mm512_store_si512(out, _mm512_unpacklo_epi8(lo, hi));
+    _mm512_store_si512(out + 16, _mm512_unpackhi_epi8(lo, hi));
+}
+
+/* A panel's blocks as TDPBF16PS's B tiles (block b's K-pair row kp: its codes' rows 2kp and 2kp + 1) and its
+ * 16 scales a block as floats. */
+AMX_DOWN_INLINE void widen_panel_tiles(const uint8_t *panel, int64_t nkb, const tile_widen *w, uint32_t *wide,
+                                       float *scales)
+{
     for (int64_t b = 0; b < nkb; b++) {
         const uint8_t *blk = panel + HEAD + (size_t)b * BLOCK;
         for (int c = 0; c < NR; c++) scales[b * NR + c] = scale_float(blk[c]);
-#pragma GCC unroll 4
-        for (int kp = 0; kp < 16; kp++) {
-            const __m512i even = _mm512_castps_si512(widen16_avx512(blk + NR + (2 * kp) * NR, e4m3));
-            const __m512i odd = _mm512_castps_si512(widen16_avx512(blk + NR + (2 * kp + 1) * NR, e4m3));
-            /* even's bf16 in the low half of each dword, odd's in the high: (even >> 16) | (odd & high) */
-            _mm512_store_si512(wide + b * WIDE_BLOCK + kp * 16,
-                               _mm512_ternarylogic_epi32(_mm512_srli_epi32(even, 16), odd, high, 0xF8));
-        }
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++) widen_rows4(blk + NR + 4 * q * NR, w, wide + b * WIDE_BLOCK + q * 32);
     }
 }
 
@@ -146,14 +183,15 @@ static AMX_DOWN_TARGET void tile_panel(const uint16_t *a, int64_t I, int rows, c
 
 static size_t up64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-static AMX_DOWN_TARGET void tiles_over_panels(int64_t H, int64_t I, int e4m3, const uint16_t *abf, int64_t nt,
+static AMX_DOWN_TARGET void tiles_over_panels(int64_t H, int64_t I, a2amm_fp8_type type, const uint16_t *abf, int64_t nt,
                                               const uint8_t *packed, float *const *ysel, uint32_t *wide,
                                               float *scales, float *cbuf)
 {
+    const tile_widen w = tile_widen_of(type);
     _tile_loadconfig(&CONFIGS[(nt < TILE_ROWS ? nt : TILE_ROWS) - 1]);
     for (int64_t p = 0; p < H / NR; p++) {
         const uint8_t *panel = packed + (size_t)p * panel_bytes(I);
-        widen_panel_tiles(panel, I / 32, e4m3, wide, scales);
+        widen_panel_tiles(panel, I / 32, &w, wide, scales);
         for (int64_t r0 = 0; r0 < nt; r0 += TILE_ROWS)
             tile_panel(abf + r0 * I, I, nt - r0 < TILE_ROWS ? (int)(nt - r0) : TILE_ROWS, wide, scales,
                        nan_columns(panel), cbuf, ysel + r0, p * NR);
@@ -189,6 +227,6 @@ AMX_DOWN_TARGET int moe_down_amx(int64_t H, int64_t I, a2amm_fp8_type b_type, co
     }
     if (nt == 0) return 0;
     memset(abf + nt * I, 0, (size_t)((padded - nt) * I) * sizeof(uint16_t));
-    tiles_over_panels(H, I, b_type == A2AMM_E4M3, abf, nt, packed, ysel, wide, scales, cbuf);
+    tiles_over_panels(H, I, b_type, abf, nt, packed, ysel, wide, scales, cbuf);
     return 0;
 }
