@@ -276,41 +276,60 @@ int moe_experts(const moe_shape *s, const moe_weights *w, pool *workers, const u
                                     : A2AMM_OK;
 }
 
+/* Columns a partial or a combine sums at once on the stack (its fp32 sums, then one bf16 rounding of them). */
+enum { SUM_COLS = 1024 };
+
 void moe_partials(const moe_shape *s, const uint8_t *recv, const moe_groups *g, const float *const *y,
                   uint16_t *partials)
 {
     const int64_t H = s->H;
+    float acc[SUM_COLS];
     for (int64_t r = 0; r < g->nrec; r++) { /* its slots' w * y summed in slot order in fp32, rounded once */
         record_view v = record_at(s, recv, r);
-        for (int64_t col = 0; col < H; col++) {
-            float acc = 0.0f;
-            for (int i = 0; i < v.n; i++) acc += slot_weight(&v, i) * y[g->first[r] + i][col];
-            partials[r * H + col] = mx_f32_to_bf16(acc);
+        for (int64_t c0 = 0; c0 < H; c0 += SUM_COLS) {
+            const int64_t n = H - c0 < SUM_COLS ? H - c0 : SUM_COLS;
+            for (int64_t col = 0; col < n; col++) acc[col] = 0.0f;
+            for (int i = 0; i < v.n; i++) { /* each column's sum in slot order: a slot at a time over the row */
+                const float w = slot_weight(&v, i), *yi = y[g->first[r] + i] + c0;
+                for (int64_t col = 0; col < n; col++) acc[col] += w * yi[col];
+            }
+            gemm_store_bf16(acc, n, 1, 0, n, partials + r * H + c0, n);
         }
     }
+}
+
+/* bf16 bits to their float (exact). */
+static inline float bf16_value(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
 }
 
 int moe_combine(const moe_shape *s, int64_t T, const int32_t *idx, const uint16_t *partials, const size_t *first,
                 uint16_t *out, a2amm_error *err)
 {
     size_t *next = malloc(sizeof *next * (size_t)s->R);
-    float *acc = malloc(sizeof *acc * (size_t)s->H);
-    if (!next || !acc) {
-        free(next), free(acc);
-        return a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: out of memory for the combine", s->me);
-    }
+    if (!next) return a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: out of memory for the combine", s->me);
+    const int64_t H = s->H;
+    float acc[SUM_COLS];
     for (int o = 0; o < s->R; o++) next[o] = first[o];
     for (int64_t t = 0; t < T; t++) {
         const int32_t *ids = idx + t * s->k;
-        for (int64_t col = 0; col < s->H; col++) acc[col] = 0.0f;
-        for (int o = 0; o < s->R; o++) { /* owners in rank order */
-            if (!has_owner(s, ids, o)) continue;
-            const uint16_t *p = partials + next[o];
-            next[o] += (size_t)s->H;
-            for (int64_t col = 0; col < s->H; col++) acc[col] += mx_bf16_to_f32(p[col]);
+        for (int64_t c0 = 0; c0 < H; c0 += SUM_COLS) {
+            const int64_t n = H - c0 < SUM_COLS ? H - c0 : SUM_COLS;
+            for (int64_t col = 0; col < n; col++) acc[col] = 0.0f;
+            for (int o = 0; o < s->R; o++) { /* owners in rank order */
+                if (!has_owner(s, ids, o)) continue;
+                const uint16_t *p = partials + next[o] + c0;
+                for (int64_t col = 0; col < n; col++) acc[col] += bf16_value(p[col]);
+            }
+            gemm_store_bf16(acc, n, 1, 0, n, out + t * H + c0, n);
         }
-        for (int64_t col = 0; col < s->H; col++) out[t * s->H + col] = mx_f32_to_bf16(acc[col]);
+        for (int o = 0; o < s->R; o++)
+            if (has_owner(s, ids, o)) next[o] += (size_t)H;
     }
-    free(next), free(acc);
+    free(next);
     return A2AMM_OK;
 }
