@@ -254,8 +254,8 @@ for want in ('dispatch chunk 0', 'experts chunk 0 (', 'combine chunk 0', 'call 1
 done
 expect_ok "bench moe over MPI across 2 hosts" mpirun_hosts 2 "$P-h1,$P-h2" "$A2AMM" bench moe 2 8 64 32 4 2 --iters 2 \
     --threads 1 --transport mpi
-expect_output "bench moe over MPI: baseline (1) and the unfused schedule give the op's bits" \
-    "(1) and the unfused schedule give the fused call's bits on every rank: yes"
+expect_output "bench moe over MPI: baseline (1) and the other schedules give the op's bits" \
+    "(1), the unfused and the overlap schedules give the fused call's bits on every rank: yes"
 expect_output "bench moe over MPI: baseline (2) ran" "(2) alltoallv + oneDNN bf16 experts"
 expect_fail "bench moe --transport mpi without mpirun: says how to launch" "launch every rank with mpirun" \
     "$A2AMM" bench moe 2 8 64 32 4 2 --transport mpi
