@@ -14,7 +14,7 @@ OPT      ?= -O2 -g
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS   := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
 CPPFLAGS += -Iinclude -Isrc -I. -D_GNU_SOURCE
-CFLAGS   += -std=c11 -Wall -Wextra -Werror -pthread $(OPT)
+CFLAGS   += -std=c11 -ffp-contract=off -Wall -Wextra -Werror -pthread $(OPT)
 # What the library needs, and all it needs.
 LIB_LDLIBS := -lm -pthread
 # The benchmarks' peers (oneDNN) are linked by a2amm-bench only: never by
@@ -214,10 +214,10 @@ FUZZ_BIN   := $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(wildcard tests/fuzz/fu
 
 $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(CPPFLAGS) -std=c11 -Wall -Wextra -Werror -pthread $(FUZZ_SAN) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+	$(FUZZ_CC) $(CPPFLAGS) -std=c11 -ffp-contract=off -Wall -Wextra -Werror -pthread $(FUZZ_SAN) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
 $(FUZZ_BUILD)/%: tests/fuzz/%.c $(FUZZ_OBJ)
-	$(FUZZ_CC) $(CPPFLAGS) -std=c11 -Wall -Wextra -Werror -pthread $(FUZZ_SAN) -fsanitize=fuzzer $^ -o $@ $(LDLIBS)
+	$(FUZZ_CC) $(CPPFLAGS) -std=c11 -ffp-contract=off -Wall -Wextra -Werror -pthread $(FUZZ_SAN) -fsanitize=fuzzer $^ -o $@ $(LDLIBS)
 
 .SECONDARY: $(FUZZ_OBJ)
 fuzz: $(FUZZ_BIN)

@@ -150,7 +150,7 @@ A2AMM_API float a2amm_expf(float x);
 A2AMM_API float a2amm_silu(float g);
 /* a[i] = bf16(silu(g[i]) * u[i]) for i < n: the MoE op's activation of an
  * expert's gate and up sums (one fp32 product, one rounding to bf16, round
- * to nearest even). Local, thread-safe. */
+ * to nearest even; a NaN as the quiet NaN 0x7FC0). Local, thread-safe. */
 A2AMM_API void a2amm_swiglu(const float *g, const float *u, int64_t n, uint16_t *a);
 
 /* ---- This CPU and the kernels ---------------------------------------------- */

@@ -55,7 +55,7 @@ for t in "$root/$build"/tests/test_*; do
     elif [ "$(basename "$t")" = test_moe_down ]; then
         # one test per vector level, as test_gemm's (the down projection has an amx level too)
         for part in avx2 avx512 amx; do run_one "$name $part" "$t" "$part"; done
-    elif [ "$(basename "$t")" = test_mx_quantize ]; then
+    elif [ "$(basename "$t")" = test_mx_quantize ] || [ "$(basename "$t")" = test_swiglu ]; then
         for part in avx2 avx512; do run_one "$name $part" "$t" "$part"; done
     else
         run_one "$name" "$t"

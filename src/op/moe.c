@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "mx/expf.h"
 #include "mx/mx.h"
+#include "op/swiglu.h"
 
 /* A record: int32 token, int32 slots here (n), n x {int32 local expert, float weight}, then k - n unused
  * entries, the token's H codes and H/32 scales, padding to 8 bytes. */
@@ -228,10 +229,7 @@ int moe_expert_rows(const moe_shape *s, const moe_weights *w, int le, const uint
     if (ok) {
         gemm_a_slab slab = {codes, scales, H, H / 32, s->a_type};
         gemm_multiply(w->w13[le], &slab, n, 0, H, 0, 2 * I, c, 2 * I);
-        for (int64_t i = 0; i < n; i++) {
-            const float *g = c + i * 2 * I, *u = g + I;
-            for (int64_t k = 0; k < I; k++) act[i * I + k] = mx_bf16_to_f32(mx_f32_to_bf16(mx_silu(g[k]) * u[k]));
-        }
+        for (int64_t i = 0; i < n; i++) swiglu_row_f32(c + i * 2 * I, c + i * 2 * I + I, I, act + i * I);
         ok = w->down(H, I, s->b_type, act, n, w->w2 + (size_t)le * moe_down_bytes(H, I), ys) == 0;
     }
     free(c), free(act);
