@@ -44,24 +44,27 @@ enum {
 };
 
 /*
- * One configuration for each count r = 1..16 of rows: C (tmm0-1) and A
- * (tmm2-3) r rows, B (tmm4-5) 16 K-pair rows; two blocks in flight.
+ * One configuration for each count r = 1..16 of rows: C (tmm0-3) and A
+ * (tmm4-5) r rows, B (tmm6-7) 16 K-pair rows.
  */
-#define DOWN_CONFIG(r) {.palette = 1, .colsb = {64, 64, 64, 64, 64, 64}, .rows = {r, r, r, r, 16, 16}}
+#define DOWN_CONFIG(r) {.palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {r, r, r, r, r, r, 16, 16}}
 static const gemm_amx_config CONFIGS[TILE_ROWS] __attribute__((aligned(64))) = {
     DOWN_CONFIG(1),  DOWN_CONFIG(2),  DOWN_CONFIG(3),  DOWN_CONFIG(4),  DOWN_CONFIG(5),  DOWN_CONFIG(6),
     DOWN_CONFIG(7),  DOWN_CONFIG(8),  DOWN_CONFIG(9),  DOWN_CONFIG(10), DOWN_CONFIG(11), DOWN_CONFIG(12),
     DOWN_CONFIG(13), DOWN_CONFIG(14), DOWN_CONFIG(15), DOWN_CONFIG(16)};
 
-/* Whether a row goes through the tiles (see the top of the file). */
-static int row_for_tiles(const float *a, int64_t I)
+/* Whether a row goes through the tiles (see the top of the file): |a_i| in {0} or [2^-103, 2^100), NaN
+ * failing both compares, 16 values a step. */
+static AMX_DOWN_TARGET int row_for_tiles(const float *a, int64_t I)
 {
-    int ok = 1;
-    for (int64_t i = 0; i < I; i++) {
-        const float m = fabsf(a[i]);
-        ok &= m == 0 || (m >= 0x1p-103f && m < 0x1p100f);
+    const __m512 lo = _mm512_set1_ps(0x1p-103f), hi = _mm512_set1_ps(0x1p100f);
+    __mmask16 bad = 0;
+    for (int64_t i = 0; i < I; i += 16) {
+        const __m512 m = _mm512_abs_ps(_mm512_loadu_ps(a + i));
+        const __mmask16 in = _mm512_cmp_ps_mask(m, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(m, hi, _CMP_LT_OQ);
+        bad |= (__mmask16)~(in | _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_EQ_OQ));
     }
-    return ok;
+    return bad == 0;
 }
 
 /* A row of bf16 values held as floats, as bf16 (their top halves: exact). */
@@ -140,10 +143,26 @@ AMX_DOWN_INLINE void widen_panel_tiles(const uint8_t *panel, int64_t nkb, const 
             _mm512_fmadd_ps(_mm512_load_ps((buf) + 16 * r), s_, acc[r]);                                       \
     } while (0)
 
+/* Block b (< nkb) into C tile C (A tile A, B tile B), stored to cbuf's slot C; then block b - 2's slot added
+ * to acc: a C tile's store has two blocks' work to land before its loads. */
+#define TILE_STEP(C, A, B)                                                                                     \
+    do {                                                                                                       \
+        if (b < nkb) {                                                                                         \
+            _tile_zero(C);                                                                                     \
+            _tile_loadd(A, a + b * 32, a_stride);                                                              \
+            _tile_loadd(B, wide + b * WIDE_BLOCK, 64);                                                         \
+            _tile_dpbf16ps(C, A, B);                                                                           \
+            _tile_stored(C, cbuf + (C) * TILE_ROWS * 16, 64);                                                  \
+        }                                                                                                      \
+        if (b >= 2 && b - 2 < nkb) ADD_BLOCK(cbuf + (((C) + 2) & 3) * TILE_ROWS * 16, _mm512_loadu_ps(scales + (b - 2) * NR)); \
+        b++;                                                                                                   \
+    } while (0)
+
 /*
  * `rows` rows of a (bf16, I apart) over one widened panel: each block's sums
- * by a tile (two blocks in flight, their C tiles stored to cbuf), added to
- * acc; then ys[r][col ..], NaN canonical, the panel's NaN columns NaN.
+ * by a tile, four C tiles in turn (cbuf: four tiles' room), each added to
+ * acc two blocks after its store; then ys[r][col ..], NaN canonical, the
+ * panel's NaN columns NaN.
  */
 static AMX_DOWN_TARGET void tile_panel(const uint16_t *a, int64_t I, int rows, const uint32_t *wide,
                                        const float *scales, unsigned nan, float *cbuf, float *const *ys,
@@ -153,24 +172,12 @@ static AMX_DOWN_TARGET void tile_panel(const uint16_t *a, int64_t I, int rows, c
     __m512 acc[TILE_ROWS];
 #pragma GCC unroll 16
     for (int r = 0; r < TILE_ROWS; r++) acc[r] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nkb; b += 2) {
-        const int two = b + 1 < nkb;
-        _tile_zero(0);
-        _tile_loadd(2, a + b * 32, a_stride);
-        _tile_loadd(4, wide + b * WIDE_BLOCK, 64);
-        _tile_dpbf16ps(0, 2, 4);
-        if (two) {
-            _tile_zero(1);
-            _tile_loadd(3, a + (b + 1) * 32, a_stride);
-            _tile_loadd(5, wide + (b + 1) * WIDE_BLOCK, 64);
-            _tile_dpbf16ps(1, 3, 5);
-        }
-        _tile_stored(0, cbuf, 64);
-        ADD_BLOCK(cbuf, _mm512_loadu_ps(scales + b * NR));
-        if (two) {
-            _tile_stored(1, cbuf + TILE_ROWS * 16, 64);
-            ADD_BLOCK(cbuf + TILE_ROWS * 16, _mm512_loadu_ps(scales + (b + 1) * NR));
-        }
+    int64_t b = 0;
+    while (b < nkb + 2) {
+        TILE_STEP(0, 4, 6);
+        TILE_STEP(1, 5, 7);
+        TILE_STEP(2, 4, 6);
+        TILE_STEP(3, 5, 7);
     }
 #pragma GCC unroll 16
     for (int r = 0; r < TILE_ROWS; r++)
@@ -203,14 +210,15 @@ AMX_DOWN_TARGET int moe_down_amx(int64_t H, int64_t I, a2amm_fp8_type b_type, co
                  float *const *ys)
 {
     if (n <= 0) return 0;
+    /* the tiles' rows counted first, for the buffer's size (the check is a fraction of a row's work) */
     int64_t nt = 0;
     for (int64_t i = 0; i < n; i++) nt += row_for_tiles(a + i * I, I);
     const int64_t padded = (nt + TILE_ROWS - 1) / TILE_ROWS * TILE_ROWS, nkb = I / 32;
     /* one buffer: a's tile rows as bf16 (zeros to a whole tile), their ys, a widened panel, its scales,
-     * two C tiles */
+     * four C tiles */
     const size_t a_bytes = up64((size_t)(padded * I) * sizeof(uint16_t)), ys_bytes = up64((size_t)nt * sizeof(float *));
     const size_t wide_bytes = (size_t)nkb * WIDE_BLOCK * sizeof(uint32_t), scale_bytes = (size_t)nkb * NR * sizeof(float);
-    char *mem = scratch_get(SCRATCH_SLOT, a_bytes + ys_bytes + wide_bytes + scale_bytes + 2 * 1024);
+    char *mem = scratch_get(SCRATCH_SLOT, a_bytes + ys_bytes + wide_bytes + scale_bytes + 4 * 1024);
     if (!mem) return -1;
     uint16_t *abf = (uint16_t *)mem;
     float **ysel = (float **)(mem + a_bytes);
