@@ -20,8 +20,34 @@
 
 #include "api/api_internal.h"
 #include "common/error.h"
+#include "common/hugemem.h"
 #include "common/pool.h"
 #include "op/moe.h"
+
+/*
+ * Memory an op keeps between its calls, grown as a call needs it (never
+ * shrunk; freed with the op): the experts' outputs and the combine's
+ * partials are tens of MB at prefill, and fresh ones every call were fresh
+ * mappings whose page faults and zeroing cost 15-20 ms of a 50 ms exchange
+ * (run --op moe perf, DeepSeek-V2-Lite prefill).
+ */
+typedef struct kept_buf {
+    void *p;
+    size_t cap;
+} kept_buf;
+
+static void *kept(kept_buf *k, size_t bytes)
+{
+    if (bytes > k->cap) {
+        void *p = hugemem_alloc(bytes);
+        if (!p) return NULL;
+        free(k->p);
+        k->p = p, k->cap = bytes;
+    }
+    return k->p;
+}
+
+enum { KEPT_CHUNKS = 2 /* FUSED_CHUNKS_MAX: a fused call's chunks' outputs live at once */ };
 
 struct a2amm_moe {
     a2amm_comm *comm;
@@ -38,6 +64,8 @@ struct a2amm_moe {
     void *observer_arg;
     uint64_t calls;          /* a2amm_moe_run calls made, for the events */
     struct moe_log *log;     /* the call's events while one runs with an observer, else NULL */
+    kept_buf y[KEPT_CHUNKS];  /* the experts' outputs of a call (of each chunk) */
+    kept_buf partials, back;  /* the combine's: sent and received (one combine at a time) */
 };
 
 /* ---- the observer: a call's events, kept as they happen (on either of its threads) and reported to the
@@ -492,7 +520,8 @@ static int combine_core(a2amm_moe *m, a2amm_moe_batch *b, const float *const *y,
     const moe_shape *s = &m->s;
     const int R = s->R, me = s->me;
     const size_t pb = (size_t)s->H * 2;
-    uint16_t *partials = malloc(pb * (size_t)(b->got ? b->got : 1)), *back = malloc(pb * (size_t)(b->sent ? b->sent : 1));
+    uint16_t *partials = kept(&m->partials, pb * (size_t)(b->got ? b->got : 1));
+    uint16_t *back = kept(&m->back, pb * (size_t)(b->sent ? b->sent : 1));
     size_t *z = malloc(sizeof *z * (size_t)R * 4);
     int rc = partials && back && z ? A2AMM_OK
                                    : a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe: rank %d: out of memory", me);
@@ -508,7 +537,7 @@ static int combine_core(a2amm_moe *m, a2amm_moe_batch *b, const float *const *y,
         for (int p = 0; !rc && p < R; p++) bo[p] /= 2; /* in elements */
         if (!rc) rc = moe_combine(s, b->T, b->idx, back, bo, out, err);
     }
-    free(partials), free(back), free(z);
+    free(z);
     return rc;
 }
 
@@ -565,7 +594,7 @@ static int step_combine(a2amm_moe *m, int c, a2amm_moe_batch *b, const float *co
  * pass of 192 (experts alone, bench moe 2 512 vs 1024), more than the half of the exchange they hide on
  * one machine (5-10% of the call) or across hosts at 1 Gbit/s (docs/performance.md).
  */
-enum { FUSED_CHUNKS_MAX = 2, FUSED_CHUNK_MIN = 64 /* tokens */, FUSED_ROWS_MIN = 256 };
+enum { FUSED_CHUNKS_MAX = KEPT_CHUNKS, FUSED_CHUNK_MIN = 64 /* tokens */, FUSED_ROWS_MIN = 256 };
 
 /* The chunks of every rank's call: the same on every rank (from the shared config), so that every rank
  * makes the same exchanges. Unfused, fused below FUSED_ROWS_MIN, or where counts go first (their refusal
@@ -672,7 +701,7 @@ static int run_fused(a2amm_moe *m, const tokens_args *t, size_t top, int chunks,
         if (fused_wait(&f, &f.dispatched, c + 1)) break; /* the exchanges failed: their error below */
         const a2amm_moe_batch *b = f.batch[c];
         const int64_t pairs = b->g.pairs;
-        f.y[c] = malloc(sizeof *f.y[c] * (size_t)((pairs ? pairs : 1) * H));
+        f.y[c] = kept(&m->y[c], sizeof *f.y[c] * (size_t)((pairs ? pairs : 1) * H));
         f.rows[c] = malloc(sizeof *f.rows[c] * (size_t)(pairs + 1));
         if (!f.y[c] || !f.rows[c]) rc = a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe_run: rank %d: out of memory", m->s.me);
         for (int64_t p = 0; !rc && p < pairs; p++) f.rows[c][p] = f.y[c] + p * H;
@@ -684,7 +713,7 @@ static int run_fused(a2amm_moe *m, const tokens_args *t, size_t top, int chunks,
         rc = f.rc;
         if (err) *err = f.err;
     }
-    for (int c = 0; c < chunks; c++) a2amm_moe_batch_destroy(f.batch[c]), free(f.y[c]), free(f.rows[c]);
+    for (int c = 0; c < chunks; c++) a2amm_moe_batch_destroy(f.batch[c]), free(f.rows[c]);
     pthread_cond_destroy(&f.moved);
     pthread_mutex_destroy(&f.lock);
     return rc;
@@ -698,14 +727,14 @@ static int run_call(a2amm_moe *m, const tokens_args *t, size_t top, int *alike, 
     int rc = step_dispatch(m, t, 0, 0, t->T, top, &b, alike, err);
     if (rc) return rc;
     const int64_t pairs = b->g.pairs, H = m->s.H;
-    float *y = malloc(sizeof *y * (size_t)((pairs ? pairs : 1) * H));
+    float *y = kept(&m->y[0], sizeof *y * (size_t)((pairs ? pairs : 1) * H));
     const float **rows = malloc(sizeof *rows * (size_t)(pairs + 1));
     if (!y || !rows) rc = a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe_run: rank %d: out of memory", m->s.me);
     for (int64_t p = 0; !rc && p < pairs; p++) rows[p] = y + p * H;
     comm_set_doing(m->ctx, "a2amm_moe_run of op %lld: the experts on %lld rows", (long long)m->id, (long long)b->got);
     if (!rc) rc = step_experts(m, 0, b, y, err);
     if (!rc) rc = step_combine(m, 0, b, rows, t->out, top, err);
-    free(y), free(rows);
+    free(rows);
     a2amm_moe_batch_destroy(b);
     return rc;
 }
@@ -890,5 +919,7 @@ void a2amm_moe_destroy(a2amm_moe *m)
     if (!m) return;
     if (m->weights == &m->own) moe_weights_free(&m->s, &m->own);
     pool_destroy(m->workers);
+    for (int c = 0; c < KEPT_CHUNKS; c++) free(m->y[c].p);
+    free(m->partials.p), free(m->back.p);
     free(m);
 }
