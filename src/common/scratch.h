@@ -10,7 +10,9 @@
 
 #include <stddef.h>
 
-enum { SCRATCH_SLOTS = 5 }; /* 0-3: the gemm driver's; 4: the MoE down projection's amx level */
+/* 0-3: the gemm driver's; then the MoE op's: its down projection's amx level, an expert's g, u and a, an
+ * expert's gathered rows (each user's own slot: one may call the next while holding its memory) */
+enum { SCRATCH_MOE_DOWN = 4, SCRATCH_MOE_EXPERT = 5, SCRATCH_MOE_ROWS = 6, SCRATCH_SLOTS = 7 };
 
 /*
  * A 64-byte-aligned buffer of at least `bytes` owned by the calling thread,

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "common/error.h"
+#include "common/scratch.h"
 #include "mx/expf.h"
 #include "mx/mx.h"
 #include "op/swiglu.h"
@@ -224,15 +225,17 @@ int moe_expert_rows(const moe_shape *s, const moe_weights *w, int le, const uint
 {
     const int64_t H = s->H, I = s->I;
     if (n == 0) return 0;
-    float *c = malloc(sizeof *c * (size_t)(n * 2 * I)), *act = malloc(sizeof *act * (size_t)(n * I));
-    int ok = c && act;
+    /* g, u and a in the thread's scratch (kept between calls: fresh mappings cost their page faults) */
+    const size_t c_bytes = sizeof(float) * (size_t)(n * 2 * I);
+    float *c = scratch_get(SCRATCH_MOE_EXPERT, c_bytes + sizeof(float) * (size_t)(n * I));
+    float *act = c ? c + n * 2 * I : NULL;
+    int ok = c != NULL;
     if (ok) {
         gemm_a_slab slab = {codes, scales, H, H / 32, s->a_type};
         gemm_multiply(w->w13[le], &slab, n, 0, H, 0, 2 * I, c, 2 * I);
         for (int64_t i = 0; i < n; i++) swiglu_row_f32(c + i * 2 * I, c + i * 2 * I + I, I, act + i * I);
         ok = w->down(H, I, s->b_type, act, n, w->w2 + (size_t)le * moe_down_bytes(H, I), ys) == 0;
     }
-    free(c), free(act);
     return ok ? 0 : -1;
 }
 
@@ -251,16 +254,18 @@ static void expert_task(void *arg, int le)
     const int64_t n = j->g->start[le + 1] - j->g->start[le], H = s->H, sw = H / 32;
     if (j->spans) j->spans[le] = (moe_expert_span){now_ns(), 0, pool_thread_index(), n};
     if (n == 0) return;
-    uint8_t *xa = malloc((size_t)(n * H)), *xs = malloc((size_t)(n * sw));
-    float **ys = malloc(sizeof *ys * (size_t)n);
-    int ok = xa && xs && ys;
+    /* the expert's rows, their scales and their ys, in the thread's scratch (kept between calls) */
+    const size_t xa_bytes = (size_t)(n * H + 63) / 64 * 64, xs_bytes = (size_t)(n * sw + 63) / 64 * 64;
+    char *mem = scratch_get(SCRATCH_MOE_ROWS, xa_bytes + xs_bytes + sizeof(float *) * (size_t)n);
+    int ok = mem != NULL;
     if (ok) {
+        uint8_t *xa = (uint8_t *)mem, *xs = xa + xa_bytes;
+        float **ys = (float **)(xs + xs_bytes);
         moe_gather_rows(s, j->recv, j->g, le, xa, xs);
         for (int64_t i = 0; i < n; i++) ys[i] = j->y + j->g->pair[j->g->start[le] + i] * H;
         ok = moe_expert_rows(s, j->w, le, xa, xs, n, ys) == 0;
     }
     if (!ok) atomic_store(&j->failed, 1);
-    free(xa), free(xs), free(ys);
     if (j->spans) j->spans[le].t1_ns = now_ns();
 }
 

@@ -40,7 +40,6 @@
 enum {
     TILE_ROWS = 16,   /* rows of A a tile holds */
     WIDE_BLOCK = 256, /* dwords of a widened block: 16 K-pairs x 16 columns */
-    SCRATCH_SLOT = 4  /* common/scratch.h */
 };
 
 /*
@@ -218,7 +217,7 @@ AMX_DOWN_TARGET int moe_down_amx(int64_t H, int64_t I, a2amm_fp8_type b_type, co
      * four C tiles */
     const size_t a_bytes = up64((size_t)(padded * I) * sizeof(uint16_t)), ys_bytes = up64((size_t)nt * sizeof(float *));
     const size_t wide_bytes = (size_t)nkb * WIDE_BLOCK * sizeof(uint32_t), scale_bytes = (size_t)nkb * NR * sizeof(float);
-    char *mem = scratch_get(SCRATCH_SLOT, a_bytes + ys_bytes + wide_bytes + scale_bytes + 4 * 1024);
+    char *mem = scratch_get(SCRATCH_MOE_DOWN, a_bytes + ys_bytes + wide_bytes + scale_bytes + 4 * 1024);
     if (!mem) return -1;
     uint16_t *abf = (uint16_t *)mem;
     float **ysel = (float **)(mem + a_bytes);
