@@ -46,10 +46,16 @@ static void test_swiglu(void)
     static uint16_t a[N + 1];
     for (int i = 0; i < N; i++) g[i] = randn() * 4.0f, u[i] = randn();
     g[0] = 0.0f, g[1] = -100.0f, g[2] = 100.0f, u[3] = 0.0f;
+    g[4] = NAN, u[5] = -NAN, g[6] = -INFINITY, u[7] = INFINITY, g[7] = 0.0f; /* each a NaN: 0x7FC0 (a2amm.h) */
     a[N] = 0xBEEF;
     a2amm_swiglu(g, u, N, a);
     long wrong = 0;
-    for (int i = 0; i < N; i++) wrong += a[i] != f32_to_bf16(a2amm_silu(g[i]) * u[i]);
+    for (int i = 0; i < N; i++) {
+        const float v = a2amm_silu(g[i]) * u[i];
+        wrong += a[i] != (v != v ? 0x7FC0 : f32_to_bf16(v));
+    }
+    CHECK(a[4] == 0x7FC0 && a[5] == 0x7FC0 && a[6] == 0x7FC0 && a[7] == 0x7FC0,
+          "swiglu: a NaN is 0x7FC0: 0x%04x 0x%04x 0x%04x 0x%04x", a[4], a[5], a[6], a[7]);
     CHECK(wrong == 0, "swiglu: %ld of %d values are not bf16(silu(g) u)", wrong, N);
     CHECK(a[N] == 0xBEEF, "swiglu wrote past n");
     CHECK(bf16_to_f32(a[2]) == bf16_to_f32(f32_to_bf16(100.0f * u[2])), "swiglu: silu(100) is 100");

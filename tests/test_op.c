@@ -397,6 +397,10 @@ static void test_misuse(void)
               strstr(err.msg, "a2amm_op_heap_bytes: "),
           "heap bytes: K=64 does not fit R=3, and says why: %s", err.msg);
     CHECK(a2amm_op_heap_bytes(NULL, 2, &bytes, &err) == A2AMM_E_INVAL, "heap bytes of a NULL config");
+    a2amm_op_config overlap = cfg;
+    overlap.schedule = A2AMM_SCHEDULE_OVERLAP;
+    CHECK(a2amm_op_heap_bytes(&overlap, 2, &bytes, &err) == A2AMM_E_INVAL && strstr(err.msg, "the MoE op's"),
+          "the MoE op's overlap schedule is refused for an a2amm_op, saying so: %s", err.msg);
     CHECK(a2amm_op_input(NULL, NULL, NULL, NULL, NULL, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "not a live op"),
           "input of a NULL op, said: %s", err.msg);
     CHECK(a2amm_op_set_observer(NULL, NULL, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "not a live op"),

@@ -114,8 +114,8 @@ static int check_config(const a2amm_op_config *c, int R, op_shape *shape, op_siz
         return a2amm_fail(err, A2AMM_E_INVAL, "%s: path must be A2AMM_PATH_DIRECT or A2AMM_PATH_PUT", call);
     if (!(c->timeout_s > 0)) return a2amm_fail(err, A2AMM_E_INVAL, "%s: timeout_s must be 0 (60) or positive", call);
     if (c->schedule != A2AMM_SCHEDULE_FUSED && c->schedule != A2AMM_SCHEDULE_UNFUSED)
-        return a2amm_fail(err, A2AMM_E_INVAL, "%s: schedule must be A2AMM_SCHEDULE_FUSED or A2AMM_SCHEDULE_UNFUSED",
-                          call);
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: schedule must be A2AMM_SCHEDULE_FUSED or A2AMM_SCHEDULE_UNFUSED "
+                          "(A2AMM_SCHEDULE_OVERLAP is the MoE op's; got %d)", call, (int)c->schedule);
     if (c->kind != A2AMM_OP_ALLTOALL_MATMUL && c->kind != A2AMM_OP_MATMUL_ALLTOALL)
         return a2amm_fail(err, A2AMM_E_INVAL, "%s: kind must be A2AMM_OP_ALLTOALL_MATMUL or A2AMM_OP_MATMUL_ALLTOALL "
                           "(got %d)", call, (int)c->kind);
