@@ -46,7 +46,7 @@ static int64_t make_g(float *g, int64_t cap)
     return n;
 }
 
-static void check_level(swiglu_level level)
+static void check_level(cpu_vector_level level)
 {
     enum { CAP = 8192 };
     float *g = malloc(sizeof *g * CAP), *u = malloc(sizeof *u * CAP);
@@ -59,16 +59,16 @@ static void check_level(swiglu_level level)
                                : (i % 7 == 0 ? NAN : i % 7 == 1 ? INFINITY : i % 7 == 2 ? 0.0f : -3.5f);
         for (int64_t len = n; len >= n - 17; len -= 1 + len % 5) { /* tails of every length below a vector */
             memset(got, 0xA5, sizeof *got * CAP);
-            swiglu_row_at(SWIGLU_PORTABLE, g, u, len, want);
+            swiglu_row_at(CPU_VECTOR_PORTABLE, g, u, len, want);
             swiglu_row_at(level, g, u, len, got);
             int64_t bad = -1;
             for (int64_t i = 0; bad < 0 && i < len; i++)
                 if (want[i] != got[i]) bad = i;
             CHECK(bad < 0, "%s, u pass %d, %lld values: g %a (0x%08x), u %a: got 0x%04x, portable 0x%04x",
-                  swiglu_level_name(level), pass, (long long)len, bad < 0 ? 0.0 : (double)g[bad],
+                  cpu_vector_name(level), pass, (long long)len, bad < 0 ? 0.0 : (double)g[bad],
                   bad < 0 ? 0u : f2u(g[bad]), bad < 0 ? 0.0 : (double)u[bad], bad < 0 ? 0 : got[bad],
                   bad < 0 ? 0 : want[bad]);
-            CHECK(got[len] == 0xA5A5, "%s: wrote past the row's %lld values", swiglu_level_name(level), (long long)len);
+            CHECK(got[len] == 0xA5A5, "%s: wrote past the row's %lld values", cpu_vector_name(level), (long long)len);
         }
     }
     free(g), free(u), free(want), free(got);
@@ -81,7 +81,7 @@ static void check_portable(void)
     uint16_t a[64];
     for (int i = 0; i < 64; i++) g[i] = (float)(i - 32) / 4.0f, u[i] = (float)(i % 5) - 2.0f;
     g[3] = NAN, u[5] = NAN, g[7] = -INFINITY;
-    swiglu_row_at(SWIGLU_PORTABLE, g, u, 64, a);
+    swiglu_row_at(CPU_VECTOR_PORTABLE, g, u, 64, a);
     int bad = 0;
     for (int i = 0; i < 64; i++) {
         float v = mx_silu(g[i]) * u[i];
@@ -105,13 +105,13 @@ int main(int argc, char **argv)
     rng_state = 0x2545F4914F6CDD1Dull;
     check_portable();
     int skipped = 0;
-    static const swiglu_level levels[] = {SWIGLU_AVX2, SWIGLU_AVX512};
+    static const cpu_vector_level levels[] = {CPU_VECTOR_AVX2, CPU_VECTOR_AVX512};
     for (int l = 0; l < 2; l++) {
-        if (only && strcmp(only, swiglu_level_name(levels[l]))) continue;
-        if (swiglu_level_usable(levels[l]))
+        if (only && strcmp(only, cpu_vector_name(levels[l]))) continue;
+        if (cpu_vector_usable(levels[l]))
             check_level(levels[l]);
         else
-            printf("SKIP: the %s swiglu: this CPU lacks it (or A2AMM_CPU_HIDE hides it)\n", swiglu_level_name(levels[l])),
+            printf("SKIP: the %s swiglu: this CPU lacks it (or A2AMM_CPU_HIDE hides it)\n", cpu_vector_name(levels[l])),
                 skipped++;
     }
     int rc = check_summary("test_swiglu");

@@ -133,3 +133,25 @@ const char *cpu_model_name(void)
     pthread_once(&model_once, model_read);
     return model;
 }
+
+int cpu_vector_usable(cpu_vector_level level)
+{
+    switch (level) {
+    case CPU_VECTOR_PORTABLE: return 1;
+    case CPU_VECTOR_AVX2: return cpu_has(CPU_AVX2);
+    case CPU_VECTOR_AVX512: return cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW);
+    }
+    return 0;
+}
+
+cpu_vector_level cpu_vector_best(void)
+{
+    return cpu_vector_usable(CPU_VECTOR_AVX512) ? CPU_VECTOR_AVX512
+           : cpu_vector_usable(CPU_VECTOR_AVX2) ? CPU_VECTOR_AVX2
+                                                : CPU_VECTOR_PORTABLE;
+}
+
+const char *cpu_vector_name(cpu_vector_level level)
+{
+    return level == CPU_VECTOR_AVX512 ? "avx512" : level == CPU_VECTOR_AVX2 ? "avx2" : "portable";
+}

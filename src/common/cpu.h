@@ -48,6 +48,17 @@ int cpu_hide_check(a2amm_error *err);
 /* The names A2AMM_CPU_HIDE accepts, for messages and --help. */
 #define CPU_HIDE_NAMES "amx, avx512bf16, avx512, avx2"
 
+/*
+ * The vector levels of the kernels that need plain integer and float
+ * vectors only (the MX quantizer, the MoE activation): portable, avx2 (8
+ * lanes; AVX2) and avx512 (16 lanes; AVX-512 F and BW). Whether this CPU
+ * runs one (cpu_has: A2AMM_CPU_HIDE counts), the best it runs, a name.
+ */
+typedef enum cpu_vector_level { CPU_VECTOR_PORTABLE, CPU_VECTOR_AVX2, CPU_VECTOR_AVX512 } cpu_vector_level;
+int cpu_vector_usable(cpu_vector_level level);
+cpu_vector_level cpu_vector_best(void);
+const char *cpu_vector_name(cpu_vector_level level);
+
 /* The CPU's model name ("AMD EPYC 9B14"), or "unknown". */
 const char *cpu_model_name(void);
 

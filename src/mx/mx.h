@@ -95,7 +95,7 @@ void mx_quantize_row(const float *x, size_t len, a2amm_fp8_type type, mx_scale_m
                      uint8_t *codes, uint8_t *scales);
 
 /* The quantizer's levels: mx_quantize_block block by block, or 16 (avx512) or 8 (avx2) values a step. */
-typedef enum mx_quantize_level { MX_QUANTIZE_PORTABLE, MX_QUANTIZE_AVX2, MX_QUANTIZE_AVX512 } mx_quantize_level;
+typedef enum mx_quantize_level { MX_QUANTIZE_PORTABLE, MX_QUANTIZE_AVX2, MX_QUANTIZE_AVX512 } mx_quantize_level; /* cpu_vector_level's */
 
 /* Whether this CPU runs the level (as cpu_has says: A2AMM_CPU_HIDE counts); the best one it runs. */
 int mx_quantize_level_usable(mx_quantize_level level);

@@ -159,27 +159,10 @@ static AVX2_TARGET void quantize_blocks_avx2(const void *x, int bf16, size_t blo
 
 /* ---- levels ------------------------------------------------------------------------------------- */
 
-int mx_quantize_level_usable(mx_quantize_level level)
-{
-    switch (level) {
-    case MX_QUANTIZE_PORTABLE: return 1;
-    case MX_QUANTIZE_AVX2: return cpu_has(CPU_AVX2);
-    case MX_QUANTIZE_AVX512: return cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW);
-    }
-    return 0;
-}
-
-mx_quantize_level mx_quantize_level_best(void)
-{
-    return mx_quantize_level_usable(MX_QUANTIZE_AVX512) ? MX_QUANTIZE_AVX512
-           : mx_quantize_level_usable(MX_QUANTIZE_AVX2) ? MX_QUANTIZE_AVX2
-                                                        : MX_QUANTIZE_PORTABLE;
-}
-
-const char *mx_quantize_level_name(mx_quantize_level level)
-{
-    return level == MX_QUANTIZE_AVX512 ? "avx512" : level == MX_QUANTIZE_AVX2 ? "avx2" : "portable";
-}
+/* The levels are common/cpu.h's vector levels, the same numbers. */
+int mx_quantize_level_usable(mx_quantize_level level) { return cpu_vector_usable((cpu_vector_level)level); }
+mx_quantize_level mx_quantize_level_best(void) { return (mx_quantize_level)cpu_vector_best(); }
+const char *mx_quantize_level_name(mx_quantize_level level) { return cpu_vector_name((cpu_vector_level)level); }
 
 /* A row of floats or (bf16) of bf16 bits: the level's whole blocks, then the rest by the portable level. */
 static void quantize_row(mx_quantize_level level, const void *x, int bf16, size_t len, a2amm_fp8_type type,

@@ -140,42 +140,20 @@ __attribute__((target("avx2"))) static void swiglu_avx2(const float *g, const fl
 
 /* ---- levels ---------------------------------------------------------------------------------------- */
 
-int swiglu_level_usable(swiglu_level level)
+void swiglu_row_at(cpu_vector_level level, const float *g, const float *u, int64_t n, uint16_t *a)
 {
-    switch (level) {
-    case SWIGLU_PORTABLE: return 1;
-    case SWIGLU_AVX2: return cpu_has(CPU_AVX2);
-    case SWIGLU_AVX512: return cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW);
-    }
-    return 0;
-}
-
-swiglu_level swiglu_level_best(void)
-{
-    return swiglu_level_usable(SWIGLU_AVX512) ? SWIGLU_AVX512
-           : swiglu_level_usable(SWIGLU_AVX2) ? SWIGLU_AVX2
-                                              : SWIGLU_PORTABLE;
-}
-
-const char *swiglu_level_name(swiglu_level level)
-{
-    return level == SWIGLU_AVX512 ? "avx512" : level == SWIGLU_AVX2 ? "avx2" : "portable";
-}
-
-void swiglu_row_at(swiglu_level level, const float *g, const float *u, int64_t n, uint16_t *a)
-{
-    if (level == SWIGLU_AVX512) swiglu_avx512(g, u, n, a);
-    else if (level == SWIGLU_AVX2) swiglu_avx2(g, u, n, a);
+    if (level == CPU_VECTOR_AVX512) swiglu_avx512(g, u, n, a);
+    else if (level == CPU_VECTOR_AVX2) swiglu_avx2(g, u, n, a);
     else swiglu_portable(g, u, n, a);
 }
 
-void swiglu_row(const float *g, const float *u, int64_t n, uint16_t *a) { swiglu_row_at(swiglu_level_best(), g, u, n, a); }
+void swiglu_row(const float *g, const float *u, int64_t n, uint16_t *a) { swiglu_row_at(cpu_vector_best(), g, u, n, a); }
 
 void swiglu_row_f32(const float *g, const float *u, int64_t n, float *a)
 {
     enum { PIECE = 512 };
     uint16_t bits[PIECE];
-    const swiglu_level level = swiglu_level_best();
+    const cpu_vector_level level = cpu_vector_best();
     for (int64_t i0 = 0; i0 < n; i0 += PIECE) {
         const int64_t len = n - i0 < PIECE ? n - i0 : PIECE;
         swiglu_row_at(level, g + i0, u + i0, len, bits);

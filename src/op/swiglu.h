@@ -11,16 +11,12 @@
 
 #include <stdint.h>
 
-typedef enum swiglu_level { SWIGLU_PORTABLE, SWIGLU_AVX2, SWIGLU_AVX512 } swiglu_level;
+#include "common/cpu.h"
 
-/* Whether this CPU runs the level (cpu_has: A2AMM_CPU_HIDE counts); the best one it runs; its name. */
-int swiglu_level_usable(swiglu_level level);
-swiglu_level swiglu_level_best(void);
-const char *swiglu_level_name(swiglu_level level);
-
-/* a[i] for i < n as bf16 bits; on the best level, or on a given one (usable on this CPU). */
+/* a[i] for i < n as bf16 bits; on the best vector level (cpu_vector_best), or on a given one (usable on
+ * this CPU). */
 void swiglu_row(const float *g, const float *u, int64_t n, uint16_t *a);
-void swiglu_row_at(swiglu_level level, const float *g, const float *u, int64_t n, uint16_t *a);
+void swiglu_row_at(cpu_vector_level level, const float *g, const float *u, int64_t n, uint16_t *a);
 
 /* The same values as floats (each a bf16 value, exact): the MoE op's down projection takes them so. */
 void swiglu_row_f32(const float *g, const float *u, int64_t n, float *a);
