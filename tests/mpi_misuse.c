@@ -31,7 +31,7 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int me;
+static int me, differ;
 
 static void say(const char *call, int rc, double t0, const a2amm_error *err)
 {
@@ -44,6 +44,7 @@ static int make_op(a2amm_comm *comm, int R, const uint8_t *b, const uint8_t *sb,
 {
     a2amm_op_config cfg = {.size = sizeof(a2amm_op_config), .max_m = M, .k = (int64_t)KR * R, .n = N, .a_type = A2AMM_E4M3, .b_type = A2AMM_E4M3,
                            .tile_m = 4, .depth = 2, .threads = 1, .path = A2AMM_PATH_PUT, .timeout_s = TIMEOUT_S};
+    if (differ && me == R - 1) cfg.depth = 3; /* config-differs: the last rank's ring is deeper */
     int rc = a2amm_op_create(comm, &cfg, op, err);
     if (!rc) rc = a2amm_op_set_weights(*op, b, sb, KR * R / 32, err);
     return rc;
@@ -79,6 +80,10 @@ int main(int argc, char **argv)
         say("a2amm_op_create", rc, t0, &err);
         t0 = now_s();
         if (!rc) say("a2amm_op_run", a2amm_op_run(x, me == 0 ? M + 1 : M, a, sa, out, &err), t0, &err);
+    } else if (!rc && !strcmp(mode, "config-differs")) {
+        differ = 1;
+        rc = make_op(comm, R, b, sb, &x, &err);
+        say("a2amm_op_create", rc, t0, &err);
     } else if (!rc && !strcmp(mode, "swapped")) {
         rc = make_op(comm, R, b, sb, &x, &err);
         if (!rc) rc = make_op(comm, R, b, sb, &y, &err);
@@ -86,7 +91,7 @@ int main(int argc, char **argv)
         t0 = now_s();
         if (!rc) say("a2amm_op_run", a2amm_op_run(me % 2 ? y : x, M, a, sa, out, &err), t0, &err);
     } else if (!rc) {
-        fprintf(stderr, "mpi_misuse: unknown mode '%s' (alltoall-sizes, run-arg or swapped)\n", mode);
+        fprintf(stderr, "mpi_misuse: unknown mode '%s' (alltoall-sizes, run-arg, config-differs or swapped)\n", mode);
     }
     t0 = now_s();
     rc = a2amm_comm_status(comm, &err);

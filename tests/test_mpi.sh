@@ -188,6 +188,15 @@ check "run-arg: a2amm_comm_status gives rank 1 the first failure" \
 check "run-arg: the library printed nothing and aborted nothing" no_abort
 check "run-arg: both ranks went on to the end" finished_both
 
+# the create agreement (a hash of the whole config, then the fields where it differs) over MPI messages
+expect_ok "misuse: depth 3 on the last rank, 2 on the others" mpirun_hosts 2 "$P-h1,$P-h2" "$misuse" config-differs
+for r in 0 1; do
+    check "config-differs, rank $r: an error naming depth and both values" \
+        bash -c "grep '^rank $r: a2amm_op_create: status -1 ' '$SCRATCH/out' | grep 'depth = ' | grep 2 | grep -q 3"
+    check "config-differs, rank $r: at once" quick $r a2amm_op_create
+done
+check "config-differs: both ranks went on to the end" finished_both
+
 expect_ok "misuse: two ops called in swapped order" mpirun_hosts 2 "$P-h1,$P-h2" "$misuse" swapped
 for r in 0 1; do
     check "swapped, rank $r: an error naming both ops" \

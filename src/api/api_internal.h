@@ -4,6 +4,7 @@
 #define A2AMM_API_INTERNAL_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 
 #include "a2amm.h"
 #include "comm/comm.h"
@@ -77,6 +78,28 @@ void api_leave(a2amm_comm *comm);
  */
 int api_agree(a2amm_comm *comm, int64_t words[COMM_AGREE_WORDS], double timeout_s, const char *call, size_t *top,
               a2amm_error *err);
+
+/* ---- config_agree.c: the creates' whole configs, as a hash --------------- */
+/* A shared field of a config: its name in messages, where it is, its C type. */
+typedef enum api_field_type { API_FIELD_I64, API_FIELD_INT, API_FIELD_DOUBLE } api_field_type;
+typedef struct api_field {
+    const char *name;
+    size_t offset;
+    api_field_type type;
+} api_field;
+#define API_FIELD(type_, field, kind) {#field, offsetof(type_, field), kind}
+
+/* The words of a create (call, op, a hash of every field of `fields` (ended by a NULL name) with its value
+ * in config, a hash of the names, their count). */
+void api_config_words(api_call call, int64_t op_id, const void *config, const api_field *fields,
+                      int64_t w[COMM_AGREE_WORDS]);
+/*
+ * api_agree for a create: every rank's config (its `fields`) compared as those words, one round when
+ * they agree; else every rank fails (the communicator with it) naming the first field that differs,
+ * both ranks and both values, after extra rounds every rank takes. `name` is the call in messages.
+ */
+int api_agree_config(a2amm_comm *comm, api_call call, int64_t op_id, const void *config, const api_field *fields,
+                     double timeout_s, const char *name, size_t *top, a2amm_error *err);
 
 /* The error of a failed collective step, reported to every rank once: fails
  * the communicator unless rc is A2AMM_E_PEER or it has failed already. */

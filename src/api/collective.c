@@ -16,21 +16,13 @@
 /* The arguments each call compares, by name, from API_WORD_ARGS on. */
 static const char *const RUN_ARGS[] = {"m", NULL};
 static const char *const ALLTOALL_ARGS[] = {"block_bytes", NULL};
-static const char *const CREATE_ARGS[] = {"max_m", "k", "n", "a_type", "b_type", "tile_m", "depth", "path",
-                                          "schedule", "timeout_s", "kind", NULL};
-static const char *const MOE_CREATE_ARGS[] = {"experts", "topk", "hidden", "inter", "max_tokens", "max_recv",
-                                              "a_type", "b_type", "timeout_s", "schedule", NULL}; /* create_words's order */
-
-_Static_assert(sizeof CREATE_ARGS / sizeof *CREATE_ARGS - 1 <= API_MAX_ARGS, "create's arguments fit its words");
-_Static_assert(sizeof MOE_CREATE_ARGS / sizeof *MOE_CREATE_ARGS - 1 <= API_MAX_ARGS, "the MoE's fit its words");
+/* (The creates' configs are compared as a hash: config_agree.c.) */
 
 static const char *const *args_of(int64_t call)
 {
     switch (call) {
     case API_ALLTOALL: return ALLTOALL_ARGS;
-    case API_OP_CREATE: return CREATE_ARGS;
     case API_OP_RUN: return RUN_ARGS;
-    case API_MOE_CREATE: return MOE_CREATE_ARGS;
     default: return NULL;
     }
 }
@@ -49,18 +41,6 @@ static void describe_call(const int64_t *w, char *buf, size_t size)
     case API_MOE_DISPATCH: snprintf(buf, size, "a2amm_moe_dispatch on op %lld", (long long)w[API_WORD_OP]); break;
     case API_MOE_COMBINE: snprintf(buf, size, "a2amm_moe_combine on op %lld", (long long)w[API_WORD_OP]); break;
     default: snprintf(buf, size, "no call of a2amm (words %lld)", (long long)w[API_WORD_CALL]); break;
-    }
-}
-
-/* An argument's value as a person reads it (timeout_s travels as the bits of a double). */
-static void describe_arg(const char *name, int64_t v, char *buf, size_t size)
-{
-    if (!strcmp(name, "timeout_s")) {
-        double d;
-        memcpy(&d, &v, sizeof d);
-        snprintf(buf, size, "%g", d);
-    } else {
-        snprintf(buf, size, "%lld", (long long)v);
     }
 }
 
@@ -102,11 +82,8 @@ static int compare(const int64_t *mine, const int64_t *theirs, int me, int p, co
     for (int i = 0; names && names[i]; i++) {
         int64_t x = mine[API_WORD_ARGS + i], y = theirs[API_WORD_ARGS + i];
         if (x == y) continue;
-        char a[40], b[40];
-        describe_arg(names[i], x, a, sizeof a);
-        describe_arg(names[i], y, b, sizeof b);
-        return a2amm_fail(err, A2AMM_E_INVAL, "%s: rank %d has %s = %s, rank %d has %s: every rank must pass the same",
-                          call, me, names[i], a, p, b);
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: rank %d has %s = %lld, rank %d has %lld: every rank must pass "
+                          "the same", call, me, names[i], (long long)x, p, (long long)y);
     }
     return A2AMM_OK;
 }

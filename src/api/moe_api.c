@@ -146,19 +146,14 @@ static int check_config(const a2amm_moe_config *c, int R, a2amm_error *err)
                       c->timeout_s);
 }
 
-/* The words of create: every field each rank must pass alike. */
-static void create_words(const a2amm_moe *m, int64_t w[COMM_AGREE_WORDS])
-{
-    const a2amm_moe_config *c = &m->cfg;
-    int64_t timeout_bits;
-    memcpy(&timeout_bits, &c->timeout_s, sizeof timeout_bits);
-    const int64_t args[] = {c->experts, c->topk, c->hidden, c->inter, c->max_tokens, c->max_recv, c->a_type,
-                            c->b_type, timeout_bits, c->schedule};
-    memset(w, 0, COMM_AGREE_WORDS * sizeof *w);
-    w[API_WORD_CALL] = API_MOE_CREATE;
-    w[API_WORD_OP] = m->id;
-    memcpy(w + API_WORD_ARGS, args, sizeof args);
-}
+/* Every field each rank must pass alike (threads is each rank's own): compared as a hash at create. */
+#define FIELD(f, t) API_FIELD(a2amm_moe_config, f, t)
+static const api_field CREATE_FIELDS[] = {
+    FIELD(experts, API_FIELD_INT), FIELD(topk, API_FIELD_INT), FIELD(hidden, API_FIELD_I64),
+    FIELD(inter, API_FIELD_I64), FIELD(max_tokens, API_FIELD_I64), FIELD(max_recv, API_FIELD_I64),
+    FIELD(a_type, API_FIELD_INT), FIELD(b_type, API_FIELD_INT), FIELD(timeout_s, API_FIELD_DOUBLE),
+    FIELD(schedule, API_FIELD_INT), {NULL, 0, API_FIELD_INT}};
+#undef FIELD
 
 int a2amm_moe_create(a2amm_comm *comm, const a2amm_moe_config *config, a2amm_moe **out, a2amm_error *err)
 {
@@ -193,10 +188,9 @@ int a2amm_moe_create(a2amm_comm *comm, const a2amm_moe_config *config, a2amm_moe
     if (!rc) {
         m->s = (moe_shape){R, comm_rank(m->ctx), c->experts, c->experts / R, c->topk, c->hidden, c->inter, c->a_type,
                            c->b_type};
-        int64_t words[COMM_AGREE_WORDS];
-        create_words(m, words);
         comm_set_doing(m->ctx, "a2amm_moe_create of op %lld: waiting for every rank", (long long)m->id);
-        rc = api_agree(comm, words, c->timeout_s, "a2amm_moe_create", NULL, err);
+        rc = api_agree_config(comm, API_MOE_CREATE, m->id, c, CREATE_FIELDS, c->timeout_s, "a2amm_moe_create", NULL,
+                              err);
         if (!rc) comm_set_doing(m->ctx, "a2amm_moe_create of op %lld: done", (long long)m->id);
     }
     api_leave(comm);
