@@ -466,6 +466,37 @@ static inline void a2amm_op_config_init(a2amm_op_config *config) { a2amm_sized_i
 A2AMM_API int a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks, size_t *bytes, a2amm_error *err);
 
 /*
+ * The op kinds and their geometry, from the library's own table (so a
+ * program, or a binding, never re-derives them). a2amm_op_kind_name: the
+ * kind's name ("alltoall-matmul", "matmul-alltoall"), NULL for a value past
+ * the last kind: list the kinds by counting up from 0 until NULL.
+ */
+A2AMM_API const char *a2amm_op_kind_name(a2amm_op_kind kind);
+
+/* The arrays of a call with m rows on an op of this config on nranks ranks. */
+typedef struct a2amm_op_geometry {
+    size_t size;         /* sizeof(a2amm_op_geometry) as the program was built: set by the initializer */
+    int64_t a_blocks;    /* the input's blocks of m rows: nranks (alltoall-matmul: one per destination) or 1 */
+    int64_t a_rows;      /* its rows: a_blocks * m */
+    int64_t lda, ldsa;   /* its bytes a row, and its scale bytes a row */
+    int64_t out_rows;    /* the output's rows: m, or nranks * m (matmul-alltoall: one block per source) */
+    int64_t out_cols;    /* its columns: n, or n / nranks (matmul-alltoall) */
+    int64_t b_rows, b_cols, ldsb; /* the weights: [n, k] and the scale bytes a row of them (2*ceil(k/64)) */
+} a2amm_op_geometry;
+
+#ifdef __cplusplus
+#define A2AMM_OP_GEOMETRY_INIT {sizeof(a2amm_op_geometry)}
+#else
+#define A2AMM_OP_GEOMETRY_INIT {.size = sizeof(a2amm_op_geometry)}
+#endif
+
+/* *geometry (its size set by A2AMM_OP_GEOMETRY_INIT; the fields its layout has are filled) for calls of m
+ * rows, 1 <= m <= max_m. A config that breaks a rule, or an m out of range, is A2AMM_E_INVAL saying which.
+ * Thread-safe. */
+A2AMM_API int a2amm_op_geometry_of(const a2amm_op_config *config, int nranks, int64_t m,
+                                   a2amm_op_geometry *geometry, a2amm_error *err);
+
+/*
  * Collective. Makes the op: checks the config (the shared fields the same
  * on every rank: a difference is an error on every rank, naming the field
  * and both values), takes its symmetric memory, starts its threads. Ops

@@ -11,6 +11,7 @@
 #include "api/api_internal.h"
 #include "common/error.h"
 #include "common/pool.h"
+#include "op/op_kind.h"
 #include "op/rank.h"
 
 /* Who holds an op now (its busy word): a call in progress on some thread. */
@@ -116,11 +117,11 @@ static int check_config(const a2amm_op_config *c, int R, op_shape *shape, op_siz
     if (c->schedule != A2AMM_SCHEDULE_FUSED && c->schedule != A2AMM_SCHEDULE_UNFUSED)
         return a2amm_fail(err, A2AMM_E_INVAL, "%s: schedule must be A2AMM_SCHEDULE_FUSED or A2AMM_SCHEDULE_UNFUSED "
                           "(A2AMM_SCHEDULE_OVERLAP is the MoE op's; got %d)", call, (int)c->schedule);
-    if (c->kind != A2AMM_OP_ALLTOALL_MATMUL && c->kind != A2AMM_OP_MATMUL_ALLTOALL)
+    const op_kind_row *kind = op_kind_row_of_api(c->kind);
+    if (!kind)
         return a2amm_fail(err, A2AMM_E_INVAL, "%s: kind must be A2AMM_OP_ALLTOALL_MATMUL or A2AMM_OP_MATMUL_ALLTOALL "
                           "(got %d)", call, (int)c->kind);
-    *shape = (op_shape){c->max_m, c->k, c->n, R, c->a_type, c->b_type,
-                        c->kind == A2AMM_OP_MATMUL_ALLTOALL ? OP_MATMUL_ALLTOALL : OP_ALLTOALL_MATMUL};
+    *shape = (op_shape){c->max_m, c->k, c->n, R, c->a_type, c->b_type, kind->kind};
     a2amm_error why = {0, ""};
     int rc = op_shape_check(shape, z, &why);
     if (rc) return a2amm_fail(err, rc, "%s: %s", call, why.msg);
@@ -153,19 +154,52 @@ int a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks, size_t *bytes
     return A2AMM_OK;
 }
 
-/* The words of create: the config every rank must pass alike (threads is each rank's own). */
-static void create_words(const a2amm_op *op, int64_t w[COMM_AGREE_WORDS])
+const char *a2amm_op_kind_name(a2amm_op_kind kind)
 {
-    const a2amm_op_config *c = &op->cfg;
-    int64_t timeout_bits;
-    memcpy(&timeout_bits, &c->timeout_s, sizeof timeout_bits);
-    const int64_t args[] = {c->max_m, c->k, c->n, c->a_type, c->b_type, c->tile_m, c->depth, c->path, c->schedule,
-                            timeout_bits, c->kind};
-    memset(w, 0, COMM_AGREE_WORDS * sizeof *w);
-    w[API_WORD_CALL] = API_OP_CREATE;
-    w[API_WORD_OP] = op->id;
-    memcpy(w + API_WORD_ARGS, args, sizeof args);
+    const op_kind_row *k = op_kind_row_of_api(kind);
+    return k ? k->name : NULL;
 }
+
+int a2amm_op_geometry_of(const a2amm_op_config *config, int nranks, int64_t m, a2amm_op_geometry *geometry,
+                         a2amm_error *err)
+{
+    const char *call = "a2amm_op_geometry_of";
+    if (!config || !geometry) return a2amm_fail(err, A2AMM_E_INVAL, "%s: config and geometry must not be NULL", call);
+    if (geometry->size < sizeof(size_t) + sizeof(int64_t))
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: geometry's size is %zu: make it with A2AMM_OP_GEOMETRY_INIT", call,
+                          geometry->size);
+    if (nranks < 1 || nranks > COMM_MAX_RANKS)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: nranks must be 1 to %d (got %d)", call, COMM_MAX_RANKS, nranks);
+    a2amm_op_config c;
+    op_shape s;
+    op_sizes z;
+    int rc = with_defaults(config, &c, call, err);
+    if (!rc) rc = check_config(&c, nranks, &s, &z, call, err);
+    if (rc) return rc;
+    if (m < 1 || m > c.max_m)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: m must be 1 to max_m = %lld (got %lld)", call, (long long)c.max_m,
+                          (long long)m);
+    s.M = m; /* the sizes of a call of m: the rules held at max_m, so they hold at m */
+    op_shape_check(&s, &z, NULL);
+    a2amm_op_geometry g = {.size = sizeof g, .a_blocks = z.a_blocks, .a_rows = z.a_rows, .lda = z.ka, .ldsa = z.ska,
+                           .out_rows = z.out_rows, .out_cols = z.out_cols, .b_rows = s.N, .b_cols = s.K,
+                           .ldsb = z.sk};
+    size_t size = geometry->size < sizeof g ? geometry->size : sizeof g;
+    memcpy((char *)geometry + sizeof g.size, (const char *)&g + sizeof g.size, size - sizeof g.size);
+    return A2AMM_OK;
+}
+
+/* The config every rank must pass alike (threads is each rank's own): compared as a hash at create. */
+#define FIELD(f, t) API_FIELD(a2amm_op_config, f, t)
+static const api_field CREATE_FIELDS[] = {
+    FIELD(max_m, API_FIELD_I64), FIELD(k, API_FIELD_I64), FIELD(n, API_FIELD_I64), FIELD(a_type, API_FIELD_INT),
+    FIELD(b_type, API_FIELD_INT), FIELD(tile_m, API_FIELD_I64), FIELD(depth, API_FIELD_INT),
+    FIELD(path, API_FIELD_INT), FIELD(schedule, API_FIELD_INT), FIELD(timeout_s, API_FIELD_DOUBLE),
+    FIELD(kind, API_FIELD_INT), {NULL, 0, API_FIELD_INT}};
+#undef FIELD
+_Static_assert(sizeof(a2amm_path) == sizeof(int) && sizeof(a2amm_schedule) == sizeof(int) &&
+                   sizeof(a2amm_op_kind) == sizeof(int) && sizeof(a2amm_fp8_type) == sizeof(int),
+               "the config's enums are read as ints");
 
 /* The op's symmetric memory, from the highest heap top of every rank (the
  * same offsets everywhere, whatever each rank destroyed before), its
@@ -216,11 +250,10 @@ int a2amm_op_create(a2amm_comm *comm, const a2amm_op_config *config, a2amm_op **
     op->rk = (op_rank){.s = &op->shape, .z = &op->z, .opt = &op->opt, .ctx = op->ctx, .me = me, .R = R,
                        .m = op->cfg.max_m, .m_max = op->cfg.max_m};
     op->rk.tm = op->cfg.tile_m < op->cfg.max_m ? op->cfg.tile_m : op->cfg.max_m;
-    int64_t words[COMM_AGREE_WORDS];
-    create_words(op, words);
     size_t top = 0;
     comm_set_doing(op->ctx, "a2amm_op_create of op %lld: waiting for every rank", (long long)op->id);
-    rc = api_agree(comm, words, op->cfg.timeout_s, "a2amm_op_create", &top, err);
+    rc = api_agree_config(comm, API_OP_CREATE, op->id, &op->cfg, CREATE_FIELDS, op->cfg.timeout_s,
+                          "a2amm_op_create", &top, err);
     if (!rc) rc = make_op(op, top, err);
     if (rc) {
         op_rank_free(&op->rk);
@@ -340,9 +373,8 @@ static int run_call(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa
     int rc = check_run(op, m, a, sa, out, err); /* fails every rank: the others are (or will be) in this call */
     if (rc) return api_fail_all(op->ctx, rc, err);
     const int64_t ka = op->z.ka, ska = op->z.ska, mm = op->cfg.max_m;
-    /* alltoall-matmul: R blocks of m rows, each at its block of max_m rows; matmul-alltoall: one block */
-    const int64_t blocks = op->shape.kind == OP_MATMUL_ALLTOALL ? 1 : op->shape.R;
-    for (int64_t j = 0; a && j < blocks; j++) {
+    /* a_blocks blocks of m rows (alltoall-matmul: one per destination), each at its block of max_m rows */
+    for (int64_t j = 0; a && j < op->z.a_blocks; j++) {
         memcpy(op->rk.a + j * mm * ka, a + j * m * ka, (size_t)(m * ka));
         memcpy(op->rk.sa + j * mm * ska, sa + j * m * ska, (size_t)(m * ska));
     }
@@ -360,10 +392,8 @@ static int run_call(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa
         op->shape.M = m;
         op->rk.m = m;
         op->rk.out = out;
-        int reverse = op->shape.kind == OP_MATMUL_ALLTOALL;
-        if (op->opt.unfused) rc = reverse ? op_exec_reverse_unfused(&op->rk, err) : op_exec_unfused(&op->rk, err);
-        else if (reverse) rc = op_exec_reverse_fused(&op->rk, op->tiles_done, err);
-        else rc = op_exec_fused(&op->rk, op->tiles_done, err);
+        const op_kind_row *kind = op_kind_row_of(op->shape.kind);
+        rc = op->opt.unfused ? kind->exec_unfused(&op->rk, err) : kind->exec_fused(&op->rk, op->tiles_done, err);
         op->tiles_done += (uint64_t)op->rk.ntiles;
         op->rk.out = NULL;
     }

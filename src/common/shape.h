@@ -19,7 +19,8 @@ typedef enum op_kind {
     OP_MATMUL_ALLTOALL = 1  /* Y_j = X_j x B_j [M, N]; out_r [R*M, N/R] = column block r of every Y_j, stacked */
 } op_kind;
 
-/* "alltoall-matmul" / "matmul-alltoall"; and back (A2AMM_E_INVAL for anything else). */
+/* "alltoall-matmul" / "matmul-alltoall"; and back (A2AMM_E_INVAL for anything else). These and
+ * op_shape_check read the op-kind table (op/op_kind.c). */
 const char *op_kind_name(op_kind kind);
 int op_kind_parse(const char *s, op_kind *out);
 
@@ -43,7 +44,8 @@ typedef struct op_sizes {
     int64_t ka;        /* A's row: K / R (alltoall-matmul) or K */
     int64_t ska;       /* scale bytes per A row: 2*ceil(ka/64) */
     int64_t sk;        /* scale bytes per B row: 2*ceil(K/64) */
-    int64_t a_rows;    /* A's rows: R*M or M */
+    int64_t a_blocks;  /* A's blocks of M rows: R (one per destination) or 1 */
+    int64_t a_rows;    /* A's rows: a_blocks*M */
     int64_t out_rows;  /* the output's rows: M or R*M */
     int64_t out_cols;  /* its columns: N or N/R */
     size_t a_bytes;    /* A_r: a_rows*ka */
