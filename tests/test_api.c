@@ -8,6 +8,7 @@
  * threads at once.
  */
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,8 +353,68 @@ static void test_thread_safe_calls(void)
     a2amm_weights_destroy(w);
 }
 
+/* The op kinds by name, and the geometry of a call, from the library's op-kind table, against the contract's
+ * formulas (a2amm.h): both kinds, a layout older than ours (only its fields written), and refusals. */
+static void test_op_geometry(void)
+{
+    CHECK(a2amm_op_kind_name(A2AMM_OP_ALLTOALL_MATMUL) && !strcmp(a2amm_op_kind_name(A2AMM_OP_ALLTOALL_MATMUL),
+                                                                  "alltoall-matmul"), "kind 0's name");
+    CHECK(a2amm_op_kind_name(A2AMM_OP_MATMUL_ALLTOALL) && !strcmp(a2amm_op_kind_name(A2AMM_OP_MATMUL_ALLTOALL),
+                                                                  "matmul-alltoall"), "kind 1's name");
+    CHECK(!a2amm_op_kind_name((a2amm_op_kind)2) && !a2amm_op_kind_name((a2amm_op_kind)-1), "no kind 2 or -1");
+
+    a2amm_error err = {0, ""};
+    a2amm_op_config c = A2AMM_OP_CONFIG_INIT;
+    c.max_m = 8, c.k = 256, c.n = 64;
+    a2amm_op_geometry g = A2AMM_OP_GEOMETRY_INIT;
+    int rc = a2amm_op_geometry_of(&c, 4, 5, &g, &err);
+    CHECK(rc == 0 && g.a_blocks == 4 && g.a_rows == 20 && g.lda == 64 && g.ldsa == 2 && g.out_rows == 5 &&
+              g.out_cols == 64 && g.b_rows == 64 && g.b_cols == 256 && g.ldsb == 8,
+          "alltoall-matmul R 4 K 256 N 64 m 5: A [4*5, 64] (scales 2 a row), out [5, 64], B [64, 256] (scales 8): "
+          "got %d (%s) blocks %lld rows %lld lda %lld ldsa %lld out [%lld, %lld] b [%lld, %lld] ldsb %lld", rc, err.msg,
+          (long long)g.a_blocks, (long long)g.a_rows, (long long)g.lda, (long long)g.ldsa, (long long)g.out_rows,
+          (long long)g.out_cols, (long long)g.b_rows, (long long)g.b_cols, (long long)g.ldsb);
+    c.kind = A2AMM_OP_MATMUL_ALLTOALL, c.k = 96;
+    rc = a2amm_op_geometry_of(&c, 4, 5, &g, &err);
+    CHECK(rc == 0 && g.a_blocks == 1 && g.a_rows == 5 && g.lda == 96 && g.ldsa == 4 && g.out_rows == 20 &&
+              g.out_cols == 16 && g.b_rows == 64 && g.b_cols == 96 && g.ldsb == 4,
+          "matmul-alltoall R 4 K 96 N 64 m 5: X [5, 96] (scales 4), out [4*5, 16]: got %d (%s) blocks %lld rows %lld "
+          "lda %lld ldsa %lld out [%lld, %lld]", rc, err.msg, (long long)g.a_blocks, (long long)g.a_rows,
+          (long long)g.lda, (long long)g.ldsa, (long long)g.out_rows, (long long)g.out_cols);
+
+    /* a program built with a layout that ended after a_rows: nothing past it is written */
+    struct { a2amm_op_geometry g; } old;
+    memset(&old, 0x5A, sizeof old);
+    old.g.size = offsetof(a2amm_op_geometry, lda);
+    rc = a2amm_op_geometry_of(&c, 4, 5, &old.g, &err);
+    CHECK(rc == 0 && old.g.a_blocks == 1 && old.g.a_rows == 5 && old.g.lda == 0x5A5A5A5A5A5A5A5All,
+          "a shorter layout: its fields filled, none past it (got %d, lda %llx)", rc, (unsigned long long)old.g.lda);
+
+    struct { int64_t m; const char *why; a2amm_op_kind kind; int64_t k, n; size_t size; } bad[] = {
+        {0, "m must be 1 to max_m", A2AMM_OP_MATMUL_ALLTOALL, 96, 64, sizeof g},
+        {9, "m must be 1 to max_m = 8 (got 9)", A2AMM_OP_MATMUL_ALLTOALL, 96, 64, sizeof g},
+        {5, "N must be divisible by R", A2AMM_OP_MATMUL_ALLTOALL, 96, 66, sizeof g},
+        {5, "K / R must be a multiple of 32", A2AMM_OP_ALLTOALL_MATMUL, 48 * 4, 64, sizeof g},
+        {5, "kind must be", (a2amm_op_kind)7, 96, 64, sizeof g},
+        {5, "A2AMM_OP_GEOMETRY_INIT", A2AMM_OP_MATMUL_ALLTOALL, 96, 64, 0},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        c.kind = bad[i].kind, c.k = bad[i].k, c.n = bad[i].n;
+        g.size = bad[i].size;
+        err = (a2amm_error){0, ""};
+        rc = a2amm_op_geometry_of(&c, 4, bad[i].m, &g, &err);
+        CHECK(rc == A2AMM_E_INVAL && strstr(err.msg, bad[i].why) && strstr(err.msg, "a2amm_op_geometry_of"),
+              "refused, saying '%s': got %d (%s)", bad[i].why, rc, err.msg);
+    }
+    g.size = sizeof g;
+    CHECK(a2amm_op_geometry_of(&c, 0, 1, &g, &err) == A2AMM_E_INVAL && strstr(err.msg, "nranks"), "nranks 0: %s",
+          err.msg);
+    CHECK(a2amm_op_geometry_of(NULL, 2, 1, &g, &err) == A2AMM_E_INVAL, "NULL config");
+}
+
 int main(void)
 {
+    test_op_geometry();
     test_names_and_nulls();
     test_thread_safe_calls();
     test_dequantize_all_codes(A2AMM_E4M3);

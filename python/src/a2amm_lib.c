@@ -160,11 +160,7 @@ const char *lib_comm_doing(const a2amm_comm *comm) { return a2amm_comm_doing(com
 
 /* ---- ops ---------------------------------------------------------------------- */
 
-/* The kinds by lib_op_kind: their names, and the library's a2amm_op_kind of each. */
-static const char *const KIND_NAMES[LIB_OP_KINDS] = {"alltoall-matmul", "matmul-alltoall"};
-static const a2amm_op_kind KINDS[LIB_OP_KINDS] = {A2AMM_OP_ALLTOALL_MATMUL, A2AMM_OP_MATMUL_ALLTOALL};
-
-const char *lib_op_kind_name(int index) { return index >= 0 && index < LIB_OP_KINDS ? KIND_NAMES[index] : NULL; }
+const char *lib_op_kind_name(int index) { return index >= 0 ? a2amm_op_kind_name((a2amm_op_kind)index) : NULL; }
 
 static a2amm_op_config config_of(const lib_op_options *o)
 {
@@ -173,8 +169,15 @@ static a2amm_op_config config_of(const lib_op_options *o)
     c.tile_m = o->tile_m, c.depth = o->depth, c.threads = o->threads, c.timeout_s = o->timeout_s;
     c.path = o->path_put ? A2AMM_PATH_PUT : A2AMM_PATH_DIRECT;
     c.schedule = o->unfused ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED;
-    c.kind = o->kind >= 0 && o->kind < LIB_OP_KINDS ? KINDS[o->kind] : (a2amm_op_kind)o->kind;
+    c.kind = (a2amm_op_kind)o->kind;
     return c;
+}
+
+int lib_op_geometry(const lib_op_options *o, int nranks, int64_t m, a2amm_op_geometry *g, a2amm_error *err)
+{
+    a2amm_op_config cfg = config_of(o);
+    *g = (a2amm_op_geometry)A2AMM_OP_GEOMETRY_INIT;
+    return a2amm_op_geometry_of(&cfg, nranks, m, g, err);
 }
 
 size_t lib_op_heap_bytes(const lib_op_options *o, int nranks, a2amm_error *err)

@@ -85,7 +85,9 @@ const char *lib_comm_doing(const a2amm_comm *comm);
 
 /* Ops. The options as the extension holds them; a2amm_lib.c turns them
  * into the library's config. */
-typedef enum lib_op_kind { LIB_OP_ALLTOALL_MATMUL = 0, LIB_OP_MATMUL_ALLTOALL = 1, LIB_OP_KINDS } lib_op_kind;
+/* The library's a2amm_op_kind values (0, 1, ... as its table has them). */
+typedef int lib_op_kind;
+enum { LIB_OP_KINDS_MAX = 16 };
 /* The kinds this library runs, by name ("alltoall-matmul", "matmul-alltoall"); NULL past the end. */
 const char *lib_op_kind_name(int index);
 typedef struct lib_op_options {
@@ -99,6 +101,8 @@ typedef struct lib_op_options {
     double timeout_s; /* 0: the library's default */
     int unfused;      /* 0: fused, 1: the unfused schedule */
 } lib_op_options;
+/* The op's arrays for a call of m rows on nranks ranks (a2amm_op_geometry_of). */
+int lib_op_geometry(const lib_op_options *o, int nranks, int64_t m, a2amm_op_geometry *g, a2amm_error *err);
 /* Symmetric memory one rank needs for this op on R ranks (0: a bad config). */
 size_t lib_op_heap_bytes(const lib_op_options *o, int nranks, a2amm_error *err);
 int lib_op_create(a2amm_comm *comm, const lib_op_options *o, a2amm_op **op, a2amm_error *err);

@@ -99,8 +99,10 @@ static PyObject *strerror_(PyObject *self, PyObject *arg)
 static PyObject *op_kinds(PyObject *self, PyObject *args)
 {
     (void)self, (void)args;
-    PyObject *t = PyTuple_New(LIB_OP_KINDS);
-    for (int i = 0; t && i < LIB_OP_KINDS; i++) PyTuple_SET_ITEM(t, i, PyUnicode_FromString(lib_op_kind_name(i)));
+    int n = 0;
+    while (lib_op_kind_name(n)) n++;
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t && i < n; i++) PyTuple_SET_ITEM(t, i, PyUnicode_FromString(lib_op_kind_name(i)));
     return t;
 }
 

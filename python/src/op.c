@@ -38,7 +38,9 @@ typedef struct OpObject {
     CommObject *comm;
     lib_op_options o;
     int R, rank;
-    int reverse;           /* matmul-alltoall */
+    int reverse;           /* matmul-alltoall (its words and views; the sizes below are the library's) */
+    int64_t out_blocks;    /* the output's rows per m (a2amm_op_geometry_of at m = 1) */
+    int64_t out_cols;
     int64_t ka;            /* columns of a row of the input: K/R (alltoall-matmul) or K (matmul-alltoall) */
     int64_t blocks;        /* row blocks of the input: R (block j for rank j), or 1 (matmul-alltoall) */
     int64_t ldsa, block_rows;
@@ -241,9 +243,10 @@ static int parse_choice(PyObject *v, const char *what, const char *const *names,
 /* kind: one of the op kinds this library runs (a2amm.OP_KINDS). */
 static int parse_kind(PyObject *v, int *out)
 {
-    const char *kinds[LIB_OP_KINDS];
-    for (int i = 0; i < LIB_OP_KINDS; i++) kinds[i] = lib_op_kind_name(i);
-    return parse_choice(v, "kind (the op kinds this library runs)", kinds, LIB_OP_KINDS, out);
+    const char *kinds[LIB_OP_KINDS_MAX];
+    int n = 0;
+    while (n < LIB_OP_KINDS_MAX && (kinds[n] = lib_op_kind_name(n))) n++;
+    return parse_choice(v, "kind (the op kinds this library runs)", kinds, n, out);
 }
 
 typedef struct make_args {
@@ -325,9 +328,14 @@ static int op_init(OpObject *self, PyObject *args, PyObject *kw)
     self->comm = (CommObject *)Py_NewRef(co);
     self->o = o;
     self->R = c->size, self->rank = c->rank;
-    self->reverse = o.kind == LIB_OP_MATMUL_ALLTOALL;
-    self->ka = self->reverse ? k : k / c->size;
-    self->blocks = self->reverse ? 1 : c->size;
+    /* the arrays' sizes from the library's op-kind table; reverse only picks the words and views */
+    self->reverse = !strcmp(lib_op_kind_name(o.kind), "matmul-alltoall");
+    a2amm_op_geometry g;
+    if (lib_op_geometry(&o, c->size, 1, &g, &err)) {
+        ext_raise(err.code ? err.code : A2AMM_E_INVAL, &err);
+        return -1;
+    }
+    self->ka = g.lda, self->blocks = g.a_blocks, self->out_blocks = g.out_rows, self->out_cols = g.out_cols;
     if (lib_op_input(op, &self->in_a, &self->in_sa, NULL, &self->ldsa, &self->block_rows, &err) ||
         lib_op_set_observer(op, op_observer, self, &err)) {
         ext_raise(err.code ? err.code : A2AMM_E_INVAL, &err);
@@ -709,8 +717,8 @@ static int observer_outcome(OpObject *self, int raise_it)
 }
 
 /* The output of a call with m: [m, n] (alltoall-matmul) or [R*m, n/R] (matmul-alltoall, rows i*m.. from rank i). */
-static int64_t out_rows(const OpObject *self, int64_t m) { return self->reverse ? self->R * m : m; }
-static int64_t out_cols(const OpObject *self) { return self->reverse ? self->o.n / self->R : self->o.n; }
+static int64_t out_rows(const OpObject *self, int64_t m) { return self->out_blocks * m; }
+static int64_t out_cols(const OpObject *self) { return self->out_cols; }
 
 static int out_shape_error(const OpObject *self, const matrix *out, int64_t m)
 {

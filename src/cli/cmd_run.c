@@ -209,7 +209,8 @@ static int run_command(int argc, char **argv, int seed_form)
     if (cli_dir_check("run", dir)) return 2;
     int held = cli_op_hold("run", dir, op, &s.kind); /* the shape's rules are the op's */
     if (held) return held;
-    if (cli_parse_shape("run", pos, &s, NULL)) return 2;
+    op_sizes z;
+    if (cli_parse_shape("run", pos, &s, &z)) return 2;
     held = cli_meta_hold("run", dir, &s, at, bt, seed_form ? CLI_TYPES_SEED : CLI_TYPES_NAMED);
     if (held) return held;
     a2amm_error err = {0, ""};
@@ -221,10 +222,11 @@ static int run_command(int argc, char **argv, int seed_form)
     if (o.transport != RUN_MPI && cli_dir_lock("run", dir, 0) < 0) return 1;
     if (o.transport == RUN_MPI && !run_under_mpirun()) {
         fprintf(stderr, "a2amm run: --transport mpi: this process is not part of an MPI job. Launch every rank with "
-                        "mpirun:\n  mpirun -np %lld a2amm run %lld %lld %lld %lld%s --transport mpi --dir %s\n"
+                        "mpirun:\n  mpirun -np %lld a2amm run %lld %lld %lld %lld%s%s --transport mpi --dir %s\n"
                         "(across machines: add --host h1,h2 or --hostfile FILE; see README)\n",
                 (long long)s.R, (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R,
-                s.kind == OP_MATMUL_ALLTOALL ? " --op matmul-alltoall" : "", dir);
+                s.kind != OP_ALLTOALL_MATMUL ? " --op " : "", s.kind != OP_ALLTOALL_MATMUL ? op_kind_name(s.kind) : "",
+                dir);
         return 2;
     }
     if (o.transport != RUN_MPI) o.stop = cli_catch_stop_signals();
@@ -266,8 +268,7 @@ static int run_command(int argc, char **argv, int seed_form)
         else if (!json)
             printf("  wrote %s/output/<0..%lld>/npu_out.bin (bf16 [%lld, %lld] each) in %.3f s (whole run: load, "
                    "prepare, multiply, write)\n", dir, (long long)s.R - 1,
-                   (long long)(s.kind == OP_MATMUL_ALLTOALL ? s.R * s.M : s.M),
-                   (long long)(s.kind == OP_MATMUL_ALLTOALL ? s.N / s.R : s.N), wall);
+                   (long long)z.out_rows, (long long)z.out_cols, wall);
         if (!json && o.trace_path)
             printf("  trace: %s (draw it: a2amm timeline %s -o %s.svg)\n", o.trace_path, o.trace_path, o.trace_path);
         if (!json) printf("All workers finished. Status: SUCCESS\n");

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "io/io.h"
 #include "mx/mx.h"
+#include "op/op_kind.h"
 #include "verify/verify.h"
 
 static void verify_usage(FILE *f)
@@ -128,10 +129,13 @@ int cmd_verify(int argc, char **argv)
     op_shape held_shape = {M, 0, N, R, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
     int held = cli_op_hold("verify", dir, op, &held_shape.kind);
     if (held) return held;
-    int reverse = held_shape.kind == OP_MATMUL_ALLTOALL;
-    if (reverse && N % R != 0) {
-        fprintf(stderr, "a2amm verify: N must be divisible by R for matmul-alltoall: column block r of each result "
-                "goes to rank r (got N=%lld, R=%lld, N %% R = %lld)\n", (long long)N, (long long)R, (long long)(N % R));
+    /* the op's rules on N and R (verify has no K: one the rules take stands in for it) */
+    const op_kind_row *kind = op_kind_row_of(held_shape.kind);
+    op_shape probe = held_shape;
+    probe.K = 32 * R;
+    a2amm_error why = {0, ""};
+    if (op_shape_check(&probe, NULL, &why)) {
+        fprintf(stderr, "a2amm verify: %s\n", why.msg);
         return 2;
     }
     held = cli_meta_hold("verify", dir, &held_shape, NULL, NULL, CLI_TYPES_UNUSED);
@@ -154,7 +158,7 @@ int cmd_verify(int argc, char **argv)
         return 2;
     }
     /* each rank's output: [M, N], or [R*M, N/R] (the same count of values) */
-    int64_t rows = reverse ? R * M : M, cols = reverse ? N / R : N;
+    int64_t rows = kind->out_blocks_per_rank ? R * M : M, cols = kind->out_cols_split ? N / R : N;
     uint16_t *golden = malloc((size_t)(M * N) * 2), *out = malloc((size_t)(M * N) * 2);
     if (!golden || !out) {
         fprintf(stderr, "a2amm verify: cannot allocate 2 x %lld bytes\n", (long long)(M * N * 2));
@@ -163,9 +167,9 @@ int cmd_verify(int argc, char **argv)
     }
     printf("============================================================\n");
     printf("Verifying outputs for %lld ranks in %s/output\n", (long long)R, dir);
-    if (reverse)
-        printf("Matrix shape: M=%lld, N=%lld; op matmul-alltoall: each rank's output is [R*M, N/R] = [%lld, %lld]\n",
-               (long long)M, (long long)N, (long long)rows, (long long)cols);
+    if (rows != M || cols != N)
+        printf("Matrix shape: M=%lld, N=%lld; op %s: each rank's output is [%lld, %lld]\n", (long long)M,
+               (long long)N, kind->name, (long long)rows, (long long)cols);
     else
         printf("Matrix shape: M=%lld, N=%lld\n", (long long)M, (long long)N);
     printf("============================================================\n");

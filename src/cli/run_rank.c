@@ -156,7 +156,7 @@ size_t run_heap_bytes(const runner *rn)
     a2amm_op_heap_bytes(&c, (int)rn->s.R, &op, NULL);
     a2amm_op_heap_bytes(&cu, (int)rn->s.R, &op_u, NULL);
     size_t bytes = op + (64u << 10);
-    size_t staging = rn->s.kind == OP_MATMUL_ALLTOALL ? rn->z.out_bytes : rn->z.a_bytes + rn->z.sa_bytes;
+    size_t staging = op_kind_row_of(rn->s.kind)->matmul_first ? rn->z.out_bytes : rn->z.a_bytes + rn->z.sa_bytes;
     if (rn->o.mode == RUN_PERF) bytes += (rn->o.unfused ? 0 : op_u) + staging + (64u << 10);
     return bytes;
 }

@@ -13,6 +13,7 @@
 
 #include "a2amm.h"
 #include "common/shape.h"
+#include "op/op_kind.h"
 #include "cli/fault.h"
 #include "cli/runner.h"
 #include "cli/time_map.h"
@@ -56,8 +57,7 @@ static inline a2amm_op_config config_of(const runner *rn, int unfused)
                              .b_type = rn->s.b_type, .tile_m = rn->o.tile_m, .depth = rn->o.depth,
                              .threads = rn->threads, .path = rn->o.path, .timeout_s = rn->o.timeout_s,
                              .schedule = unfused ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_FUSED,
-                             .kind = rn->s.kind == OP_MATMUL_ALLTOALL ? A2AMM_OP_MATMUL_ALLTOALL
-                                                                      : A2AMM_OP_ALLTOALL_MATMUL};
+                             .kind = op_kind_row_of(rn->s.kind)->api_kind};
 }
 
 /* One rank's state, in its process. */

@@ -13,6 +13,7 @@
 #include "cli/json.h"
 #include "common/error.h"
 #include "io/io.h"
+#include "op/op_kind.h"
 
 static const char *const KIND_NAMES[TRACE_KINDS] = {"call", "barrier", "tile",     "wait",    "matmul",  "send",
                                                     "signal", "exchange", "prepare", "write", "variant", "work"};
@@ -189,14 +190,15 @@ static int moe_span_name(char *buf, size_t size, const trace_rec *r)
 
 static void span_name(char *buf, size_t size, const trace_rec *r, const trace_meta *m)
 {
-    int reverse = m->s && m->s->kind == OP_MATMUL_ALLTOALL;
+    const op_kind_row *op = m->s ? op_kind_row_of(m->s->kind) : NULL;
+    const char *arrow = op ? op->matmul_arrow : "<-"; /* matmul-alltoall's matmul makes the block for its peer */
     if (m->moe && moe_span_name(buf, size, r)) return;
     switch ((trace_kind)r->kind) {
     case TRACE_CALL: snprintf(buf, size, "call %lld (m %lld)", (long long)r->call, (long long)r->rows); break;
     case TRACE_TILE: snprintf(buf, size, "tile %lld", (long long)r->tile); break;
     case TRACE_WAIT: snprintf(buf, size, "wait tile %lld <- rank %d", (long long)r->tile, r->peer); break;
-    case TRACE_MATMUL: /* matmul-alltoall's matmul makes the block for its peer */
-        snprintf(buf, size, "matmul tile %lld %s rank %d", (long long)r->tile, reverse ? "->" : "<-", r->peer);
+    case TRACE_MATMUL:
+        snprintf(buf, size, "matmul tile %lld %s rank %d", (long long)r->tile, arrow, r->peer);
         break;
     case TRACE_SEND: snprintf(buf, size, "send tile %lld -> rank %d", (long long)r->tile, r->peer); break;
     case TRACE_SIGNAL: snprintf(buf, size, "signal -> rank %d", r->peer); break;
@@ -204,7 +206,7 @@ static void span_name(char *buf, size_t size, const trace_rec *r, const trace_me
     case TRACE_PREPARE: snprintf(buf, size, "B preparation"); break;
     case TRACE_WRITE: snprintf(buf, size, "output write"); break;
     case TRACE_WORK:
-        snprintf(buf, size, "compute tile %lld %s rank %d", (long long)r->tile, reverse ? "->" : "<-", r->peer);
+        snprintf(buf, size, "compute tile %lld %s rank %d", (long long)r->tile, arrow, r->peer);
         break;
     case TRACE_VARIANT:
         snprintf(buf, size, "perf: %s", m->variant_names && r->variant >= 0 ? m->variant_names[r->variant] : "?");
@@ -213,21 +215,21 @@ static void span_name(char *buf, size_t size, const trace_rec *r, const trace_me
     }
 }
 
-/* The peer's key: the rank a span's rows go "to" (sends, signals; matmul-alltoall's matmuls, whose block is
- * the peer's), else the "source" they came from. */
-static const char *peer_key(const trace_rec *r, int reverse)
+/* The peer's key: the rank a span's rows go "to" (sends, signals), else for a matmul the op kind's word
+ * (matmul-alltoall's block is made "to" its peer), else the "source" they came from. */
+static const char *peer_key(const trace_rec *r, const op_kind_row *op)
 {
     if (r->kind == TRACE_SEND || r->kind == TRACE_SIGNAL) return "to";
-    return reverse && (r->kind == TRACE_MATMUL || r->kind == TRACE_WORK) ? "to" : "source";
+    return op && (r->kind == TRACE_MATMUL || r->kind == TRACE_WORK) ? op->matmul_peer_key : "source";
 }
 
-static void span_args(FILE *f, const trace_rec *r, int reverse)
+static void span_args(FILE *f, const trace_rec *r, const op_kind_row *op)
 {
     fprintf(f, "\"args\":{");
     const char *sep = "";
     if (r->call >= 0) fprintf(f, "%s\"call\":%lld", sep, (long long)r->call), sep = ",";
     if (r->tile >= 0) fprintf(f, "%s\"tile\":%lld", sep, (long long)r->tile), sep = ",";
-    if (r->peer >= 0) fprintf(f, "%s\"%s\":%d", sep, peer_key(r, reverse), r->peer), sep = ",";
+    if (r->peer >= 0) fprintf(f, "%s\"%s\":%d", sep, peer_key(r, op), r->peer), sep = ",";
     if (r->slot >= 0) fprintf(f, "%s\"slot\":%d", sep, r->slot), sep = ",";
     if (r->kind == TRACE_TILE || r->kind == TRACE_MATMUL || r->kind == TRACE_CALL)
         fprintf(f, "%s\"rows\":%lld", sep, (long long)r->rows), sep = ",";
@@ -324,7 +326,7 @@ static int write_events(FILE *f, void *arg)
             else
                 fprintf(f, ",\n{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
                            "\"dur\":%.3f,", name, trace_kind_name((trace_kind)s->kind), r, tid, ts, dur);
-            span_args(f, s, m->s && m->s->kind == OP_MATMUL_ALLTOALL);
+            span_args(f, s, m->s ? op_kind_row_of(m->s->kind) : NULL);
             fputc('}', f);
             if ((s->kind == TRACE_WAIT || s->kind == TRACE_EXCHANGE) && s->bytes) {
                 received += s->bytes;
