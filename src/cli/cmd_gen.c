@@ -77,8 +77,7 @@ static int write_goldens(const char *dir, const op_shape *s, const op_sizes *z,
     for (int j = 0; !rc && j < s->R; j++) {
         char path[IO_PATH_MAX];
         cli_progress_say(progress, "a2amm gen: golden of rank %d of %lld", j, (long long)s->R);
-        rc = s->kind == OP_MATMUL_ALLTOALL ? ref_op_reverse_rank(s, j, a, sa, b, sb, out, err)
-                                           : ref_op_rank(s, j, a, sa, b[j], sb[j], out, err);
+        rc = ref_op_golden(s, j, a, sa, b, sb, out, err);
         if (!rc) rc = io_rank_path(path, sizeof path, dir, "output", j, "cpu_output.bin", err);
         if (!rc) rc = io_write_atomic(path, out, z->out_bytes, err);
         if (!rc && j == 0) cli_print_corner("golden, rank 0", out, z->out_rows, z->out_cols, 4, 4);

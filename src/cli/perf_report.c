@@ -6,6 +6,7 @@
 
 #include "cli/perf_report.h"
 #include "cli/json.h"
+#include "cli/run_rank.h"
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -100,20 +101,11 @@ void cli_print_op_perf(const op_shape *s, const run_options *o, const run_result
         printf("  %-20s %10.3f %10.3f %10.3f %10s %9.2fx\n", names[i], v[i].min * 1e3, v[i].median * 1e3,
                v[i].max * 1e3, tf, v[i].median / v[0].median);
     }
-    if (s->kind == OP_MATMUL_ALLTOALL)
-        printf("  matmul alone: a2amm_matmul of X_r [M, K] by B_r, all N columns, same weights and threads;\n"
-               "  alltoall alone: a2amm_comm_alltoall of the result's column blocks (%.3f MB per pair), no matmul\n",
-               (double)s->M * (double)(s->N / s->R) * 2 / 1e6);
-    else
-        printf("  matmul alone: a2amm_matmul on the rows the AllToAll brings ([M, K]), same weights and threads;\n"
-               "  alltoall alone: a2amm_comm_alltoall of A and its scales, no matmul\n");
+    const run_perf_op *kind = run_perf_op_of(s->kind);
+    kind->print_alone(s);
     printf("  fused / max(matmul alone, alltoall alone) = %.3f (1.0: the exchange fully hidden)\n",
            v[0].median / fmax(v[2].median, v[3].median));
-    if (p->t[RUN_V_BASELINE] && s->kind == OP_MATMUL_ALLTOALL)
-        printf("  baseline: dequantize to fp32, the matmul to bf16, the whole AllToAll of its blocks: %s\n",
-               p->baseline_what);
-    else if (p->t[RUN_V_BASELINE])
-        printf("  baseline: the whole AllToAll, dequantize to fp32, the matmul to bf16: %s\n", p->baseline_what);
+    if (p->t[RUN_V_BASELINE]) printf("  baseline: %s: %s\n", kind->baseline_steps, p->baseline_what);
     printf("  exposed communication: %.3f ms (median %s - median matmul alone; %.1f%% of the run)\n",
            exposed * 1e3, names[0], 100.0 * exposed / v[0].median);
     printf("  B preparation, once per rank before the repetitions: %.3f ms (slowest rank)\n", p->prepare_s * 1e3);

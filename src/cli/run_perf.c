@@ -93,7 +93,7 @@ int run_baseline_setup(rank_state *st, a2amm_error *err)
     if (!rc) rc = st->gemm->create(bt, s->M, s->N, s->K, st->rn->threads, &st->gemm_ctx, &st->bl_x, &what, err);
     free(bt);
     const char *exchange = st->rn->o.transport == RUN_MPI ? "MPI_Alltoall" : "a2amm_comm_alltoall";
-    if (!rc && st->me == 0 && s->kind == OP_MATMUL_ALLTOALL)
+    if (!rc && st->me == 0 && op_kind_row_of(s->kind)->matmul_first)
         snprintf(st->rn->tm.text, st->rn->tm.chars, "%s, then %s of its column blocks", what, exchange);
     else if (!rc && st->me == 0)
         snprintf(st->rn->tm.text, st->rn->tm.chars, "%s, %s", exchange, what);
@@ -125,12 +125,28 @@ static int forward_setup(rank_state *st, a2amm_error *err)
     return rn->o.baseline ? run_baseline_setup(st, err) : A2AMM_OK;
 }
 
-const run_perf_op run_perf_forward = {forward_setup, v_matmul, v_alltoall, v_baseline};
-
-static const run_perf_op *perf_op_of(const runner *rn)
+static void print_alone(const op_shape *s)
 {
-    return rn->s.kind == OP_MATMUL_ALLTOALL ? &run_perf_reverse : &run_perf_forward;
+    (void)s;
+    printf("  matmul alone: a2amm_matmul on the rows the AllToAll brings ([M, K]), same weights and threads;\n"
+           "  alltoall alone: a2amm_comm_alltoall of A and its scales, no matmul\n");
 }
+
+static const run_perf_op run_perf_forward = {OP_ALLTOALL_MATMUL, forward_setup, v_matmul, v_alltoall, v_baseline,
+                                             print_alone,
+                                             "the whole AllToAll, dequantize to fp32, the matmul to bf16"};
+
+extern const run_perf_op run_perf_reverse;
+
+const run_perf_op *run_perf_op_of(op_kind kind)
+{
+    static const run_perf_op *const OPS[] = {&run_perf_forward, &run_perf_reverse};
+    for (size_t i = 0; i < sizeof OPS / sizeof *OPS; i++)
+        if (OPS[i]->kind == kind) return OPS[i];
+    return NULL;
+}
+
+static const run_perf_op *perf_op_of(const runner *rn) { return run_perf_op_of(rn->s.kind); }
 
 /* The unfused op (its input copied from the op's), then the op's own variants' buffers. */
 int run_perf_setup(rank_state *st, a2amm_error *err)

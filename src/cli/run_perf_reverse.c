@@ -9,6 +9,7 @@
  */
 #include <mpi.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,4 +88,13 @@ static int reverse_setup(rank_state *st, a2amm_error *err)
     return rn->o.baseline ? run_baseline_setup(st, err) : A2AMM_OK;
 }
 
-const run_perf_op run_perf_reverse = {reverse_setup, v_matmul, v_alltoall, v_baseline};
+static void print_alone(const op_shape *s)
+{
+    printf("  matmul alone: a2amm_matmul of X_r [M, K] by B_r, all N columns, same weights and threads;\n"
+           "  alltoall alone: a2amm_comm_alltoall of the result's column blocks (%.3f MB per pair), no matmul\n",
+           (double)s->M * (double)(s->N / s->R) * 2 / 1e6);
+}
+
+const run_perf_op run_perf_reverse = {OP_MATMUL_ALLTOALL, reverse_setup, v_matmul, v_alltoall, v_baseline,
+                                      print_alone,
+                                      "dequantize to fp32, the matmul to bf16, the whole AllToAll of its blocks"};

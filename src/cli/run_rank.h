@@ -92,15 +92,21 @@ size_t run_heap_bytes(const runner *rn);
 int run_traced_barrier(rank_state *st, a2amm_error *err);
 
 /* perf mode's variants that differ by op (run_perf.c holds alltoall-matmul's,
- * run_perf_reverse.c matmul-alltoall's): each a timed call on a rank. */
+ * run_perf_reverse.c matmul-alltoall's): each a timed call on a rank; the
+ * harness's row of the op-kind table (op/op_kind.h has the library's). */
 typedef int (*run_variant_fn)(rank_state *st, a2amm_error *err);
 typedef struct run_perf_op {
+    op_kind kind;
     /* the buffers of the variants below, once the op (and the unfused op) are made and
        loaded; B and its scales as read are still in st->b, st->sb */
     int (*setup)(rank_state *st, a2amm_error *err);
     run_variant_fn matmul, alltoall, baseline;
+    /* what perf's report says "matmul alone" and "alltoall alone" time (two lines), and the baseline's steps */
+    void (*print_alone)(const op_shape *s);
+    const char *baseline_steps;
 } run_perf_op;
-extern const run_perf_op run_perf_forward, run_perf_reverse;
+/* The perf variants of a kind; NULL for none. */
+const run_perf_op *run_perf_op_of(op_kind kind);
 
 /* run_perf.c: the variants' setup on a rank, their timed repetitions, and
  * the launcher's figures from every rank's times; the baseline's matmul

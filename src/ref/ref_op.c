@@ -142,6 +142,16 @@ int ref_op_rank(const op_shape *s, int j, const uint8_t *const *a, const uint8_t
     return rc;
 }
 
+int ref_op_golden(const op_shape *s, int j, const uint8_t *const *a, const uint8_t *const *sa,
+                  const uint8_t *const *b, const uint8_t *const *sb, uint16_t *out, a2amm_error *err)
+{
+    if (!s) return a2amm_fail(err, A2AMM_E_INVAL, "reference: the shape is NULL");
+    if (s->kind == OP_MATMUL_ALLTOALL) return ref_op_reverse_rank(s, j, a, sa, b, sb, out, err);
+    if (j < 0 || j >= s->R)
+        return a2amm_fail(err, A2AMM_E_INVAL, "rank %d is outside 0..%lld", j, (long long)s->R - 1);
+    return ref_op_rank(s, j, a, sa, b[j], sb[j], out, err);
+}
+
 int ref_op_reverse_rank(const op_shape *s, int j, const uint8_t *const *x, const uint8_t *const *sx,
                         const uint8_t *const *b, const uint8_t *const *sb, uint16_t *out, a2amm_error *err)
 {

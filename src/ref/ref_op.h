@@ -35,4 +35,9 @@ int ref_op_rank(const op_shape *shape, int j, const uint8_t *const *a, const uin
 int ref_op_reverse_rank(const op_shape *shape, int j, const uint8_t *const *x, const uint8_t *const *sx,
                         const uint8_t *const *b, const uint8_t *const *sb, uint16_t *out, a2amm_error *err);
 
+/* The golden of destination rank j for the shape's kind (ref_op_rank or ref_op_reverse_rank): a, sa, b, sb
+ * every rank's input and weights. */
+int ref_op_golden(const op_shape *shape, int j, const uint8_t *const *a, const uint8_t *const *sa,
+                  const uint8_t *const *b, const uint8_t *const *sb, uint16_t *out, a2amm_error *err);
+
 #endif
