@@ -5,7 +5,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "api/api_internal.h"
 #include "op/rank.h"
 
 /* alltoall-matmul: rank r's A_r holds R blocks of K/R columns, one for each destination. */
