@@ -164,13 +164,20 @@ line() { grep "^rank $1: $2: " "$SCRATCH/out"; }
 quick() { line "$1" "$2" | awk '{ for (i = 1; i < NF; i++) if ($i == "after") exit !($(i + 1) < 10); exit 1 }'; }
 finished_both() { test "$(grep -c '^rank [01]: finished$' "$SCRATCH/out")" -eq 2; }
 no_abort() { ! grep -Eq "MPI_ERR|MPI_Abort|^a2amm: rank" "$SCRATCH/out"; }
+# named_on_both LABEL CALL PATTERN...: on ranks 0 and 1, CALL failed with an error matching every PATTERN, at once
+named_on_both() {
+    local label=$1 call=$2 r p filter
+    shift 2
+    for r in 0 1; do
+        filter="grep '^rank $r: $call: status -' '$SCRATCH/out'"
+        for p in "$@"; do filter="$filter | grep -e '$p'"; done
+        check "$label, rank $r: an error naming $*" bash -c "$filter >/dev/null"
+        check "$label, rank $r: at once" quick $r "$call"
+    done
+}
 
 expect_ok "misuse: alltoall of 64 and 128 bytes" mpirun_hosts 2 "$P-h1,$P-h2" "$misuse" alltoall-sizes
-for r in 0 1; do
-    check "alltoall sizes, rank $r: an error naming both sizes" \
-        bash -c "grep '^rank $r: a2amm_comm_alltoall: status -' '$SCRATCH/out' | grep 'block_bytes = ' | grep 64 | grep -q 128"
-    check "alltoall sizes, rank $r: at once" quick $r a2amm_comm_alltoall
-done
+named_on_both "alltoall sizes" a2amm_comm_alltoall 'block_bytes = ' 64 128
 check "alltoall sizes: no MPI error handler, no abort" no_abort
 check "alltoall sizes: both ranks went on to the end" finished_both
 
@@ -190,19 +197,11 @@ check "run-arg: both ranks went on to the end" finished_both
 
 # the create agreement (a hash of the whole config, then the fields where it differs) over MPI messages
 expect_ok "misuse: depth 3 on the last rank, 2 on the others" mpirun_hosts 2 "$P-h1,$P-h2" "$misuse" config-differs
-for r in 0 1; do
-    check "config-differs, rank $r: an error naming depth and both values" \
-        bash -c "grep '^rank $r: a2amm_op_create: status -1 ' '$SCRATCH/out' | grep 'depth = ' | grep 2 | grep -q 3"
-    check "config-differs, rank $r: at once" quick $r a2amm_op_create
-done
+named_on_both "config-differs" a2amm_op_create 'depth = ' 'must pass the same' 2 3
 check "config-differs: both ranks went on to the end" finished_both
 
 expect_ok "misuse: two ops called in swapped order" mpirun_hosts 2 "$P-h1,$P-h2" "$misuse" swapped
-for r in 0 1; do
-    check "swapped, rank $r: an error naming both ops" \
-        bash -c "grep '^rank $r: a2amm_op_run: status -' '$SCRATCH/out' | grep 'on op 1' | grep -q 'on op 2'"
-    check "swapped, rank $r: at once" quick $r a2amm_op_run
-done
+named_on_both "swapped" a2amm_op_run 'on op 1' 'on op 2'
 check "swapped: both ranks went on to the end" finished_both
 
 # the uneven AllToAll (a2amm_comm_alltoallv) across hosts, over MPI messages: the cases of
