@@ -219,7 +219,7 @@ static int baseline_run(a2amm_comm *comm, baseline *bl, const rank_data *d, uint
     const float **rows = malloc(sizeof *rows * (size_t)(g.pairs + 1));
     if (!rc && !rows) rc = a2amm_fail(err, A2AMM_E_NOMEM, "out of memory");
     for (int64_t p = 0; !rc && p < g.pairs; p++) rows[p] = bl->y + p * H;
-    if (!rc) moe_partials(s, bl->records, &g, rows, bl->partials);
+    if (!rc) moe_partials(s, bl->records, &g, rows, bl->partials, bl->workers);
     free(rows);
     moe_groups_free(&g);
     if (rc) return rc;

@@ -129,7 +129,9 @@ static void test_cases(void)
               i, c->R, c->E, c->k, (long long)c->H, (long long)c->I, (long long)off, worst);
         printf("case %zu: R=%d E=%d k=%d H=%lld I=%lld route %d: within the bound (worst %.3f of it)\n", i, c->R, c->E,
                c->k, (long long)c->H, (long long)c->I, (int)c->route, worst);
-        if (i == 4 || i == 7) { /* the same bits again, on 1 and on 3 threads a rank */
+        if (i == 4 || i == 7 || i == MC_FIRST_CHUNKED) { /* the same bits again, on 1 and on 3 threads a rank (the
+                                                            last with rows enough for the partials' and the
+                                                            combine's tasks) */
             for (int threads = 1; threads <= 3; threads += 2) {
                 moe_case other = *c;
                 other.threads = threads;

@@ -507,9 +507,10 @@ static int dispatch_core(a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_
 }
 
 /* The combine after its agreement: the partials from y (a row per pair of the batch), back to their
- * tokens' ranks, summed into out. */
+ * tokens' ranks, summed into out; the sums over `workers` (NULL: this thread alone, where the pool may be
+ * running another chunk's experts). */
 static int combine_core(a2amm_moe *m, a2amm_moe_batch *b, const float *const *y, uint16_t *out, size_t top,
-                        a2amm_error *err)
+                        pool *workers, a2amm_error *err)
 {
     const moe_shape *s = &m->s;
     const int R = s->R, me = s->me;
@@ -521,7 +522,7 @@ static int combine_core(a2amm_moe *m, a2amm_moe_batch *b, const float *const *y,
                                    : a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe: rank %d: out of memory", me);
     if (!rc) {
         size_t *pbytes = z, *po = z + R, *bbytes = z + 2 * R, *bo = z + 3 * R;
-        moe_partials(s, b->recv, &b->g, y, partials);
+        moe_partials(s, b->recv, &b->g, y, partials, workers);
         blocks_of(b->from, 1, R, pb, pbytes, po); /* to each source, its records' partials */
         blocks_of(b->to, 1, R, pb, bbytes, bo);   /* from each owner, mine */
         const comm_blocks out_blocks = {pbytes, po}, in_blocks = {bbytes, bo};
@@ -529,7 +530,7 @@ static int combine_core(a2amm_moe *m, a2amm_moe_batch *b, const float *const *y,
         rc = api_exchangev(m->comm, partials, &out_blocks, back, &in_blocks, (size_t)b->slot_rows * pb, top,
                            "a2amm_moe: the combine", m->cfg.timeout_s, err);
         for (int p = 0; !rc && p < R; p++) bo[p] /= 2; /* in elements */
-        if (!rc) rc = moe_combine(s, b->T, b->idx, back, bo, out, err);
+        if (!rc) rc = moe_combine(s, b->T, b->idx, back, bo, out, workers, err);
     }
     free(z);
     return rc;
@@ -570,11 +571,11 @@ static int step_experts(a2amm_moe *m, int c, const a2amm_moe_batch *b, float *y,
 
 /* Chunk c's combine into out (its tokens' rows): EXCHANGE_BEGIN/END, slot 1, bytes received. */
 static int step_combine(a2amm_moe *m, int c, a2amm_moe_batch *b, const float *const *rows, uint16_t *out, size_t top,
-                        a2amm_error *err)
+                        pool *workers, a2amm_error *err)
 {
     int64_t t0 = log_now();
     log_event(m, A2AMM_EVENT_EXCHANGE_BEGIN, c, b->T, 1, 0, t0, 0, 0);
-    int rc = combine_core(m, b, rows, out, top, err);
+    int rc = combine_core(m, b, rows, out, top, workers, err);
     log_event(m, A2AMM_EVENT_EXCHANGE_END, c, b->T, 1, rc ? 0 : b->sent * m->s.H * 2, log_now(), 0, 0);
     return rc;
 }
@@ -657,7 +658,10 @@ static int fused_combine(fused *f, int c)
     if (fused_wait(f, &f->computed, c + 1)) return STOPPED;
     int64_t first, count;
     chunk_of(f->t->T, f->chunks, c, &first, &count);
-    return step_combine(f->m, c, f->batch[c], f->rows[c], f->t->out + first * f->m->s.H, f->top, &f->err);
+    /* the last chunk's combine has the pool to itself (every chunk's experts are done); the others run
+     * beside the next chunk's experts, on this thread alone */
+    pool *workers = c == f->chunks - 1 ? f->m->workers : NULL;
+    return step_combine(f->m, c, f->batch[c], f->rows[c], f->t->out + first * f->m->s.H, f->top, workers, &f->err);
 }
 
 static void *fused_exchanges(void *arg)
@@ -727,7 +731,7 @@ static int run_call(a2amm_moe *m, const tokens_args *t, size_t top, int *alike, 
     for (int64_t p = 0; !rc && p < pairs; p++) rows[p] = y + p * H;
     comm_set_doing(m->ctx, "a2amm_moe_run of op %lld: the experts on %lld rows", (long long)m->id, (long long)b->got);
     if (!rc) rc = step_experts(m, 0, b, y, err);
-    if (!rc) rc = step_combine(m, 0, b, rows, t->out, top, err);
+    if (!rc) rc = step_combine(m, 0, b, rows, t->out, top, m->workers, err);
     free(rows);
     a2amm_moe_batch_destroy(b);
     return rc;
@@ -897,7 +901,7 @@ static int combine_body(a2amm_moe *m, void *arg, size_t top, int *alike, a2amm_e
     for (int le = 0; le < m->s.local; le++) /* expert le's row i is the y of its entry i's pair */
         for (int64_t i = 0; i < b->g.start[le + 1] - b->g.start[le]; i++)
             rows[b->g.pair[b->g.start[le] + i]] = c->y[le] + i * H;
-    int rc = combine_core(m, b, rows, c->out, top, err);
+    int rc = combine_core(m, b, rows, c->out, top, m->workers, err);
     free(rows);
     return rc;
 }

@@ -282,13 +282,37 @@ int moe_experts(const moe_shape *s, const moe_weights *w, pool *workers, const u
 /* Columns a partial or a combine sums at once on the stack (its fp32 sums, then one bf16 rounding of them). */
 enum { SUM_COLS = 1024 };
 
-void moe_partials(const moe_shape *s, const uint8_t *recv, const moe_groups *g, const float *const *y,
-                  uint16_t *partials)
+/* Rows a task of the partials or the combine takes at least: fewer cost more to hand out than to sum. */
+enum { SUM_TASK_ROWS = 16 };
+
+/* The tasks for n rows over a pool: a few a thread (their sizes differ with the rows' slots), each at least
+ * SUM_TASK_ROWS rows; 1 without a pool. */
+static int sum_tasks(const pool *workers, int64_t n)
 {
+    int64_t tasks = workers ? 4 * (int64_t)pool_threads(workers) : 1, most = (n + SUM_TASK_ROWS - 1) / SUM_TASK_ROWS;
+    if (tasks > most) tasks = most;
+    return tasks > 1 ? (int)tasks : 1;
+}
+
+typedef struct partials_job {
+    const moe_shape *s;
+    const uint8_t *recv;
+    const moe_groups *g;
+    const float *const *y;
+    uint16_t *partials;
+    int tasks;
+} partials_job;
+
+/* Records [r0, r1) of the partials: each row's alone, so any split gives the same bits. */
+static void partials_rows(const partials_job *j, int64_t r0, int64_t r1)
+{
+    const moe_shape *s = j->s;
+    const moe_groups *g = j->g;
+    const float *const *y = j->y;
     const int64_t H = s->H;
     float acc[SUM_COLS];
-    for (int64_t r = 0; r < g->nrec; r++) { /* its slots' w * y summed in slot order in fp32, rounded once */
-        record_view v = record_at(s, recv, r);
+    for (int64_t r = r0; r < r1; r++) { /* its slots' w * y summed in slot order in fp32, rounded once */
+        record_view v = record_at(s, j->recv, r);
         for (int64_t c0 = 0; c0 < H; c0 += SUM_COLS) {
             const int64_t n = H - c0 < SUM_COLS ? H - c0 : SUM_COLS;
             for (int64_t col = 0; col < n; col++) acc[col] = 0.0f;
@@ -296,9 +320,24 @@ void moe_partials(const moe_shape *s, const uint8_t *recv, const moe_groups *g, 
                 const float w = slot_weight(&v, i), *yi = y[g->first[r] + i] + c0;
                 for (int64_t col = 0; col < n; col++) acc[col] += w * yi[col];
             }
-            gemm_store_bf16(acc, n, 1, 0, n, partials + r * H + c0, n);
+            gemm_store_bf16(acc, n, 1, 0, n, j->partials + r * H + c0, n);
         }
     }
+}
+
+static void partials_task(void *arg, int task)
+{
+    const partials_job *j = arg;
+    const int64_t n = j->g->nrec;
+    partials_rows(j, n * task / j->tasks, n * (task + 1) / j->tasks);
+}
+
+void moe_partials(const moe_shape *s, const uint8_t *recv, const moe_groups *g, const float *const *y,
+                  uint16_t *partials, pool *workers)
+{
+    partials_job j = {s, recv, g, y, partials, sum_tasks(workers, g->nrec)};
+    if (j.tasks > 1) pool_run(workers, partials_task, &j, j.tasks);
+    else partials_rows(&j, 0, g->nrec);
 }
 
 /* bf16 bits to their float (exact). */
@@ -310,15 +349,26 @@ static inline float bf16_value(uint16_t h)
     return f;
 }
 
-int moe_combine(const moe_shape *s, int64_t T, const int32_t *idx, const uint16_t *partials, const size_t *first,
-                uint16_t *out, a2amm_error *err)
+typedef struct combine_job {
+    const moe_shape *s;
+    int64_t T;
+    const int32_t *idx;
+    const uint16_t *partials;
+    uint16_t *out;
+    int tasks;
+    size_t *next; /* [tasks][R]: where each task's first token's partial from each owner starts */
+} combine_job;
+
+/* Tokens [t0, t1) of the combine, next[o] at their first partial from owner o: each token's sum alone. */
+static void combine_tokens(const combine_job *j, int64_t t0, int64_t t1, size_t *next)
 {
-    size_t *next = malloc(sizeof *next * (size_t)s->R);
-    if (!next) return a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: out of memory for the combine", s->me);
+    const moe_shape *s = j->s;
+    const int32_t *idx = j->idx;
+    const uint16_t *partials = j->partials;
+    uint16_t *out = j->out;
     const int64_t H = s->H;
     float acc[SUM_COLS];
-    for (int o = 0; o < s->R; o++) next[o] = first[o];
-    for (int64_t t = 0; t < T; t++) {
+    for (int64_t t = t0; t < t1; t++) {
         const int32_t *ids = idx + t * s->k;
         for (int64_t c0 = 0; c0 < H; c0 += SUM_COLS) {
             const int64_t n = H - c0 < SUM_COLS ? H - c0 : SUM_COLS;
@@ -333,6 +383,32 @@ int moe_combine(const moe_shape *s, int64_t T, const int32_t *idx, const uint16_
         for (int o = 0; o < s->R; o++)
             if (has_owner(s, ids, o)) next[o] += (size_t)H;
     }
-    free(next);
+}
+
+static void combine_task(void *arg, int task)
+{
+    const combine_job *j = arg;
+    combine_tokens(j, j->T * task / j->tasks, j->T * (task + 1) / j->tasks, j->next + (size_t)task * (size_t)j->s->R);
+}
+
+int moe_combine(const moe_shape *s, int64_t T, const int32_t *idx, const uint16_t *partials, const size_t *first,
+                uint16_t *out, pool *workers, a2amm_error *err)
+{
+    combine_job j = {s, T, idx, partials, out, sum_tasks(workers, T), NULL};
+    const size_t R = (size_t)s->R;
+    j.next = malloc(sizeof *j.next * R * (size_t)j.tasks);
+    if (!j.next) return a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: out of memory for the combine", s->me);
+    /* each task's starts: the owners' partials of the tokens before it, counted in one pass */
+    for (size_t o = 0; o < R; o++) j.next[o] = first[o];
+    for (int task = 1; task < j.tasks; task++) {
+        size_t *at = j.next + (size_t)task * R;
+        memcpy(at, at - R, sizeof *at * R);
+        for (int64_t t = T * (task - 1) / j.tasks; t < T * task / j.tasks; t++)
+            for (int o = 0; o < s->R; o++)
+                if (has_owner(s, idx + t * s->k, o)) at[o] += (size_t)s->H;
+    }
+    if (j.tasks > 1) pool_run(workers, combine_task, &j, j.tasks);
+    else combine_tokens(&j, 0, T, j.next);
+    free(j.next);
     return A2AMM_OK;
 }

@@ -90,13 +90,14 @@ typedef struct moe_expert_span {
 int moe_experts(const moe_shape *s, const moe_weights *w, pool *workers, const uint8_t *recv, const moe_groups *g,
                 float *y, moe_expert_span *spans, a2amm_error *err);
 /* The partials, one a record in record order: its slots' w * y[pair] (y: a row per pair) in slot order in
- * fp32, rounded to bf16 once. */
+ * fp32, rounded to bf16 once; rows shared out over the pool's threads (NULL: this thread), each row's bits its
+ * own. */
 void moe_partials(const moe_shape *s, const uint8_t *recv, const moe_groups *g, const float *const *y,
-                  uint16_t *partials);
+                  uint16_t *partials, pool *workers);
 
-/* out[t] = bf16 of the fp32 sum, owners in rank order, of token t's partials (owner o's rows start at
+/* (tokens shared out over the pool's threads as the partials' rows are) out[t] = bf16 of the fp32 sum, owners in rank order, of token t's partials (owner o's rows start at
  * partials + first[o] elements, in the order of the records sent there); zeros for a token with none. */
 int moe_combine(const moe_shape *s, int64_t T, const int32_t *idx, const uint16_t *partials, const size_t *first,
-                uint16_t *out, a2amm_error *err);
+                uint16_t *out, pool *workers, a2amm_error *err);
 
 #endif
