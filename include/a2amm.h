@@ -58,9 +58,9 @@ extern "C" {
  * version the calls and the layout of every struct a caller fills stay
  * compatible (structs grow only at their end, behind their size field). */
 #define A2AMM_VERSION_MAJOR 0
-#define A2AMM_VERSION_MINOR 2
+#define A2AMM_VERSION_MINOR 3
 #define A2AMM_VERSION_PATCH 0
-#define A2AMM_VERSION_STRING "0.2.0"
+#define A2AMM_VERSION_STRING "0.3.0"
 /* One number that orders versions: 10000 * major + 100 * minor + patch. */
 #define A2AMM_VERSION (A2AMM_VERSION_MAJOR * 10000 + A2AMM_VERSION_MINOR * 100 + A2AMM_VERSION_PATCH)
 
@@ -87,7 +87,7 @@ enum {
     A2AMM_E_INTERRUPTED = -11 /* stopped on request (a signal) */
 };
 
-/* The library's version, "0.2.0" (A2AMM_VERSION_STRING of the header it was
+/* The library's version, "0.3.0" (A2AMM_VERSION_STRING of the header it was
  * built from), and as one number (A2AMM_VERSION). */
 A2AMM_API const char *a2amm_version(void);
 A2AMM_API int a2amm_version_number(void);
