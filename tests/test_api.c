@@ -410,6 +410,14 @@ static void test_op_geometry(void)
     CHECK(a2amm_op_geometry_of(&c, 0, 1, &g, &err) == A2AMM_E_INVAL && strstr(err.msg, "nranks"), "nranks 0: %s",
           err.msg);
     CHECK(a2amm_op_geometry_of(NULL, 2, 1, &g, &err) == A2AMM_E_INVAL, "NULL config");
+    c.kind = A2AMM_OP_MATMUL_ALLTOALL, c.k = 96, c.n = 64;
+    CHECK(a2amm_op_geometry_of(&c, 4, 1, NULL, &err) == A2AMM_E_INVAL && strstr(err.msg, "geometry"),
+          "NULL geometry: %s", err.msg);
+    CHECK(a2amm_op_geometry_of(&c, 1 << 20, 1, &g, &err) == A2AMM_E_INVAL && strstr(err.msg, "nranks"),
+          "nranks 2^20: %s", err.msg);
+    a2amm_op_config unsized = c;
+    unsized.size = 0;
+    CHECK(a2amm_op_geometry_of(&unsized, 4, 1, &g, &err) == A2AMM_E_INVAL, "a config of size 0: %s", err.msg);
 }
 
 int main(void)
