@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "gemm/gemm.h"
+#include "gemm/gemm_fold.h"
 #include "mx/mx.h"
 
 /* ---- Helpers ---------------------------------------------------------- */
@@ -891,6 +892,75 @@ static void test_prepare_for_rows(gemm_isa isa)
 }
 
 /*
+ * Every B value through the small-M path (B kept in fp8, widened in
+ * registers), checked one value at a time: each row of A is one-hot (1.0
+ * at one k, scale sa), so C[r][n] is one folded B value times 2^(sa - 127),
+ * one product, exact; wherever the fold rule lets the fast kernel take the
+ * pair (B's scale in range, sa + sb in the pair range) it must be that
+ * product's bits. B is 1024 x 512, in two layouts:
+ * - every scale: 16 x 16 panel blocks (64 columns by 32 of K, each of one
+ *   scale, since the kernels take or refuse a panel's block whole), every
+ *   scale byte but NaN's on one of them, each holding every finite code of
+ *   its type 8 times (NaN and Inf codes moved to a neighbour); sa = 98, 127
+ *   and 152 put every scale the fold rule takes in the pair range;
+ * - a scale a column: 64 scales in each panel block (100 + n % 64), so that
+ *   a column given its neighbour's scale is seen.
+ * At one row and at the level's most small-M rows.
+ */
+static void test_fp8_b_every_value(gemm_isa isa)
+{
+    const int64_t small = gemm_b_small_rows(isa), N = 1024, K = 512;
+    if (small <= 0) return; /* the level has no small-M path */
+    float *c = malloc(sizeof *c * (size_t)(small * N));
+    for (int x = 0; x < 4; x++) {
+        const a2amm_fp8_type tb = TYPES[x % 2], ta = A2AMM_E4M3;
+        const int per_column = x >= 2;
+        problem p;
+        problem_init(&p, ta, tb, small, N, K, 127, 127);
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < K; k++) {
+                p.b[n * K + k] = finite_code((uint8_t)(32 * (n % 64) + k % 32), tb);
+                *sb_at(&p, n, k / 32) = (uint8_t)(per_column ? 100 + n % 64 : (16 * (n / 64) + k / 32) % 255);
+            }
+        gemm_b *few = NULL;
+        a2amm_error err;
+        CHECK(gemm_b_prepare_for(NULL, isa, p.b, p.sb, N, K, p.ldsb, tb, small, &few, &err) == 0, "prepare %s: %s",
+              gemm_isa_name(isa), err.msg);
+        const int lo = gemm_fold_scale_lo(GEMM_FOLD_BF16, tb), hi = gemm_fold_scale_hi(tb);
+        const int pair_lo = gemm_fold_pair_lo(GEMM_FOLD_BF16, ta, tb), pair_hi = gemm_fold_pair_hi(ta, tb);
+        static const int SA[] = {127, 98, 152};
+        long wrong = 0, fast = 0;
+        for (int pass = 0, rows = 1; few && pass < 2; pass++, rows = (int)small)
+            for (int q = 0; q < (per_column ? 1 : 3); q++)
+                for (int64_t k0 = 0; k0 < K; k0 += rows) {
+                    const int m = K - k0 < rows ? (int)(K - k0) : rows; /* row r one-hot at k0 + r */
+                    memset(p.a, 0, (size_t)(p.rows * p.lda));
+                    memset(p.sa, SA[q], (size_t)(p.rows * p.ldsa));
+                    for (int r = 0; r < m; r++) p.a[r * p.lda + k0 + r] = 0x38; /* 1.0 in E4M3 */
+                    gemm_a_slab slab = {p.a, p.sa, p.lda, p.ldsa, ta};
+                    gemm_multiply(few, &slab, m, 0, K, 0, N, c, N);
+                    for (int r = 0; r < m; r++)
+                        for (int64_t n = 0; n < N; n++) {
+                            const int64_t k = k0 + r;
+                            const int sb = *sb_at(&p, n, k / 32);
+                            if (sb < lo || sb > hi || SA[q] + sb < pair_lo || SA[q] + sb > pair_hi) continue;
+                            /* the sum starts from +0, so a -0 product gives +0 */
+                            const float want =
+                                0.0f + (float)ldexp((double)mx_fp8_to_f32(p.b[n * K + k], tb), sb + SA[q] - 254);
+                            wrong += f2u(c[r * N + n]) != f2u(want);
+                            fast++;
+                        }
+                }
+        CHECK(wrong == 0 && fast >= (per_column ? N * K : 2048 * (hi - lo + 1)),
+              "%s, B %s kept in fp8 (%s): %ld of %ld folded products wrong", gemm_isa_name(isa), tname(tb),
+              per_column ? "a scale a column" : "every scale", wrong, fast);
+        gemm_b_free(few);
+        problem_free(&p);
+    }
+    free(c);
+}
+
+/*
  * A level this CPU cannot run (or A2AMM_CPU_HIDE hides) is refused, naming
  * the level and why: by gemm_b_prepare and by gemm_isa_select when
  * A2AMM_ISA forces it; and the best level picked instead is one that runs.
@@ -944,6 +1014,7 @@ static void test_level(gemm_isa isa)
     test_special_codes(isa);
     test_prepare_on_pool(isa);
     test_prepare_for_rows(isa);
+    test_fp8_b_every_value(isa);
 }
 
 /*
