@@ -6,10 +6,12 @@
  * best of 15 calls, beside a streaming read of as many bytes in the same
  * run. With a small N (B fits in L2, the default) it is the widening's own
  * rate; with --cold (a 256 MiB buffer written before every call) and a large
- * N it is the rate from memory.
+ * N it is the rate from memory; --dirty instead writes one byte a line
+ * over 512 MiB, leaving dirty lines in every cache (the flush under which
+ * the amx level's calls were bimodal, session 17), and prints every call.
  *
  *   make build/tools/gemm_small_m   (make all builds it too)
- *   build/tools/gemm_small_m LEVEL M N K [--cold]   (e.g. amx 1 128 8192; avx512 1 3584 8192 --cold)
+ *   build/tools/gemm_small_m LEVEL M N K [--cold|--dirty]   (e.g. amx 1 128 8192; avx512 1 3584 8192 --cold)
  *
  * B's codes are normal E4M3 values (no zero or subnormal code, as scaled
  * data nearly always is), scales 120-129; A's scales 125-129.
@@ -38,17 +40,24 @@ __attribute__((target("avx2"))) static long read_bytes(const char *p, size_t n)
     return _mm256_extract_epi64(acc, 0);
 }
 
+/* One byte written a line: the lines stay in the caches, dirty (memset's large stores bypass them). */
+static void dirty_lines(char *p, size_t n, int v)
+{
+    for (size_t i = 0; i < n; i += 64) ((volatile char *)p)[i] = (char)v;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: gemm_small_m LEVEL M N K [--cold]\n");
+        fprintf(stderr, "usage: gemm_small_m LEVEL M N K [--cold|--dirty]\n");
         return 2;
     }
     gemm_isa isa = GEMM_ISA_COUNT;
     for (int i = 0; i < GEMM_ISA_COUNT; i++)
         if (!strcmp(argv[1], gemm_isa_name((gemm_isa)i))) isa = (gemm_isa)i;
     const int64_t M = atoll(argv[2]), N = atoll(argv[3]), K = atoll(argv[4]);
-    const int cold = argc > 5 && !strcmp(argv[5], "--cold");
+    const int dirty = argc > 5 && !strcmp(argv[5], "--dirty");
+    const int cold = dirty || (argc > 5 && !strcmp(argv[5], "--cold"));
     if (isa == GEMM_ISA_COUNT || !gemm_isa_supported(isa) || M < 1 || N < 1 || K < 32 || K % 32) {
         fprintf(stderr, "gemm_small_m: a level this CPU runs, M, N >= 1 and K a positive multiple of 32\n");
         return 2;
@@ -57,7 +66,7 @@ int main(int argc, char **argv)
     uint8_t *a = malloc((size_t)(M * K)), *sa = malloc((size_t)(M * K / 32));
     float *c = malloc((size_t)(M * N) * sizeof *c);
     uint16_t *out = malloc((size_t)(M * N) * sizeof *out);
-    const size_t flush_bytes = (size_t)256 << 20, read_len = (size_t)(N * K) / 32 * 32;
+    const size_t flush_bytes = (size_t)(dirty ? 512 : 256) << 20, read_len = (size_t)(N * K) / 32 * 32;
     char *flush = aligned_alloc(64, flush_bytes);
     if (!b || !sb || !a || !sa || !c || !out || !flush) return 1;
     srand(1);
@@ -75,18 +84,22 @@ int main(int argc, char **argv)
     gemm_a_slab slab = {a, sa, K, K / 32, A2AMM_E4M3};
     double best = 1e9, best_read = 1e9;
     long sink = 0;
+    if (dirty) printf("calls (ms):");
     for (int rep = 0; rep < 15; rep++) {
-        if (cold) memset(flush, rep, flush_bytes);
+        if (dirty) dirty_lines(flush, flush_bytes, rep);
+        else if (cold) memset(flush, rep, flush_bytes);
         double t0 = now();
         gemm_multiply_store(gb, &slab, M, 0, K, 0, N, c, N, out, N);
         double t = now() - t0;
         best = t < best ? t : best;
+        if (dirty) printf(" %.2f", t * 1e3);
         if (cold) memset(flush, rep + 1, flush_bytes);
         t0 = now();
         sink += read_bytes(cold ? flush : (const char *)flush + flush_bytes - read_len, read_len);
         t = now() - t0;
         best_read = t < best_read ? t : best_read;
     }
+    if (dirty) printf("\n");
     const double fp8 = (double)(N * K + N * K / 32);
     printf("%s M=%lld N=%lld K=%lld%s: B prepared %lld bytes; call %.3f ms, %.1f GB/s of B in fp8; "
            "a read of as many bytes %.3f ms, %.1f GB/s; call / read %.2f (%ld)\n",

@@ -7,6 +7,12 @@
  * threads (ggml's test runs on cores / 2). Prints the median of ITERS
  * passes over the hit experts, for docs/performance.md beside ggml's:
  *
+ * The weights and activations are ggml's test data: floats uniform in
+ * [-1, 1], here MXFP8-quantized (FLOOR scales), so nearly no code is zero
+ * or subnormal, as in real weights (codes drawn uniformly from every code
+ * put a zero or subnormal in nearly every 64-code group: the widening's
+ * slow path, half the speed, docs/performance.md session 17).
+ *
  *   build/tools/mul_mat_id_probe E USED M K N [ITERS] [THREADS]
  *   e.g. build/tools/mul_mat_id_probe 128 8 768 2048 8     (Qwen3-30B-A3B's experts, 8 tokens)
  */
@@ -21,6 +27,15 @@ static uint64_t next(uint64_t *s)
 {
     *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
     return *s * 0x2545F4914F6CDD1Dull;
+}
+
+/* rows x cols floats uniform in [-1, 1], quantized to E4M3 codes and scales (row strides cols, cols / 32). */
+static int uniform_mx(uint64_t *s, int64_t rows, int64_t cols, float *tmp, uint8_t *codes, uint8_t *scales,
+                      a2amm_error *err)
+{
+    for (int64_t i = 0; i < rows * cols; i++) tmp[i] = (float)((double)(next(s) >> 11) / 4503599627370496.0 - 1.0);
+    return a2amm_mx_quantize_f32(tmp, rows, cols, cols, A2AMM_E4M3, A2AMM_SCALE_FLOOR, codes, cols, scales, cols / 32,
+                                 err);
 }
 
 static double now_s(void)
@@ -53,11 +68,11 @@ int main(int argc, char **argv)
     uint8_t *b = malloc((size_t)(M * K)), *sb = malloc((size_t)(M * K / 32));
     a2amm_weights **w = calloc((size_t)E, sizeof *w);
     int64_t *rows = calloc((size_t)E, sizeof *rows);
+    float *tmp = malloc(sizeof *tmp * (size_t)(M * K));
     a2amm_error err = {0, ""};
+    if (!b || !sb || !w || !rows || !tmp) return 1;
     for (int e = 0; e < E; e++) {
-        for (int64_t i = 0; i < M * K; i++) b[i] = (uint8_t)(next(&s) % 0x7E); /* E4M3 codes, no NaN */
-        for (int64_t i = 0; i < M * K / 32; i++) sb[i] = (uint8_t)(120 + next(&s) % 8);
-        if (a2amm_weights_create(b, sb, M, K, K / 32, A2AMM_E4M3, threads, &w[e], &err)) {
+        if (uniform_mx(&s, M, K, tmp, b, sb, &err) || a2amm_weights_create(b, sb, M, K, K / 32, A2AMM_E4M3, threads, &w[e], &err)) {
             fprintf(stderr, "mul_mat_id_probe: %s\n", err.msg);
             return 1;
         }
@@ -74,8 +89,12 @@ int main(int argc, char **argv)
     for (int e = 0; e < E; e++) most = rows[e] > most ? rows[e] : most, hit += rows[e] > 0;
     uint8_t *a = malloc((size_t)(most * K)), *sa = malloc((size_t)(most * K / 32));
     uint16_t *out = malloc(sizeof *out * (size_t)(most * M));
-    for (int64_t i = 0; i < most * K; i++) a[i] = (uint8_t)(next(&s) % 0x7E);
-    for (int64_t i = 0; i < most * K / 32; i++) sa[i] = (uint8_t)(124 + next(&s) % 6);
+    float *xf = malloc(sizeof *xf * (size_t)(most * K));
+    if (!a || !sa || !out || !xf || uniform_mx(&s, most, K, xf, a, sa, &err)) {
+        fprintf(stderr, "mul_mat_id_probe: %s\n", err.msg[0] ? err.msg : "out of memory");
+        return 1;
+    }
+    free(xf);
     double *t = malloc(sizeof *t * (size_t)iters);
     for (int it = -1; it < iters; it++) {
         double t0 = now_s();
@@ -94,6 +113,6 @@ int main(int argc, char **argv)
            (long long)K, (long long)N, (long long)hit, (long long)most, threads, threads == 1 ? "" : "s", kernel,
            t[iters / 2] * 1e3, t[0] * 1e3, (double)hit * (double)(M * K) * 1.03125 / t[iters / 2] / 1e9);
     for (int e = 0; e < E; e++) a2amm_weights_destroy(w[e]);
-    free(b), free(sb), free(w), free(rows), free(a), free(sa), free(out), free(t);
+    free(b), free(sb), free(tmp), free(w), free(rows), free(a), free(sa), free(out), free(t);
     return 0;
 }
