@@ -904,7 +904,10 @@ static void test_prepare_for_rows(gemm_isa isa)
  *   its type 8 times (NaN and Inf codes moved to a neighbour); sa = 98, 127
  *   and 152 put every scale the fold rule takes in the pair range;
  * - a scale a column: 64 scales in each panel block (100 + n % 64), so that
- *   a column given its neighbour's scale is seen.
+ *   a column given its neighbour's scale is seen;
+ * - the same with normal codes only (every one in turn): a block with a zero
+ *   or subnormal code takes another way in some levels (avx2's widening by
+ *   integers, its four-panel loop at one row).
  * At one row and at the level's most small-M rows.
  */
 static void test_fp8_b_every_value(gemm_isa isa)
@@ -912,14 +915,20 @@ static void test_fp8_b_every_value(gemm_isa isa)
     const int64_t small = gemm_b_small_rows(isa), N = 1024, K = 512;
     if (small <= 0) return; /* the level has no small-M path */
     float *c = malloc(sizeof *c * (size_t)(small * N));
-    for (int x = 0; x < 4; x++) {
+    for (int x = 0; x < 6; x++) {
         const a2amm_fp8_type tb = TYPES[x % 2], ta = A2AMM_E4M3;
-        const int per_column = x >= 2;
+        const int per_column = x >= 2, normal_only = x >= 4;
+        uint8_t normal[256];
+        int nnormal = 0;
+        for (int code = 0; code < 256; code++)
+            if ((code & (tb == A2AMM_E4M3 ? 0x78 : 0x7C)) && !code_special((uint8_t)code, tb))
+                normal[nnormal++] = (uint8_t)code;
         problem p;
         problem_init(&p, ta, tb, small, N, K, 127, 127);
         for (int64_t n = 0; n < N; n++)
             for (int64_t k = 0; k < K; k++) {
-                p.b[n * K + k] = finite_code((uint8_t)(32 * (n % 64) + k % 32), tb);
+                p.b[n * K + k] = normal_only ? normal[(n * 32 + k) % nnormal]
+                                             : finite_code((uint8_t)(32 * (n % 64) + k % 32), tb);
                 *sb_at(&p, n, k / 32) = (uint8_t)(per_column ? 100 + n % 64 : (16 * (n / 64) + k / 32) % 255);
             }
         gemm_b *few = NULL;
@@ -953,7 +962,8 @@ static void test_fp8_b_every_value(gemm_isa isa)
                 }
         CHECK(wrong == 0 && fast >= (per_column ? N * K : 2048 * (hi - lo + 1)),
               "%s, B %s kept in fp8 (%s): %ld of %ld folded products wrong", gemm_isa_name(isa), tname(tb),
-              per_column ? "a scale a column" : "every scale", wrong, fast);
+              normal_only ? "normal codes, a scale a column" : per_column ? "a scale a column" : "every scale", wrong,
+              fast);
         gemm_b_free(few);
         problem_free(&p);
     }

@@ -378,19 +378,75 @@ static void run_panel(const pass *s, int64_t p, int clean, int next_panel)
 }
 
 /*
+ * How many of panels [p, last] from p on kernel8_panels may take at once:
+ * whole panels of the call's columns whose A rows need no masking (clean);
+ * their exact-path work, if any, is added to *any_exact. 0 or 1: none.
+ */
+static int wide_panels(const pass *s, int64_t p, int64_t last, int *any_exact)
+{
+    const call *x = s->x;
+    const int64_t nr = x->L->nr;
+    int n = 0;
+    for (int64_t q = p; q <= last && q * nr >= x->n0 && (q + 1) * nr <= x->n1; q++, n++) {
+        int clean, exact = panel_needs_exact(x->b, s->blk[0], s->kb, s->k[0] / 32, q, x->pair_lo, x->pair_hi, &clean);
+        if (!clean) break;
+        *any_exact |= exact;
+    }
+    return n;
+}
+
+/* Panels [p, p + n) of one row by kernel8_panels (wide_panels said they may); p1: the call's last panel. */
+static void run_panels_wide(const pass *s, int64_t p, int n, int64_t p1)
+{
+    const call *x = s->x;
+    const gemm_level *L = x->L;
+    const gemm_b *b = x->b;
+    const int64_t nr = L->nr, nblk = s->k[0] / 32;
+    gemm_tile t = {.chunks = 1, .rows = 1, .rows_used = 1, .b_type = b->type, .b_nkb = b->K / 32};
+    t.a[0] = s->blk[0]->rows;
+    t.b[0] = t.b_panel = panel_at(b, 1, p, s->kb);
+    t.b_kb[0] = s->kb;
+    t.k[0] = s->k[0];
+    t.c_in = s->overwrite ? NULL : s->c + p * nr;
+    t.c_out = s->c + p * nr;
+    t.ldc_in = t.ldc_out = x->ldc;
+    t.out = s->out ? s->out + p * nr : NULL;
+    t.ldo = x->ldo;
+    gemm_panels g = {.count = n, .panel_bytes = panel_at(b, 1, p + 1, s->kb) - panel_at(b, 1, p, s->kb)};
+    for (int i = 0; i < n; i++) g.refused[i] = refused_blocks(b, p + i, s->kb, nblk);
+    /* the next panels' part of K into L2 over the call, as run_panel brings in the next one */
+    const int64_t after = p1 - (p + n) + 1;
+    g.prefetch_panels = after < n ? (int)after : n;
+    if (g.prefetch_panels > 0) {
+        t.prefetch = panel_at(b, 1, p + n, s->kb);
+        t.prefetch_end = t.prefetch + nblk * L->b8_block;
+    }
+    L->kernel8_panels(&t, &g);
+}
+
+/*
  * The panels [p0, p1] of the call's columns for one pass. Returns whether
  * any panel leaves work to the exact path (a pass of several chunks must
- * have none: its rows are never masked).
+ * have none: its rows are never masked). One row on B in fp8 takes its
+ * panels several at a time where the level can (kernel8_panels).
  */
 static int run_panels(const pass *s, int64_t p0, int64_t p1)
 {
     const call *x = s->x;
+    const int wide = x->small && x->L->kernel8_panels && s->rows == 1 && s->chunks == 1 ? GEMM_WIDE_PANELS : 1;
     int any_exact = 0;
-    for (int64_t p = p0; p <= p1; p++) {
+    for (int64_t p = p0; p <= p1;) {
+        const int n = wide > 1 ? wide_panels(s, p, p + wide - 1 < p1 ? p + wide - 1 : p1, &any_exact) : 0;
+        if (n >= 2) {
+            run_panels_wide(s, p, n, p1);
+            p += n;
+            continue;
+        }
         int clean = 1;
         if (s->chunks == 1)
             any_exact |= panel_needs_exact(x->b, s->blk[0], s->kb, s->k[0] / 32, p, x->pair_lo, x->pair_hi, &clean);
         run_panel(s, p, clean, p < p1);
+        p++;
     }
     return any_exact;
 }

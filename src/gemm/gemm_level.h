@@ -33,7 +33,8 @@ enum {
     GEMM_MAX_NR = 64,        /* columns of a panel */
     GEMM_MAX_KC = 1024,      /* K of a chunk: a row's fold states of one chunk are at most 32 */
     GEMM_MAX_A_LD = 2112,    /* bytes of one packed A row (of one chunk) */
-    GEMM_MAX_CHUNKS = 2      /* chunks a microkernel call may take at once */
+    GEMM_MAX_CHUNKS = 2,     /* chunks a microkernel call may take at once */
+    GEMM_WIDE_PANELS = 4     /* panels kernel8_panels takes at once, the most */
 };
 
 /*
@@ -75,6 +76,18 @@ typedef struct gemm_tile {
     uint32_t b_refused[GEMM_MAX_CHUNKS];
     a2amm_fp8_type b_type;
 } gemm_tile;
+
+/*
+ * kernel8_panels' other panels: `count` (2..GEMM_WIDE_PANELS) whole panels, each panel_bytes of B in
+ * fp8 after the one before it and NR columns further on in C and out; refused[i] is panel i's
+ * b_refused (of the call's one chunk). The next prefetch_panels panels after them (0..count) are
+ * brought into L2 over the call, each from the same offset as t->prefetch is in the first of them.
+ */
+typedef struct gemm_panels {
+    int count, prefetch_panels;
+    int64_t panel_bytes;
+    uint32_t refused[GEMM_WIDE_PANELS];
+} gemm_panels;
 
 typedef struct gemm_level {
     gemm_isa isa;
@@ -138,6 +151,11 @@ typedef struct gemm_level {
     int64_t b8_block;
     void (*pack_b8)(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1);
     uint8_t (*b8_block_codes)(const gemm_exact_b *eb, int64_t n, int64_t kb, uint8_t out[32]);
+    /* NULL, or kernel8 for one row (t->rows 1, one chunk) over g->count whole panels at once (t the
+     * first; see gemm_panels), the same bits: one row keeps only a panel's accumulators in flight, so
+     * a chain of FMAs waits on the one before it; several panels give the FMA units independent work
+     * (an AVX2 CPU needs 8-10 chains: issue 31). The driver uses it where the panels need no masking. */
+    void (*kernel8_panels)(const gemm_tile *t, const gemm_panels *g);
 } gemm_level;
 
 /* A microkernel `name` for a level whose kernel(rows, t) is inlined once per row count 1..6 (the
