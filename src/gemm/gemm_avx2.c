@@ -394,9 +394,10 @@ AVX2_INLINE void panels_kernel8_of(const gemm_tile *t, const gemm_panels *g, con
         if (all_normal) {
             for (int k = 0; k < 32; k += 4) {
                 const uint8_t *row = blk + NR + k * NR;
-                for (int i = 0; i < g->prefetch_panels && prefetch < t->prefetch_end; i++)
-                    _mm_prefetch(prefetch + i * pb, _MM_HINT_T1);
-                prefetch += 64;
+                if (prefetch < t->prefetch_end) { /* none (both NULL) where no panel follows */
+                    for (int i = 0; i < g->prefetch_panels; i++) _mm_prefetch(prefetch + i * pb, _MM_HINT_T1);
+                    prefetch += 64;
+                }
 #pragma GCC unroll 4
                 for (int i = 0; i < W; i++) _mm_prefetch((const char *)row + i * pb + B8_AHEAD, _MM_HINT_T0);
 #pragma GCC unroll 4
