@@ -314,6 +314,20 @@ AVX2_INLINE int block_mode(const uint8_t *blk, int refused, __m256i exponent)
     return _mm256_testz_si256(zero_exponent, zero_exponent) ? BLOCK_NORMAL : BLOCK_EXACT;
 }
 
+/* A row of 16 codes as two ymm of fp32 the way its block widens (block_mode): zeros, integers or multiplies. */
+AVX2_INLINE void widen_row(int mode, const uint8_t *row, const int e4m3, __m256i keep, __m256i o0, __m256i o1,
+                           __m256 f0, __m256 f1, __m256 *b0, __m256 *b1)
+{
+    *b0 = *b1 = _mm256_setzero_ps();
+    if (mode == BLOCK_NORMAL) {
+        *b0 = widen8_normal(row, e4m3, keep, o0);
+        *b1 = widen8_normal(row + 8, e4m3, keep, o1);
+    } else if (mode == BLOCK_EXACT) {
+        *b0 = widen8(row, e4m3, f0);
+        *b1 = widen8(row + 8, e4m3, f1);
+    }
+}
+
 /*
  * tile_kernel on B in fp8: each row of 16 codes widened to fp32 as it is
  * used (2 x 8 values: the bits of the packed fp32 values, fed to the same
@@ -345,14 +359,8 @@ AVX2_INLINE void tile_kernel8_of(const int rows, const gemm_tile *t, const int e
             _mm_prefetch((const char *)row + B8_AHEAD, _MM_HINT_T0);
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++, a++, row += NR) {
-                __m256 b0 = _mm256_setzero_ps(), b1 = b0;
-                if (mode == BLOCK_NORMAL) {
-                    b0 = widen8_normal(row, e4m3, keep, o0);
-                    b1 = widen8_normal(row + 8, e4m3, keep, o1);
-                } else if (mode == BLOCK_EXACT) {
-                    b0 = widen8(row, e4m3, f0);
-                    b1 = widen8(row + 8, e4m3, f1);
-                }
+                __m256 b0, b1;
+                widen_row(mode, row, e4m3, keep, o0, o1, f0, f1, &b0, &b1);
                 tile_step(rows, acc, a, b0, b1);
             }
         }
@@ -417,14 +425,8 @@ AVX2_INLINE void panels_kernel8_of(const gemm_tile *t, const gemm_panels *g, con
             const __m256 f0 = widen_factors(pblk), f1 = widen_factors(pblk + 8);
             for (int k = 0; k < 32; k++) {
                 const uint8_t *row = pblk + NR + k * NR;
-                __m256 b0 = _mm256_setzero_ps(), b1 = b0;
-                if (mode[i] == BLOCK_NORMAL) {
-                    b0 = widen8_normal(row, e4m3, keep, off[i][0]);
-                    b1 = widen8_normal(row + 8, e4m3, keep, off[i][1]);
-                } else if (mode[i] == BLOCK_EXACT) {
-                    b0 = widen8(row, e4m3, f0);
-                    b1 = widen8(row + 8, e4m3, f1);
-                }
+                __m256 b0, b1;
+                widen_row(mode[i], row, e4m3, keep, off[i][0], off[i][1], f0, f1, &b0, &b1);
                 const __m256 av = _mm256_broadcast_ss(a + k);
                 acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
                 acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);

@@ -442,6 +442,11 @@ static int run_panels(const pass *s, int64_t p0, int64_t p1)
             p += n;
             continue;
         }
+        if (n == 1) { /* whole and clean, its exact-path work counted already */
+            run_panel(s, p, 1, p < p1);
+            p++;
+            continue;
+        }
         int clean = 1;
         if (s->chunks == 1)
             any_exact |= panel_needs_exact(x->b, s->blk[0], s->kb, s->k[0] / 32, p, x->pair_lo, x->pair_hi, &clean);
