@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "gemm/gemm.h"
+#include "gemm/gemm_exact.h"
 #include "gemm/gemm_fold.h"
 #include "mx/mx.h"
 
@@ -847,7 +848,7 @@ static void test_prepare_for_rows(gemm_isa isa)
         if (!any || !few) return;
         int64_t nkb = p.K / 32, npanels = (p.N + 63) / 64;
         if (small > 0)
-            CHECK(gemm_b_bytes(few) <= npanels * 64 * p.K * 33 / 32 + nkb * npanels * 3 &&
+            CHECK(gemm_b_bytes(few) <= npanels * 64 * p.K * 33 / 32 + nkb * npanels * (int64_t)sizeof(gemm_panel_info) &&
                       gemm_b_bytes(few) + 2 * p.N * p.K <= gemm_b_bytes(any),
                   "%s: B for few rows holds %lld bytes (B for any rows %lld; its codes and scales %lld)",
                   gemm_isa_name(isa), (long long)gemm_b_bytes(few), (long long)gemm_b_bytes(any),

@@ -260,6 +260,7 @@ widen_block(const gemm_tile *t, int i, int64_t j, int h0, int halves, const wide
     static const uint32_t zeros[16 * 64] __attribute__((aligned(64)));
     if ((t->b_refused[i] >> j) & 1) return zeros;
     const uint8_t *blk = (const uint8_t *)t->b[i] + j * BF16_B8_BLOCK;
+    const int special = (t->b_special[i] >> j) & 1;
     __m512i offset[4], biased[4];
     for (int g = 0; g < 2 * halves; g++) {
         offset[g] = widen_offsets(blk + 16 * (2 * h0 + g));
@@ -274,7 +275,7 @@ widen_block(const gemm_tile *t, int i, int64_t j, int h0, int halves, const wide
         }
         for (int h = 0; h < halves; h++) {
             __m512bh v[2];
-            widen64(codes + 64 * (h0 + h), offset + 2 * h, biased + 2 * h, w, v);
+            widen64(codes + 64 * (h0 + h), offset + 2 * h, biased + 2 * h, w, special, v);
             _mm512_store_si512(wide + (kp * halves + h) * 32, (__m512i)v[0]);
             _mm512_store_si512(wide + (kp * halves + h) * 32 + 16, (__m512i)v[1]);
         }

@@ -149,7 +149,7 @@ AVX512_INLINE void tile_kernel8(const int rows, const gemm_tile *t)
     c_lines cl = c_lines_start(rows, t, nblk * (16 / PREFETCH_KPAIRS));
     const char *prefetch = t->prefetch;
     for (int64_t j = 0; j < nblk; j++, blk += BF16_B8_BLOCK) {
-        const int refused = (t->b_refused[0] >> j) & 1;
+        const int refused = (t->b_refused[0] >> j) & 1, special = (t->b_special[0] >> j) & 1;
         __m512i offset[4], biased[4];
 #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
@@ -173,8 +173,8 @@ AVX512_INLINE void tile_kernel8(const int rows, const gemm_tile *t)
                 if (refused) {
                     bv[0] = bv[1] = bv[2] = bv[3] = (__m512bh)_mm512_setzero_si512();
                 } else {
-                    widen64(codes, offset, biased, &w, bv);
-                    widen64(codes + 64, offset + 2, biased + 2, &w, bv + 2);
+                    widen64(codes, offset, biased, &w, special, bv);
+                    widen64(codes + 64, offset + 2, biased + 2, &w, special, bv + 2);
                 }
                 tile_step(rows, acc, a, bv);
             }

@@ -70,15 +70,16 @@ AVX512_INLINE __m512i widen_words(__m512i x, __m512i offset, __m512i biased, __m
  * normal codes: seven vector instructions for the 64 (a shift to put the low
  * bytes' codes high, then per group an arithmetic shift, a mask and the add
  * of the scale and the exponent's bias); a zero or subnormal code (rare in
- * scaled data: a test per 64 codes finds them) is looked up.
+ * scaled data) is looked up, in a block that may hold one (may_special: the
+ * panel info's normal is not set) a test per 64 codes finds them.
  */
 AVX512_INLINE void widen64(const uint8_t *codes, const __m512i offset[2], const __m512i biased[2], const widen_consts *w,
-                           __m512bh out[2])
+                           int may_special, __m512bh out[2])
 {
     const __m512i c = _mm512_loadu_si512(codes);
     const __m512i low = _mm512_slli_epi16(c, 8); /* the low bytes' codes in the high bytes */
     __mmask32 special[2] = {0, 0};
-    if (_mm512_testn_epi8_mask(c, w->exponent8)) {
+    if (may_special && _mm512_testn_epi8_mask(c, w->exponent8)) {
         special[0] = _mm512_testn_epi16_mask(low, w->exponent16);
         special[1] = _mm512_testn_epi16_mask(c, w->exponent16);
     }

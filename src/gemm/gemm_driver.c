@@ -268,6 +268,14 @@ static uint32_t refused_blocks(const gemm_b *b, int64_t p, int64_t kb, int64_t n
     return refused;
 }
 
+/* The same for the blocks that may hold a zero or subnormal code (not all normal). */
+static uint32_t special_blocks(const gemm_b *b, int64_t p, int64_t kb, int64_t nblk)
+{
+    uint32_t special = 0;
+    for (int64_t j = 0; j < nblk; j++) special |= (uint32_t)!b->info[(kb + j) * b->npanels + p].normal << j;
+    return special;
+}
+
 /* K of the chunk that starts kc0 into a call's klen. */
 static inline int64_t chunk_len(int64_t klen, int64_t kc0, int64_t kc) { return klen - kc0 < kc ? klen - kc0 : kc; }
 
@@ -301,7 +309,10 @@ static void run_panel(const pass *s, int64_t p, int clean, int next_panel)
         t.b[ch] = panel_at(b, x->small, p, s->kb + ch * (L->kc / 32));
         t.b_kb[ch] = s->kb + ch * (L->kc / 32);
         t.k[ch] = s->k[ch];
-        if (x->small) t.b_refused[ch] = refused_blocks(b, p, s->kb + ch * (L->kc / 32), s->k[ch] / 32);
+        if (x->small) {
+            t.b_refused[ch] = refused_blocks(b, p, s->kb + ch * (L->kc / 32), s->k[ch] / 32);
+            t.b_special[ch] = special_blocks(b, p, s->kb + ch * (L->kc / 32), s->k[ch] / 32);
+        }
         k += s->k[ch];
     }
     void (*kernel)(const gemm_tile *) = x->small ? L->kernel8 : L->kernel;

@@ -64,8 +64,9 @@ void gemm_panel_info_build(const gemm_exact_b *eb, const uint8_t *bq, int64_t wi
     int64_t npanels = (eb->N + width - 1) / width;
     int lo = gemm_fold_scale_lo(format, type), hi = gemm_fold_scale_hi(type);
     const uint64_t special = 0x0101010101010101ull * gemm_fold_special_bits(type), magnitude = 0x7F7F7F7F7F7F7F7Full;
+    const uint64_t exponent = 0x0101010101010101ull * (type == A2AMM_E5M2 ? 0x7C : 0x78);
     for (int64_t kb = 0; kb < eb->nkb; kb++)
-        for (int64_t p = p0; p < p1; p++) info[kb * npanels + p] = (gemm_panel_info){1, 255, 0};
+        for (int64_t p = p0; p < p1; p++) info[kb * npanels + p] = (gemm_panel_info){1, 255, 0, (p + 1) * width <= eb->N};
     /* B's rows in memory order (a column's K-blocks one after the other): by K-block first, every
      * access would be a cache miss 4 KB from the last. */
     int64_t n1 = p1 * width < eb->N ? p1 * width : eb->N;
@@ -75,15 +76,17 @@ void gemm_panel_info_build(const gemm_exact_b *eb, const uint8_t *bq, int64_t wi
             int s = eb->scales[n * eb->nkb + kb];
             const uint8_t *codes = bq + n * eb->K + kb * 32;
             uint64_t nonzero = 0;
-            int any_special = 0;
+            int any_special = 0, any_zero_exponent = 0;
             for (int q = 0; q < 4; q++) { /* 8 codes at a time: a code is special when all its special bits are set */
                 uint64_t x;
                 memcpy(&x, codes + 8 * q, sizeof x);
                 nonzero |= x & magnitude;
                 any_special |= any_zero_byte(~x & special);
+                any_zero_exponent |= any_zero_byte(x & exponent);
             }
-            if (!nonzero && s != MX_E8M0_NAN) continue; /* zeros: nothing to fold */
             gemm_panel_info *pi = col + kb * npanels;
+            pi->normal &= !any_zero_exponent;
+            if (!nonzero && s != MX_E8M0_NAN) continue; /* zeros: nothing to fold */
             pi->ok &= !any_special && s >= lo && s <= hi;
             pi->smin = (uint8_t)(s < pi->smin ? s : pi->smin);
             pi->smax = (uint8_t)(s > pi->smax ? s : pi->smax);

@@ -56,6 +56,8 @@ static inline const uint8_t *gemm_exact_codes(const gemm_exact_b *eb, int64_t n,
 typedef struct gemm_panel_info {
     uint8_t ok;         /* every (other) column's scale folds and no value is NaN/Inf */
     uint8_t smin, smax; /* the (other) columns' scale range; 255, 0 if none */
+    uint8_t normal;     /* a whole panel whose every code is a normal number (no zero or subnormal code):
+                         * the small path widens it by shifts alone, untested */
 } gemm_panel_info;
 
 /*

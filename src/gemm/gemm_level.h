@@ -74,6 +74,9 @@ typedef struct gemm_tile {
     /* The small-M microkernel (kernel8) only: b holds B in fp8; bit j of b_refused[i]: chunk i's
      * block j of the panel is refused by the fold rule (taken as zeros, as the packed B holds it). */
     uint32_t b_refused[GEMM_MAX_CHUNKS];
+    /* kernel8 only: bit j of b_special[i]: chunk i's block j may hold a zero or subnormal code (the
+     * fold rule's panel info says it is not all normal), which the widening must test for */
+    uint32_t b_special[GEMM_MAX_CHUNKS];
     a2amm_fp8_type b_type;
 } gemm_tile;
 
