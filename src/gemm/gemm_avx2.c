@@ -295,23 +295,18 @@ enum { BLOCK_ZEROS, BLOCK_NORMAL, BLOCK_EXACT };
 /*
  * How a block of B in fp8 widens: zeros where the fold rule refused it;
  * by integers where every code is normal (no zero or subnormal code, which
- * the shift cannot make a float) and every scale is at least 15 (the
- * results stay normal floats: the fold rule bounds them above); else by
- * widen8's multiplies (subnormal results through fp32 subnormals).
+ * the shift cannot make a float: the panel info's normal, so `special` is
+ * clear) and every scale is at least 15 (the results stay normal floats:
+ * the fold rule bounds them above); else by widen8's multiplies (subnormal
+ * results through fp32 subnormals).
  */
-AVX2_INLINE int block_mode(const uint8_t *blk, int refused, __m256i exponent)
+AVX2_INLINE int block_mode(const uint8_t *blk, int refused, int special)
 {
     if (refused) return BLOCK_ZEROS;
+    if (special) return BLOCK_EXACT;
     __m128i low = _mm_cmpeq_epi8(_mm_min_epu8(_mm_loadu_si128((const __m128i *)blk), _mm_set1_epi8(15)),
                                  _mm_set1_epi8(15));
-    if (_mm_movemask_epi8(low) != 0xFFFF) return BLOCK_EXACT;
-    __m256i zero_exponent = _mm256_setzero_si256();
-    for (int i = 0; i < 32 * NR; i += 32)
-        zero_exponent = _mm256_or_si256(
-            zero_exponent, _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)(blk + NR + i)),
-                                                              exponent),
-                                             _mm256_setzero_si256()));
-    return _mm256_testz_si256(zero_exponent, zero_exponent) ? BLOCK_NORMAL : BLOCK_EXACT;
+    return _mm_movemask_epi8(low) == 0xFFFF ? BLOCK_NORMAL : BLOCK_EXACT;
 }
 
 /* A row of 16 codes as two ymm of fp32 the way its block widens (block_mode): zeros, integers or multiplies. */
@@ -339,7 +334,6 @@ AVX2_INLINE void tile_kernel8_of(const int rows, const gemm_tile *t, const int e
 {
     const int64_t nblk = t->k[0] / 32;
     const __m256i keep = _mm256_set1_epi32((int)(0x80000000u | (e4m3 ? 0x7Fu << 20 : 0x7Fu << 21)));
-    const __m256i exponent = _mm256_set1_epi8((char)(e4m3 ? 0x78 : 0x7C));
     const int bias = e4m3 ? 120 : 112;
     __m256 acc[MR][2];
     tile_begin(rows, t, acc);
@@ -347,7 +341,7 @@ AVX2_INLINE void tile_kernel8_of(const int rows, const gemm_tile *t, const int e
     const uint8_t *blk = t->b[0];
     const char *prefetch = t->prefetch;
     for (int64_t j = 0; j < nblk; j++, blk += B8_BLOCK) {
-        const int mode = block_mode(blk, (t->b_refused[0] >> j) & 1, exponent);
+        const int mode = block_mode(blk, (t->b_refused[0] >> j) & 1, (t->b_special[0] >> j) & 1);
         const __m256 f0 = widen_factors(blk), f1 = widen_factors(blk + 8);
         const __m256i o0 = widen_offsets(blk, bias), o1 = widen_offsets(blk + 8, bias);
         for (int k = 0; k < 32; k += 4) {
@@ -383,7 +377,6 @@ AVX2_INLINE void panels_kernel8_of(const gemm_tile *t, const gemm_panels *g, con
     const int np = g->count;
     const int64_t nblk = t->k[0] / 32, pb = g->panel_bytes;
     const __m256i keep = _mm256_set1_epi32((int)(0x80000000u | (e4m3 ? 0x7Fu << 20 : 0x7Fu << 21)));
-    const __m256i exponent = _mm256_set1_epi8((char)(e4m3 ? 0x78 : 0x7C));
     const int bias = e4m3 ? 120 : 112;
     __m256 acc[W][2];
     for (int i = 0; i < W; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
@@ -394,7 +387,7 @@ AVX2_INLINE void panels_kernel8_of(const gemm_tile *t, const gemm_panels *g, con
         int mode[W], all_normal = np == W;
         __m256i off[W][2];
         for (int i = 0; i < np; i++) {
-            mode[i] = block_mode(blk + i * pb, (g->refused[i] >> j) & 1, exponent);
+            mode[i] = block_mode(blk + i * pb, (g->refused[i] >> j) & 1, (g->special[i] >> j) & 1);
             all_normal &= mode[i] == BLOCK_NORMAL;
             off[i][0] = widen_offsets(blk + i * pb, bias);
             off[i][1] = widen_offsets(blk + i * pb + 8, bias);

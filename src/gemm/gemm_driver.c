@@ -424,7 +424,10 @@ static void run_panels_wide(const pass *s, int64_t p, int n, int64_t p1)
     t.out = s->out ? s->out + p * nr : NULL;
     t.ldo = x->ldo;
     gemm_panels g = {.count = n, .panel_bytes = panel_at(b, 1, p + 1, s->kb) - panel_at(b, 1, p, s->kb)};
-    for (int i = 0; i < n; i++) g.refused[i] = refused_blocks(b, p + i, s->kb, nblk);
+    for (int i = 0; i < n; i++) {
+        g.refused[i] = refused_blocks(b, p + i, s->kb, nblk);
+        g.special[i] = special_blocks(b, p + i, s->kb, nblk);
+    }
     /* the next panels' part of K into L2 over the call, as run_panel brings in the next one */
     const int64_t after = p1 - (p + n) + 1;
     g.prefetch_panels = after < n ? (int)after : n;

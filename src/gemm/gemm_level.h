@@ -90,6 +90,7 @@ typedef struct gemm_panels {
     int count, prefetch_panels;
     int64_t panel_bytes;
     uint32_t refused[GEMM_WIDE_PANELS];
+    uint32_t special[GEMM_WIDE_PANELS]; /* panel i's b_special */
 } gemm_panels;
 
 typedef struct gemm_level {
