@@ -101,12 +101,6 @@ static int products_in_range(const float *a, int rows, int64_t I, a2amm_fp8_type
     return ok;
 }
 
-/* The 16 scale bytes of a block as doubles. */
-static void block_scales(const uint8_t *blk, double *out)
-{
-    for (int c = 0; c < NR; c++) out[c] = scale_value(blk[c]);
-}
-
 /* ---- the vector levels' driver ------------------------------------------------------------------- */
 
 /* `rows` rows of `np` panels from `panel` on (a level's copy for that count): ys[r][col ..]. */
@@ -155,16 +149,15 @@ AVX2_INLINE __m256 column_mask_avx2(unsigned bits)
 
 /* ---- avx512 ---------------------------------------------------------------------------------------- */
 
-/* float(acc + sums * scale), each column in double (the portable level's expression, lane by lane). */
-AVX512_INLINE __m512 add_block_avx512(__m512 acc, __m512 sums, __m512d scale_lo, __m512d scale_hi)
+/* A block's 16 scale bytes as scale_float's floats: 2^(s - 127) from the bits, 2^-127 (a subnormal) for 0,
+ * NaN for 0xFF. */
+AVX512_INLINE __m512 block_scales_avx512(const uint8_t *blk)
 {
-    __m512d acc_lo = _mm512_cvtps_pd(_mm512_castps512_ps256(acc));
-    __m512d acc_hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
-    __m512d sum_lo = _mm512_cvtps_pd(_mm512_castps512_ps256(sums));
-    __m512d sum_hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sums), 1)));
-    __m256 lo = _mm512_cvtpd_ps(_mm512_add_pd(acc_lo, _mm512_mul_pd(sum_lo, scale_lo)));
-    __m256 hi = _mm512_cvtpd_ps(_mm512_add_pd(acc_hi, _mm512_mul_pd(sum_hi, scale_hi)));
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+    const __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)blk));
+    __m512i bits = _mm512_slli_epi32(s, 23);
+    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(s, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
+    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(s, _mm512_set1_epi32(0xFF)), _mm512_set1_epi32(0x7FC00000));
+    return _mm512_castsi512_ps(bits);
 }
 
 /* `rows` rows of `np` panels side by side (both constants where inlined): rows x np independent sums in
@@ -194,12 +187,10 @@ AVX512_INLINE void panels_avx512(int rows, int np, int fma, int64_t I, int e4m3,
             }
 #pragma GCC unroll 8
         for (int q = 0; q < np; q++) {
-            double scale[NR];
-            block_scales(blk + q * stride, scale);
-            __m512d scale_lo = _mm512_loadu_pd(scale), scale_hi = _mm512_loadu_pd(scale + 8);
+            const __m512 scale = block_scales_avx512(blk + q * stride); /* one FMA: the rule's bits (scale_float) */
 #pragma GCC unroll 8
             for (int r = 0; r < rows; r++)
-                acc[q * rows + r] = add_block_avx512(acc[q * rows + r], sums[q * rows + r], scale_lo, scale_hi);
+                acc[q * rows + r] = _mm512_fmadd_ps(sums[q * rows + r], scale, acc[q * rows + r]);
         }
     }
     for (int q = 0; q < np; q++)
@@ -357,14 +348,16 @@ int moe_down_avx512(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a,
 
 /* ---- avx2 ------------------------------------------------------------------------------------------ */
 
-AVX2_INLINE __m256 add_block_avx2(__m256 acc, __m256 sums, __m256d scale_lo, __m256d scale_hi)
+/* block_scales_avx512's floats, as two halves of 8. */
+AVX2_INLINE void block_scales_avx2(const uint8_t *blk, __m256 out[2])
 {
-    __m256d acc_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(acc)), acc_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(acc, 1));
-    __m256d sum_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(sums));
-    __m256d sum_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(sums, 1));
-    __m128 lo = _mm256_cvtpd_ps(_mm256_add_pd(acc_lo, _mm256_mul_pd(sum_lo, scale_lo)));
-    __m128 hi = _mm256_cvtpd_ps(_mm256_add_pd(acc_hi, _mm256_mul_pd(sum_hi, scale_hi)));
-    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+    for (int h = 0; h < 2; h++) {
+        const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 8 * h)));
+        __m256i bits = _mm256_slli_epi32(s, 23);
+        bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(s, _mm256_setzero_si256()));
+        bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7FC00000), _mm256_cmpeq_epi32(s, _mm256_set1_epi32(0xFF)));
+        out[h] = _mm256_castsi256_ps(bits);
+    }
 }
 
 AVX2_INLINE void panels_avx2(int rows, int np, int fma, int64_t I, int e4m3, const float *a, const uint8_t *panel,
@@ -395,17 +388,15 @@ AVX2_INLINE void panels_avx2(int rows, int np, int fma, int64_t I, int e4m3, con
             }
 #pragma GCC unroll 4
         for (int q = 0; q < np; q++) {
-            double scale[NR];
-            block_scales(blk + q * stride, scale);
+            __m256 scale[2]; /* one FMA: the rule's bits (scale_float) */
+            block_scales_avx2(blk + q * stride, scale);
 #pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                __m256d scale_lo = _mm256_loadu_pd(scale + 8 * h), scale_hi = _mm256_loadu_pd(scale + 8 * h + 4);
+            for (int h = 0; h < 2; h++)
 #pragma GCC unroll 4
                 for (int r = 0; r < rows; r++) {
                     const int i = (q * rows + r) * 2 + h;
-                    acc[i] = add_block_avx2(acc[i], sums[i], scale_lo, scale_hi);
+                    acc[i] = _mm256_fmadd_ps(sums[i], scale[h], acc[i]);
                 }
-            }
         }
     }
     for (int q = 0; q < np; q++)
