@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/scratch.h"
 #include "mx/mx.h"
 
 enum {
@@ -114,8 +115,13 @@ typedef struct down_level {
     panels_fn *(*pick)(int rows, int np, int fma);
 } down_level;
 
-/* The rows in groups of max_rows (the last group smaller), each group over every panel: a group reads W2
- * once. */
+/*
+ * The rows in groups of max_rows (the last group smaller), each group over every panel: a group reads W2
+ * once. The FMA copies widen E4M3 codes to 2^-8 their value (fp16_bits, no multiply by 256 a 16 codes)
+ * and take the rows times 256 instead: exact both (the rows are below 2^118 where FMA is used), so each
+ * product, and the bits, are the same. Without room for those rows, the multiply-and-add copy (the same
+ * bits too, as each product is exact).
+ */
 static void down_rows(const down_level *level, int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a,
                       int64_t n, const uint8_t *packed, float *const *ys)
 {
@@ -124,7 +130,15 @@ static void down_rows(const down_level *level, int64_t H, int64_t I, a2amm_fp8_t
     for (int64_t r0 = 0; r0 < n; r0 += level->max_rows) {
         const int rows = n - r0 < level->max_rows ? (int)(n - r0) : level->max_rows;
         const float *ar = a + r0 * I;
-        const int fma = products_in_range(ar, rows, I, b_type), most = level->panels_at_once(rows);
+        int fma = products_in_range(ar, rows, I, b_type);
+        if (fma && e4m3) {
+            float *scaled = scratch_get(SCRATCH_MOE_DOWN, (size_t)(rows * I) * sizeof *scaled);
+            if (scaled)
+                for (int64_t i = 0; i < rows * I; i++) scaled[i] = ar[i] * 256.0f;
+            fma = scaled != NULL;
+            ar = scaled ? scaled : ar;
+        }
+        const int most = level->panels_at_once(rows);
         for (int64_t p = 0; p < panels;) {
             const int np = panels - p >= most ? most : 1;
             level->pick(rows, np, fma)(I, e4m3, ar, packed + (size_t)p * panel_bytes(I), ys + r0, p * NR);
@@ -177,7 +191,8 @@ AVX512_INLINE void panels_avx512(int rows, int np, int fma, int64_t I, int e4m3,
         for (int t = 0; t < 32; t++)
 #pragma GCC unroll 8
             for (int q = 0; q < np; q++) {
-                __m512 w = widen16_avx512(blk + q * stride + NR + t * NR, e4m3);
+                const uint8_t *codes = blk + q * stride + NR + t * NR; /* E4M3 at 2^-8 where fma (down_rows) */
+                __m512 w = fma ? _mm512_cvtph_ps(fp16_bits(codes, e4m3)) : widen16_avx512(codes, e4m3);
 #pragma GCC unroll 8
                 for (int r = 0; r < rows; r++) {
                     __m512 ar = _mm512_set1_ps(a[r * I + b * 32 + t]);
@@ -375,7 +390,7 @@ AVX2_INLINE void panels_avx2(int rows, int np, int fma, int64_t I, int e4m3, con
 #pragma GCC unroll 4
             for (int q = 0; q < np; q++) {
                 __m256 w[2];
-                widen16_avx2(blk + q * stride + NR + t * NR, e4m3, &w[0], &w[1]);
+                widen16_avx2(blk + q * stride + NR + t * NR, e4m3, fma, &w[0], &w[1]); /* E4M3 low: down_rows */
 #pragma GCC unroll 4
                 for (int r = 0; r < rows; r++) {
                     __m256 ar = _mm256_broadcast_ss(a + r * I + b * 32 + t);
@@ -447,7 +462,7 @@ typedef struct widened_panel {
 AVX2_INLINE void widen_panel(const uint8_t *panel, int64_t b, int e4m3, widened_panel *out)
 {
     const uint8_t *blk = panel + HEAD + (size_t)b * BLOCK;
-    for (int t = 0; t < 32; t++) widen16_avx2(blk + NR + t * NR, e4m3, &out->w[t][0], &out->w[t][1]);
+    for (int t = 0; t < 32; t++) widen16_avx2(blk + NR + t * NR, e4m3, 0, &out->w[t][0], &out->w[t][1]);
     float scale[NR];
     for (int c = 0; c < NR; c++) scale[c] = scale_float(blk[c]);
     out->scale[0] = _mm256_loadu_ps(scale), out->scale[1] = _mm256_loadu_ps(scale + 8);

@@ -71,13 +71,14 @@ AVX512_INLINE __m512 widen16_avx512(const uint8_t *codes, int e4m3)
     return e4m3 ? _mm512_mul_ps(x, _mm512_set1_ps(256.0f)) : x;
 }
 
-/* 16 codes to their fp32 values, 8 in each half. */
-AVX2_INLINE void widen16_avx2(const uint8_t *codes, int e4m3, __m256 *lo, __m256 *hi)
+/* 16 codes to their fp32 values, 8 in each half (E4M3 at 2^-8 their value where `e4m3_low`). */
+AVX2_INLINE void widen16_avx2(const uint8_t *codes, int e4m3, int e4m3_low, __m256 *lo, __m256 *hi)
 {
     __m256i h = fp16_bits(codes, e4m3);
     *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
     *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
-    if (e4m3) *lo = _mm256_mul_ps(*lo, _mm256_set1_ps(256.0f)), *hi = _mm256_mul_ps(*hi, _mm256_set1_ps(256.0f));
+    if (e4m3 && !e4m3_low)
+        *lo = _mm256_mul_ps(*lo, _mm256_set1_ps(256.0f)), *hi = _mm256_mul_ps(*hi, _mm256_set1_ps(256.0f));
 }
 
 #endif
