@@ -260,20 +260,18 @@ static inline const char *panel_at(const gemm_b *b, int small, int64_t p, int64_
     return (const char *)b->packed + (p * (b->K / 32) + kb) * b->level->b_block;
 }
 
-/* The blocks of panel p from K-block kb on (nblk of them) that the fold rule refuses: bit j for block j. */
-static uint32_t refused_blocks(const gemm_b *b, int64_t p, int64_t kb, int64_t nblk)
+/*
+ * Of panel p's nblk blocks from K-block kb on, bit j for block j: those the fold rule refuses (*refused)
+ * and those that may hold a zero or subnormal code (*special: the panel info's normal is not set).
+ */
+static void block_bits(const gemm_b *b, int64_t p, int64_t kb, int64_t nblk, uint32_t *refused, uint32_t *special)
 {
-    uint32_t refused = 0;
-    for (int64_t j = 0; j < nblk; j++) refused |= (uint32_t)!b->info[(kb + j) * b->npanels + p].ok << j;
-    return refused;
-}
-
-/* The same for the blocks that may hold a zero or subnormal code (not all normal). */
-static uint32_t special_blocks(const gemm_b *b, int64_t p, int64_t kb, int64_t nblk)
-{
-    uint32_t special = 0;
-    for (int64_t j = 0; j < nblk; j++) special |= (uint32_t)!b->info[(kb + j) * b->npanels + p].normal << j;
-    return special;
+    *refused = *special = 0;
+    for (int64_t j = 0; j < nblk; j++) {
+        const gemm_panel_info pi = b->info[(kb + j) * b->npanels + p];
+        *refused |= (uint32_t)!pi.ok << j;
+        *special |= (uint32_t)!pi.normal << j;
+    }
 }
 
 /* K of the chunk that starts kc0 into a call's klen. */
@@ -309,10 +307,7 @@ static void run_panel(const pass *s, int64_t p, int clean, int next_panel)
         t.b[ch] = panel_at(b, x->small, p, s->kb + ch * (L->kc / 32));
         t.b_kb[ch] = s->kb + ch * (L->kc / 32);
         t.k[ch] = s->k[ch];
-        if (x->small) {
-            t.b_refused[ch] = refused_blocks(b, p, s->kb + ch * (L->kc / 32), s->k[ch] / 32);
-            t.b_special[ch] = special_blocks(b, p, s->kb + ch * (L->kc / 32), s->k[ch] / 32);
-        }
+        if (x->small) block_bits(b, p, t.b_kb[ch], s->k[ch] / 32, &t.b_refused[ch], &t.b_special[ch]);
         k += s->k[ch];
     }
     void (*kernel)(const gemm_tile *) = x->small ? L->kernel8 : L->kernel;
@@ -424,10 +419,7 @@ static void run_panels_wide(const pass *s, int64_t p, int n, int64_t p1)
     t.out = s->out ? s->out + p * nr : NULL;
     t.ldo = x->ldo;
     gemm_panels g = {.count = n, .panel_bytes = panel_at(b, 1, p + 1, s->kb) - panel_at(b, 1, p, s->kb)};
-    for (int i = 0; i < n; i++) {
-        g.refused[i] = refused_blocks(b, p + i, s->kb, nblk);
-        g.special[i] = special_blocks(b, p + i, s->kb, nblk);
-    }
+    for (int i = 0; i < n; i++) block_bits(b, p + i, s->kb, nblk, &g.refused[i], &g.special[i]);
     /* the next panels' part of K into L2 over the call, as run_panel brings in the next one */
     const int64_t after = p1 - (p + n) + 1;
     g.prefetch_panels = after < n ? (int)after : n;
