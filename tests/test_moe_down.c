@@ -1,12 +1,16 @@
 /*
- * The MoE op's down projection (src/op/moe_down.c): the portable level
+ * The MoE op's down projection (src/op/moe_down*.c): the portable level
  * against the rule written out here on W2 as given (codes [H][I], scales
- * [H][I/32], before the packing), and the avx2 and avx512 levels against
- * the portable one, bit for bit (the amx level, whose block sums are its
- * tiles', against the exact value and row by row: check_problem_amx): all fp8 codes of both types, every scale
- * (NaN's 0xFF too), products that underflow and sums that overflow, NaN and
- * Inf in a, and shapes from one 32-block to a DeepSeek-V2-Lite expert, with
- * every row count up to past two groups of rows.
+ * [H][I/32], before the packing), the portable twin of the avx512 level's
+ * K-pairs against their order written out here, and the avx2 level (and
+ * the sequential rule on AVX-512) against the portable one, the avx512
+ * level against its twin, bit for bit (the amx level, whose block sums are
+ * its tiles', against the exact value and row by row: check_problem_amx):
+ * all fp8 codes of both types, every scale (NaN's 0xFF too), products that
+ * underflow and sums that overflow, a at the edges of what dot products
+ * take, rows of both kinds in one call, NaN and Inf in a, and shapes from
+ * one 32-block to a DeepSeek-V2-Lite expert, with every row count up to
+ * past two groups of rows.
  *
  * test_moe_down [avx2|avx512|amx]: one level (the suite runs each as a test of
  * its own); a level this CPU lacks is reported skipped (exit 77).
@@ -19,6 +23,7 @@
 #include "check.h"
 #include "common/cpu.h"
 #include "mx/mx.h"
+#include "gemm/gemm.h"
 #include "gemm/gemm_amx.h"
 #include "op/moe_down.h"
 
@@ -92,6 +97,46 @@ static void rule(const problem *p, float *y)
         }
 }
 
+/* Whether the avx512 and amx levels send a row through bf16 dot products (VDPBF16PS, TDPBF16PS):
+ * moe_down_panel.h's row_for_pairs, written again. */
+static int pair_row(const float *a, int64_t I)
+{
+    for (int64_t i = 0; i < I; i++) {
+        double m = fabs((double)a[i]);
+        if (!(m == 0 || (m >= ldexp(1, -103) && m < ldexp(1, 100)))) return 0;
+    }
+    return 1;
+}
+
+/*
+ * The avx512 level's order (moe_down_pairs.c), on the unpacked W2: a row the
+ * pairs take sums each block's K-pairs (t, t + 1) as VDPBF16PS does, the
+ * odd product and then the even one, each add rounded to fp32; any other
+ * row, the rule above.
+ */
+static void rule_pairs(const problem *p, float *y)
+{
+    rule(p, y);
+    for (int64_t i = 0; i < p->n; i++) {
+        const float *a = p->a + i * p->I;
+        if (!pair_row(a, p->I)) continue;
+        for (int64_t c = 0; c < p->H; c++) {
+            const uint8_t *w = p->w2 + c * p->I;
+            float acc = 0.0f;
+            for (int64_t b = 0; b < p->I / 32; b++) {
+                float sum = 0.0f;
+                for (int64_t t = b * 32; t < b * 32 + 32; t += 2) {
+                    float odd = a[t + 1] * mx_fp8_to_f32(w[t + 1], p->type), even = a[t] * mx_fp8_to_f32(w[t], p->type);
+                    sum = sum + odd;
+                    sum = sum + even;
+                }
+                acc = (float)((double)acc + (double)sum * mx_e8m0_to_f64(p->s2[c * (p->I / 32) + b]));
+            }
+            y[i * p->H + c] = isnan(acc) ? NAN : acc;
+        }
+    }
+}
+
 static void run_level(moe_down_fn *fn, const problem *p, float *y)
 {
     float **ys = malloc(sizeof *ys * (size_t)(p->n + 1));
@@ -110,16 +155,6 @@ static void compare(const char *what, const char *level, const problem *p, const
           level, p->type == A2AMM_E4M3 ? "e4m3" : "e5m2", (long long)p->H, (long long)p->I, (long long)p->n,
           (long long)(bad / p->H), (long long)(bad % p->H), (double)got[bad < 0 ? 0 : bad],
           f2u(got[bad < 0 ? 0 : bad]), (double)want[bad < 0 ? 0 : bad], f2u(want[bad < 0 ? 0 : bad]));
-}
-
-/* Whether the amx level sends a row through the tiles: moe_down_amx.c's rule, written again. */
-static int tile_row(const float *a, int64_t I)
-{
-    for (int64_t i = 0; i < I; i++) {
-        double m = fabs((double)a[i]);
-        if (!(m == 0 || (m >= ldexp(1, -103) && m < ldexp(1, 100)))) return 0;
-    }
-    return 1;
 }
 
 /*
@@ -154,7 +189,7 @@ static void check_problem_amx(const char *what, const problem *p)
     compare(what, "amx: rows in two calls against all at once", p, got, halves);
     int64_t bad = 0, tiled = 0;
     for (int64_t i = 0; i < p->n; i++) {
-        const int tiles = tile_row(p->a + i * I, I);
+        const int tiles = pair_row(p->a + i * I, I);
         tiled += tiles;
         for (int64_t c = 0; c < H; c++) {
             const float g = got[i * H + c], w = portable[i * H + c];
@@ -179,16 +214,22 @@ static void check_problem_amx(const char *what, const problem *p)
     free(portable), free(got), free(alone), free(halves);
 }
 
-/* One problem through the portable level (against the rule, where `rule_too`) and through fn. */
-static void check_problem(const char *what, const char *level, moe_down_fn *fn, const problem *p, int rule_too)
+/*
+ * One problem through the portable twin of fn's order (against that order's rule written here, where
+ * `rule_too`) and through fn, bit for bit: the sequential rule's twin for the avx2 level, the K-pairs' for
+ * the avx512 level; the amx level as check_problem_amx says.
+ */
+static void check_problem(const char *what, const char *level, moe_down_fn *fn, int pairs, const problem *p,
+                          int rule_too)
 {
+    moe_down_fn *twin = pairs ? moe_down_portable_pairs : moe_down_portable;
     size_t bytes = sizeof(float) * (size_t)(p->n * p->H + 1);
     float *want = malloc(bytes), *portable = malloc(bytes), *got = malloc(bytes);
     memset(got, 0xA5, bytes);
-    run_level(moe_down_portable, p, portable);
+    run_level(twin, p, portable);
     if (rule_too) {
-        rule(p, want);
-        compare(what, "portable", p, want, portable);
+        (pairs ? rule_pairs : rule)(p, want);
+        compare(what, pairs ? "portable pairs" : "portable", p, want, portable);
     }
     if (fn == moe_down_amx)
         check_problem_amx(what, p);
@@ -199,7 +240,8 @@ static void check_problem(const char *what, const char *level, moe_down_fn *fn, 
     free(want), free(portable), free(got);
 }
 
-static void check_level(const char *level, moe_down_fn *fn)
+/* fn (NULL: the portable twin alone) in the sequential order, or in the K-pairs' where `pairs`. */
+static void check_level(const char *level, moe_down_fn *fn, int pairs)
 {
     static const struct {
         int64_t H, I;
@@ -210,7 +252,7 @@ static void check_level(const char *level, moe_down_fn *fn)
             for (int64_t n = 0; n <= 41; n += n < 17 ? (s < 2 ? 1 : 5) : 8) { /* then 17, 25, 33, 41: many rows */
                 problem p;
                 problem_make(&p, shapes[s].H, shapes[s].I, n, ty, -10, 10, 118, 136);
-                check_problem("all codes", level, fn, &p, s < 3);
+                check_problem("all codes", level, fn, pairs, &p, s < 3);
                 problem_free(&p);
             }
         struct {
@@ -222,29 +264,39 @@ static void check_level(const char *level, moe_down_fn *fn)
             {"tiny a, large scales", -135, -100, 200, 254},   /* subnormal a and products, results normal */
             {"sums that overflow", 100, 127, 240, 254},       /* Inf, and Inf - Inf = NaN */
             {"cancelling large sums", 60, 70, 180, 200},
+            {"a just above the pairs' floor", -103, -96, 0, 40},   /* the smallest values dot products take */
+            {"a just below the pairs' ceiling", 92, 99, 200, 254}, /* the largest */
         };
         for (size_t r = 0; r < sizeof ranges / sizeof *ranges; r++)
             for (int64_t n = 11; n <= 21; n += 10) { /* a few rows, and many (a level's other loops) */
                 problem p;
                 problem_make(&p, 64, 256, n, ty, ranges[r].a_lo, ranges[r].a_hi, ranges[r].s_lo, ranges[r].s_hi);
-                check_problem(ranges[r].what, level, fn, &p, 1);
+                check_problem(ranges[r].what, level, fn, pairs, &p, 1);
                 problem_free(&p);
             }
         problem p;
         for (int64_t n = 9; n <= 19; n += 10) {
             problem_make_codes(&p, 64, 128, n, ty, -6, 6, 118, 136, 1);
-            check_problem("NaN and Inf codes", level, fn, &p, 1);
+            check_problem("NaN and Inf codes", level, fn, pairs, &p, 1);
             problem_free(&p);
             /* NaN and Inf in a */
             problem_make(&p, 32, 64, n, ty, -5, 5, 120, 134);
             for (int64_t i = 0; i < p.n * p.I; i += 13)
                 p.a[i] = (i / 13) % 3 == 0 ? NAN : (i / 13) % 3 == 1 ? INFINITY : -INFINITY;
-            check_problem("NaN and Inf in a", level, fn, &p, 1);
+            check_problem("NaN and Inf in a", level, fn, pairs, &p, 1);
+            problem_free(&p);
+        }
+        for (int64_t n = 11; n <= 21; n += 10) {
+            /* rows the dot products take between rows they do not: one value 2^100 or 2^-110 in every third
+             * row (the sequential rule's rows, some through its scaled E4M3 copy, between the others') */
+            problem_make(&p, 64, 128, n, ty, -6, 6, 118, 136);
+            for (int64_t i = 1; i < p.n; i += 3) p.a[i * p.I + (i * 7) % p.I] = i % 2 ? 0x1p100f : -0x1p-110f;
+            check_problem("rows of both kinds", level, fn, pairs, &p, 1);
             problem_free(&p);
         }
         for (int64_t n = 3; n <= 24; n += 21) {
             problem_make(&p, 2048, 1408, n, ty, -8, 8, 120, 134); /* a DeepSeek-V2-Lite expert's W2 */
-            check_problem("a DeepSeek-V2-Lite expert", level, fn, &p, 0);
+            check_problem("a DeepSeek-V2-Lite expert", level, fn, pairs, &p, 0);
             problem_free(&p);
         }
     }
@@ -262,24 +314,25 @@ int main(int argc, char **argv)
               moe_down_for(GEMM_ISA_AVX512) == moe_down_avx512 && moe_down_for(GEMM_ISA_AMX) == moe_down_amx,
           "each kernel level's down projection");
     int skipped = 0;
-    if (!only) check_level("portable only", NULL);
+    if (!only) check_level("portable only", NULL, 0), check_level("portable pairs only", NULL, 1);
     if (!only || !strcmp(only, "avx2")) {
         if (cpu_has(CPU_AVX2) && cpu_has(CPU_FMA))
-            check_level("avx2", moe_down_avx2);
+            check_level("avx2", moe_down_avx2, 0);
         else
             printf("SKIP: the avx2 down projection: this CPU has no AVX2 and FMA (or A2AMM_CPU_HIDE hides them)\n"),
                 skipped++;
     }
     if (!only || !strcmp(only, "avx512")) {
-        if (cpu_has(CPU_AVX512F))
-            check_level("avx512", moe_down_avx512);
+        if (gemm_isa_supported(GEMM_ISA_AVX512))
+            check_level("avx512", moe_down_avx512, 1), check_level("avx512 sequential", moe_down_sequential_avx512, 0);
         else
-            printf("SKIP: the avx512 down projection: this CPU has no AVX-512F (or A2AMM_CPU_HIDE hides it)\n"),
+            printf("SKIP: the avx512 down projection: this CPU lacks the avx512 level (AVX-512 F, BW, VBMI and BF16), "
+                   "or A2AMM_CPU_HIDE hides it\n"),
                 skipped++;
     }
     if (!only || !strcmp(only, "amx")) {
         if (gemm_amx_usable())
-            check_level("amx", moe_down_amx);
+            check_level("amx", moe_down_amx, 0);
         else
             printf("SKIP: the amx down projection: this CPU has no AMX-BF16, its kernel does not grant the tiles, or "
                    "A2AMM_CPU_HIDE hides it\n"),

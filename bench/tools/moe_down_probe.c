@@ -5,7 +5,9 @@
  *   build/tools/moe_down_probe H I N [ITERS]
  *
  * y = a x W2 for N rows (a: bf16 values, W2: [H, I] E4M3 codes, scales
- * near 1), W2 packed once; each level's best of ITERS calls, and beside it
+ * near 1), W2 packed once; each level's best of ITERS calls (avx512-seq:
+ * the sequential rule on AVX-512, which the avx512 level keeps for rows its
+ * K-pairs cannot take), and beside it
  * in the same run a read of W2's packed bytes once (the floor for few rows):
  * GB/s of W2 and the ratio call / read.
  */
@@ -14,7 +16,7 @@
 #include <time.h>
 
 #include "common/cpu.h"
-#include "gemm/gemm_amx.h"
+#include "gemm/gemm.h"
 #include "op/moe_down.h"
 
 static double now_s(void)
@@ -61,17 +63,18 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         moe_down_fn *fn;
-        int ok;
-    } levels[] = {{"portable", moe_down_portable, 1}, {"avx2", moe_down_avx2, 2}, {"avx512", moe_down_avx512, 3},
-                  {"amx", moe_down_amx, 4}};
+        gemm_isa isa; /* the kernel level it needs */
+    } levels[] = {{"portable", moe_down_portable, GEMM_ISA_REF},
+                  {"avx2", moe_down_avx2, GEMM_ISA_AVX2},
+                  {"avx512-seq", moe_down_sequential_avx512, GEMM_ISA_AVX512}, /* the sequential rule on AVX-512 */
+                  {"avx512", moe_down_avx512, GEMM_ISA_AVX512},
+                  {"amx", moe_down_amx, GEMM_ISA_AMX}};
     printf("moe_down_probe H=%lld I=%lld N=%lld: W2 %.2f MB packed, one thread, best of %d\n", (long long)H,
            (long long)I, (long long)n, (double)bytes / 1e6, iters);
     uint64_t sink = 0;
     for (size_t l = 0; l < sizeof levels / sizeof *levels; l++) {
-        int runs = levels[l].ok == 1 || (levels[l].ok == 2 && cpu_has(CPU_AVX2) && cpu_has(CPU_FMA)) ||
-                   (levels[l].ok == 3 && cpu_has(CPU_AVX512F)) || (levels[l].ok == 4 && gemm_amx_usable());
-        if (!runs) {
-            printf("  %-8s not run: this CPU lacks it\n", levels[l].name);
+        if (!gemm_isa_supported(levels[l].isa)) {
+            printf("  %-10s not run: this CPU lacks it\n", levels[l].name);
             continue;
         }
         double best = 1e30, best_read = 1e30;
@@ -84,7 +87,7 @@ int main(int argc, char **argv)
             if (t1 - t0 < best_read) best_read = t1 - t0;
             if (t2 - t1 < best) best = t2 - t1;
         }
-        printf("  %-8s %8.3f ms  %6.2f GB/s of W2   read %.3f ms (%.2f GB/s)   call / read %.2f\n", levels[l].name,
+        printf("  %-10s %8.3f ms  %6.2f GB/s of W2   read %.3f ms (%.2f GB/s)   call / read %.2f\n", levels[l].name,
                best * 1e3, (double)bytes / best / 1e9, best_read * 1e3, (double)bytes / best_read / 1e9,
                best / best_read);
     }

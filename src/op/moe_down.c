@@ -85,6 +85,50 @@ int moe_down_portable(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *
     return 0;
 }
 
+/* The portable level's row condition for the pairs (row_for_pairs in moe_down_panel.h, one value at a time). */
+static int row_for_pairs_portable(const float *a, int64_t I)
+{
+    for (int64_t i = 0; i < I; i++) {
+        const float m = fabsf(a[i]);
+        if (!(m == 0.0f || (m >= 0x1p-103f && m < 0x1p100f))) return 0;
+    }
+    return 1;
+}
+
+int moe_down_portable_pairs(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
+                            const uint8_t *packed, float *const *ys)
+{
+    const int64_t nkb = I / 32;
+    float value[256];
+    for (int c = 0; c < 256; c++) value[c] = mx_fp8_to_f32((uint8_t)c, b_type);
+    for (int64_t i = 0; i < n; i++) {
+        if (!row_for_pairs_portable(a + i * I, I)) {
+            moe_down_portable(H, I, b_type, a + i * I, 1, packed, ys + i);
+            continue;
+        }
+        const float *ai = a + i * I;
+        for (int64_t p = 0; p < H / NR; p++) {
+            const uint8_t *panel = packed + (size_t)p * panel_bytes(I) + HEAD;
+            float acc[NR] = {0};
+            for (int64_t b = 0; b < nkb; b++) {
+                const uint8_t *blk = panel + (size_t)b * BLOCK;
+                const float *ab = ai + b * 32;
+                float sums[NR] = {0};
+                for (int t = 0; t < 32; t += 2) /* a K-pair: the odd product, then the even one */
+                    for (int c = 0; c < NR; c++) {
+                        float odd = ab[t + 1] * value[blk[NR + (t + 1) * NR + c]];
+                        float even = ab[t] * value[blk[NR + t * NR + c]];
+                        sums[c] = sums[c] + odd;
+                        sums[c] = sums[c] + even;
+                    }
+                for (int c = 0; c < NR; c++) acc[c] = (float)((double)acc[c] + (double)sums[c] * scale_value(blk[c]));
+            }
+            for (int c = 0; c < NR; c++) ys[i][p * NR + c] = canonical(acc[c]);
+        }
+    }
+    return 0;
+}
+
 /*
  * Whether an FMA gives the rule's bits for these rows: a bf16 value times an
  * fp8 one is exact in fp32 (12 significant bits, the lowest at 2^-142 or
@@ -162,17 +206,6 @@ AVX2_INLINE __m256 column_mask_avx2(unsigned bits)
 
 
 /* ---- avx512 ---------------------------------------------------------------------------------------- */
-
-/* A block's 16 scale bytes as scale_float's floats: 2^(s - 127) from the bits, 2^-127 (a subnormal) for 0,
- * NaN for 0xFF. */
-AVX512_INLINE __m512 block_scales_avx512(const uint8_t *blk)
-{
-    const __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)blk));
-    __m512i bits = _mm512_slli_epi32(s, 23);
-    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(s, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
-    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(s, _mm512_set1_epi32(0xFF)), _mm512_set1_epi32(0x7FC00000));
-    return _mm512_castsi512_ps(bits);
-}
 
 /* `rows` rows of `np` panels side by side (both constants where inlined): rows x np independent sums in
  * flight, as a row's sum over a block is a chain of dependent adds (its order is the rule's). */
@@ -350,8 +383,8 @@ static AVX512_TARGET void down_many_avx512(int64_t H, int64_t I, a2amm_fp8_type 
         }
 }
 
-int moe_down_avx512(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
-                     const uint8_t *packed, float *const *ys)
+int moe_down_sequential_avx512(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
+                                const uint8_t *packed, float *const *ys)
 {
     if (n >= MANY_ROWS && (H / NR) % PAIR == 0) {
         down_many_avx512(H, I, b_type, a, n, packed, ys);

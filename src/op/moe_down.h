@@ -13,15 +13,17 @@
  * its columns hold a NaN code: such a column is NaN in every row), then per
  * 32-block, the 16 columns' scale bytes and the block's 32 rows of the 16
  * columns' codes (row t: W2[16p .. 16p + 15][32b + t]), so a vector of 16
- * columns is one 16-byte load. Every level reads that layout. The portable,
- * avx2 and avx512 levels keep each column's order above, so they give the
- * same bits (tests/test_moe_down.c); the amx level sums each block with
- * TDPBF16PS, an order of its own (moe_down_amx.c: as a2amm_matmul's levels,
- * its bits are its own, within the contract's tolerance), except rows whose
- * values the tiles would flush (those take the rule above). The vector
- * levels widen the codes in registers for every group of rows (amx: a panel
- * at a time for all of them): a decode call reads W2's fp8 bytes once and
- * never a stored widened copy.
+ * columns is one 16-byte load. Every level reads that layout. The portable
+ * and avx2 levels keep each column's order above, so they give the same
+ * bits (tests/test_moe_down.c). The avx512 level sums each block's K-pairs
+ * with VDPBF16PS (moe_down_pairs.c: odd product, then even, each rounded;
+ * moe_down_portable_pairs is its portable twin, bit for bit), the amx level
+ * with one TDPBF16PS (moe_down_amx.c: AMX's order, within the contract's
+ * tolerance), each except rows whose values dot products would flush
+ * (those take the rule above): as a2amm_matmul's levels, their bits are
+ * their own. The vector levels widen the codes in registers for every group
+ * of rows (amx: a panel at a time for all of them): a decode call reads
+ * W2's fp8 bytes once and never a stored widened copy.
  */
 #ifndef A2AMM_OP_MOE_DOWN_H
 #define A2AMM_OP_MOE_DOWN_H
@@ -48,7 +50,13 @@ typedef int moe_down_fn(int64_t H, int64_t I, a2amm_fp8_type b_type, const float
 
 moe_down_fn moe_down_portable; /* the reference twin: plain C, any CPU */
 moe_down_fn moe_down_avx2;     /* AVX2 + FMA CPUs only */
-moe_down_fn moe_down_avx512;   /* AVX-512F CPUs only */
+moe_down_fn moe_down_avx512;   /* the avx512 level's CPUs only (AVX-512 BF16 and VBMI): moe_down_pairs.c */
+
+/* The avx512 level's portable twin: its order (K-pairs) in plain C, any CPU. */
+moe_down_fn moe_down_portable_pairs;
+/* The sequential rule alone on AVX-512F: the rows the K-pairs cannot take (moe_down_avx512's, the amx
+ * level's). */
+moe_down_fn moe_down_sequential_avx512;
 moe_down_fn moe_down_amx;      /* AMX-BF16 CPUs whose kernel grants the tiles only (gemm_amx_usable) */
 
 /* The level that goes with a kernel level (which the CPU's features chose): portable for ref, avx2 for

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "mx/mx.h"
 #include "op/moe_down.h"
 
 enum {
@@ -46,6 +47,17 @@ static inline float scale_float(uint8_t s)
 #define AVX512_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
 #define AVX512_INLINE static inline __attribute__((always_inline)) AVX512_TARGET
 
+/* A block's 16 scale bytes as scale_float's floats: 2^(s - 127) from the bits, 2^-127 (a subnormal) for 0,
+ * NaN for 0xFF. */
+AVX512_INLINE __m512 block_scales_avx512(const uint8_t *blk)
+{
+    const __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)blk));
+    __m512i bits = _mm512_slli_epi32(s, 23);
+    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(s, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
+    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(s, _mm512_set1_epi32(0xFF)), _mm512_set1_epi32(0x7FC00000));
+    return _mm512_castsi512_ps(bits);
+}
+
 /*
  * 16 codes as fp16 bits: E5M2 is fp16's top byte (its Inf and NaN are
  * fp16's); E4M3's magnitude bits go 7 places up (an fp16 of 2^-8 the value,
@@ -79,6 +91,87 @@ AVX2_INLINE void widen16_avx2(const uint8_t *codes, int e4m3, int e4m3_low, __m2
     *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
     if (e4m3 && !e4m3_low)
         *lo = _mm256_mul_ps(*lo, _mm256_set1_ps(256.0f)), *hi = _mm256_mul_ps(*hi, _mm256_set1_ps(256.0f));
+}
+
+/* ---- the bf16 dot-product levels' pieces (avx512's VDPBF16PS, amx's TDPBF16PS) -------------------- */
+
+/* AVX-512 with VBMI's byte permutes: every CPU of the avx512 and amx levels has it. */
+#define VBMI_TARGET __attribute__((target("avx512f,avx512bw,avx512vbmi,avx2,fma,f16c")))
+#define VBMI_INLINE static inline __attribute__((always_inline)) VBMI_TARGET
+
+/*
+ * Whether a row's sums can go through bf16 dot products, which flush
+ * subnormal inputs, products and sums to zero: every a_i zero or finite with
+ * 2^-103 <= |a_i| < 2^100. Then every product is a multiple of 2^-126 (a's
+ * last bit is at 2^-110 or above, W2's at 2^-16 or above), so is every sum
+ * of them, and no nonzero one is below 2^-126; and no block's sum overflows
+ * (32 products below 2^116). NaN fails both compares; 16 values a step.
+ */
+VBMI_INLINE int row_for_pairs(const float *a, int64_t I)
+{
+    const __m512 lo = _mm512_set1_ps(0x1p-103f), hi = _mm512_set1_ps(0x1p100f);
+    __mmask16 bad = 0;
+    for (int64_t i = 0; i < I; i += 16) {
+        const __m512 m = _mm512_abs_ps(_mm512_loadu_ps(a + i));
+        const __mmask16 in = _mm512_cmp_ps_mask(m, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(m, hi, _CMP_LT_OQ);
+        bad |= (__mmask16)~(in | _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_EQ_OQ));
+    }
+    return bad == 0;
+}
+
+/* A row of bf16 values held as floats, as bf16 (their top halves: exact). */
+VBMI_INLINE void row_to_bf16(const float *a, int64_t I, uint16_t *out)
+{
+    for (int64_t i = 0; i < I; i += 16) {
+        const __m512i bits = _mm512_srli_epi32(_mm512_castps_si512(_mm512_loadu_ps(a + i)), 16);
+        _mm256_storeu_si256((__m256i *)(out + i), _mm512_cvtepi32_epi16(bits));
+    }
+}
+
+/*
+ * The widening into K-pairs' tables: the low and the high byte of the bf16
+ * of each code magnitude 0-127 (exact: 4 significant bits at most; E4M3's
+ * NaN magnitude as NaN, which the panel's NaN columns overrule anyway), two
+ * registers each for VPERMI2B; and the byte order that, after the unpacking
+ * of low and high bytes into words, leaves each column's K-pair side by
+ * side (see widen_rows4).
+ */
+typedef struct pair_widen {
+    __m512i lo[2], hi[2], order, sign;
+} pair_widen;
+
+static inline VBMI_TARGET pair_widen pair_widen_of(a2amm_fp8_type type)
+{
+    uint8_t lo[128], hi[128], order[64];
+    for (int m = 0; m < 128; m++) {
+        const float v = mx_fp8_to_f32((uint8_t)m, type);
+        uint32_t bits;
+        memcpy(&bits, &v, sizeof bits);
+        lo[m] = (uint8_t)(bits >> 16), hi[m] = (uint8_t)(bits >> 24);
+    }
+    /* unpacklo/hi of 128-bit lane q give words 8q + i from bytes 16q + i and 16q + 8 + i; word w of K-pair
+     * row h (0: codes rows 0 and 1, 1: rows 2 and 3) is column w / 2's code in row 2h + w % 2 */
+    for (int w = 0; w < 32; w++)
+        for (int h = 0; h < 2; h++) order[16 * (w / 8) + 8 * h + w % 8] = (uint8_t)(16 * (2 * h + w % 2) + w / 2);
+    return (pair_widen){{_mm512_loadu_si512(lo), _mm512_loadu_si512(lo + 64)},
+                        {_mm512_loadu_si512(hi), _mm512_loadu_si512(hi + 64)},
+                        _mm512_loadu_si512(order),
+                        _mm512_set1_epi8((char)0x80)};
+}
+
+/*
+ * Four rows of a block's codes (16 columns each, 64 bytes) as two K-pair
+ * rows: column c's two values at words 2c (the even row) and 2c + 1, as
+ * bf16, by two table lookups (VPERMI2B on the codes' low 7 bits) and the
+ * sign put back. pair0: code rows 0 and 1, pair1: rows 2 and 3.
+ */
+VBMI_INLINE void widen_rows4(const uint8_t *codes, const pair_widen *w, __m512i *pair0, __m512i *pair1)
+{
+    const __m512i x = _mm512_permutexvar_epi8(w->order, _mm512_loadu_si512(codes));
+    const __m512i lo = _mm512_permutex2var_epi8(w->lo[0], x, w->lo[1]);
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(w->hi[0], x, w->hi[1]), x, w->sign, 0xF8);
+    *pair0 = _mm512_unpacklo_epi8(lo, hi);
+    *pair1 = _mm512_unpackhi_epi8(lo, hi);
 }
 
 #endif
