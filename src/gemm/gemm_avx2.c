@@ -269,26 +269,51 @@ AVX2_INLINE __m256 widen8(const uint8_t *codes, int e4m3, __m256 factor)
 }
 
 /*
- * The same values by integer arithmetic, where a block allows it (see
- * block_mode): the code sign-extended, shifted so that its magnitude is
- * fp32's exponent and mantissa and its sign fp32's, masked, and the
- * exponent bias plus the column's scale added (offset). Exact, so the
- * same bits as widen8's multiplies, in half the operations.
+ * The small-M kernels' accumulators hold a panel's 16 columns interleaved:
+ * the first ymm columns 0-3 and 8-11, the second 4-7 and 12-15, the order
+ * widen16_normal's unpacking within 128-bit lanes gives. swap_middle
+ * turns either order into the other (it swaps the first's high half with
+ * the second's low half); each column's sums are the same FMAs in the same
+ * order, so the bits do not change.
  */
-AVX2_INLINE __m256 widen8_normal(const uint8_t *codes, int e4m3, __m256i keep, __m256i offset)
+AVX2_INLINE void swap_middle(__m256 *x0, __m256 *x1)
 {
-    __m256i code = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)codes));
-    /* an immediate shift (the type is a constant where this is inlined): one uop, where a shift by a register is two on Intel */
-    code = e4m3 ? _mm256_slli_epi32(code, 20) : _mm256_slli_epi32(code, 21);
-    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_and_si256(code, keep), offset));
+    const __m256 lo = _mm256_permute2f128_ps(*x0, *x1, 0x20), hi = _mm256_permute2f128_ps(*x0, *x1, 0x31);
+    *x0 = lo, *x1 = hi;
 }
 
-/* (bias + scale - 127) << 23 for 8 columns: what widen8_normal adds to their exponents. */
-AVX2_INLINE __m256i widen_offsets(const uint8_t *scales, int bias)
+/* (bias + scale - 127) << 7 for 16 columns in 16-bit lanes: what widen16_normal adds to the top halves. */
+AVX2_INLINE __m256i widen_offsets16(const uint8_t *scales, int bias)
 {
-    __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)scales));
-    return _mm256_slli_epi32(_mm256_add_epi32(s, _mm256_set1_epi32(bias - 127)), 23);
+    __m256i s = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)scales));
+    return _mm256_slli_epi16(_mm256_add_epi16(s, _mm256_set1_epi16((short)(bias - 127))), 7);
 }
+
+/*
+ * widen8's values for a row of 16 codes by integer arithmetic, where a
+ * block allows it (see block_mode), in the top halves of the fp32 values:
+ * each code sign-extended to 16 bits and shifted so that its magnitude is
+ * the top half of fp32's exponent and mantissa and its sign fp32's, masked
+ * (keep16), the exponent bias plus the column's scale added (off16,
+ * widen_offsets16: no carry reaches the sign, as the fold rule keeps the
+ * results normal floats), then each word unpacked into a dword's top half
+ * (the low half is zero: 3 mantissa bits at most). Exact, so the same bits
+ * as widen8's multiplies, in 6 operations a 16 codes (8 as dwords, 14 by
+ * widen8); the columns come out interleaved (b0: 0-3 and 8-11, b1: 4-7 and
+ * 12-15; swap_middle).
+ */
+AVX2_INLINE void widen16_normal(const uint8_t *codes, int e4m3, __m256i keep16, __m256i off16, __m256 *b0,
+                                __m256 *b1)
+{
+    __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)codes));
+    w = e4m3 ? _mm256_slli_epi16(w, 4) : _mm256_slli_epi16(w, 5); /* an immediate shift: one uop, where a shift by a register is two on Intel */
+    w = _mm256_add_epi16(_mm256_and_si256(w, keep16), off16);
+    *b0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), w));
+    *b1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), w));
+}
+
+/* keep16 of widen16_normal: the sign and the code's magnitude bits where the shift puts them. */
+AVX2_INLINE __m256i widen_keep16(int e4m3) { return _mm256_set1_epi16((short)(0x8000u | (e4m3 ? 0x7Fu << 4 : 0x7Fu << 5))); }
 
 enum { BLOCK_ZEROS, BLOCK_NORMAL, BLOCK_EXACT };
 
@@ -309,17 +334,18 @@ AVX2_INLINE int block_mode(const uint8_t *blk, int refused, int special)
     return _mm_movemask_epi8(low) == 0xFFFF ? BLOCK_NORMAL : BLOCK_EXACT;
 }
 
-/* A row of 16 codes as two ymm of fp32 the way its block widens (block_mode): zeros, integers or multiplies. */
-AVX2_INLINE void widen_row(int mode, const uint8_t *row, const int e4m3, __m256i keep, __m256i o0, __m256i o1,
+/* A row of 16 codes as two ymm of fp32, columns interleaved (swap_middle), the way its block widens
+ * (block_mode): zeros, integers or multiplies (f0, f1: the factors in natural order). */
+AVX2_INLINE void widen_row(int mode, const uint8_t *row, const int e4m3, __m256i keep16, __m256i off16,
                            __m256 f0, __m256 f1, __m256 *b0, __m256 *b1)
 {
     *b0 = *b1 = _mm256_setzero_ps();
     if (mode == BLOCK_NORMAL) {
-        *b0 = widen8_normal(row, e4m3, keep, o0);
-        *b1 = widen8_normal(row + 8, e4m3, keep, o1);
+        widen16_normal(row, e4m3, keep16, off16, b0, b1);
     } else if (mode == BLOCK_EXACT) {
         *b0 = widen8(row, e4m3, f0);
         *b1 = widen8(row + 8, e4m3, f1);
+        swap_middle(b0, b1);
     }
 }
 
@@ -333,7 +359,7 @@ AVX2_INLINE void widen_row(int mode, const uint8_t *row, const int e4m3, __m256i
 AVX2_INLINE void tile_kernel8_of(const int rows, const gemm_tile *t, const int e4m3)
 {
     const int64_t nblk = t->k[0] / 32;
-    const __m256i keep = _mm256_set1_epi32((int)(0x80000000u | (e4m3 ? 0x7Fu << 20 : 0x7Fu << 21)));
+    const __m256i keep16 = widen_keep16(e4m3);
     const int bias = e4m3 ? 120 : 112;
     __m256 acc[MR][2];
     tile_begin(rows, t, acc);
@@ -343,7 +369,7 @@ AVX2_INLINE void tile_kernel8_of(const int rows, const gemm_tile *t, const int e
     for (int64_t j = 0; j < nblk; j++, blk += B8_BLOCK) {
         const int mode = block_mode(blk, (t->b_refused[0] >> j) & 1, (t->b_special[0] >> j) & 1);
         const __m256 f0 = widen_factors(blk), f1 = widen_factors(blk + 8);
-        const __m256i o0 = widen_offsets(blk, bias), o1 = widen_offsets(blk + 8, bias);
+        const __m256i off16 = widen_offsets16(blk, bias);
         for (int k = 0; k < 32; k += 4) {
             const uint8_t *row = blk + NR + k * NR;
             if (prefetch < t->prefetch_end) {
@@ -354,11 +380,13 @@ AVX2_INLINE void tile_kernel8_of(const int rows, const gemm_tile *t, const int e
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++, a++, row += NR) {
                 __m256 b0, b1;
-                widen_row(mode, row, e4m3, keep, o0, o1, f0, f1, &b0, &b1);
+                widen_row(mode, row, e4m3, keep16, off16, f0, f1, &b0, &b1);
                 tile_step(rows, acc, a, b0, b1);
             }
         }
     }
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++) swap_middle(&acc[r][0], &acc[r][1]);
     tile_end(rows, acc, t);
 }
 
@@ -376,21 +404,20 @@ AVX2_INLINE void panels_kernel8_of(const gemm_tile *t, const gemm_panels *g, con
     enum { W = GEMM_WIDE_PANELS };
     const int np = g->count;
     const int64_t nblk = t->k[0] / 32, pb = g->panel_bytes;
-    const __m256i keep = _mm256_set1_epi32((int)(0x80000000u | (e4m3 ? 0x7Fu << 20 : 0x7Fu << 21)));
+    const __m256i keep16 = widen_keep16(e4m3);
     const int bias = e4m3 ? 120 : 112;
-    __m256 acc[W][2];
+    __m256 acc[W][2]; /* columns interleaved (swap_middle) */
     for (int i = 0; i < W; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     const float *a = t->a[0];
     const uint8_t *blk = t->b[0];
     const char *prefetch = t->prefetch;
     for (int64_t j = 0; j < nblk; j++, blk += B8_BLOCK, a += 32) {
         int mode[W], all_normal = np == W;
-        __m256i off[W][2];
+        __m256i off[W];
         for (int i = 0; i < np; i++) {
             mode[i] = block_mode(blk + i * pb, (g->refused[i] >> j) & 1, (g->special[i] >> j) & 1);
             all_normal &= mode[i] == BLOCK_NORMAL;
-            off[i][0] = widen_offsets(blk + i * pb, bias);
-            off[i][1] = widen_offsets(blk + i * pb + 8, bias);
+            off[i] = widen_offsets16(blk + i * pb, bias);
         }
         if (all_normal) {
             for (int k = 0; k < 32; k += 4) {
@@ -406,8 +433,10 @@ AVX2_INLINE void panels_kernel8_of(const gemm_tile *t, const gemm_panels *g, con
                     const __m256 av = _mm256_broadcast_ss(a + k + u);
 #pragma GCC unroll 4
                     for (int i = 0; i < W; i++) {
-                        acc[i][0] = _mm256_fmadd_ps(av, widen8_normal(row + i * pb, e4m3, keep, off[i][0]), acc[i][0]);
-                        acc[i][1] = _mm256_fmadd_ps(av, widen8_normal(row + i * pb + 8, e4m3, keep, off[i][1]), acc[i][1]);
+                        __m256 b0, b1;
+                        widen16_normal(row + i * pb, e4m3, keep16, off[i], &b0, &b1);
+                        acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
+                        acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
                     }
                 }
             }
@@ -419,7 +448,7 @@ AVX2_INLINE void panels_kernel8_of(const gemm_tile *t, const gemm_panels *g, con
             for (int k = 0; k < 32; k++) {
                 const uint8_t *row = pblk + NR + k * NR;
                 __m256 b0, b1;
-                widen_row(mode[i], row, e4m3, keep, off[i][0], off[i][1], f0, f1, &b0, &b1);
+                widen_row(mode[i], row, e4m3, keep16, off[i], f0, f1, &b0, &b1);
                 const __m256 av = _mm256_broadcast_ss(a + k);
                 acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
                 acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
@@ -427,6 +456,7 @@ AVX2_INLINE void panels_kernel8_of(const gemm_tile *t, const gemm_panels *g, con
         }
     }
     for (int i = 0; i < np; i++) {
+        swap_middle(&acc[i][0], &acc[i][1]);
         gemm_tile ti = *t;
         ti.c_in = t->c_in ? t->c_in + i * NR : NULL;
         ti.c_out = t->c_out + i * NR;
@@ -442,7 +472,7 @@ AVX2_TARGET static void avx2_kernel8_panels(const gemm_tile *t, const gemm_panel
     else panels_kernel8_of(t, g, 0);
 }
 
-/* tile_kernel8 with the type a constant in each copy (widen8_normal's shift) */
+/* tile_kernel8 with the type a constant in each copy (widen16_normal's shift) */
 AVX2_INLINE void tile_kernel8(const int rows, const gemm_tile *t)
 {
     if (t->b_type == A2AMM_E4M3) tile_kernel8_of(rows, t, 1);
