@@ -149,7 +149,8 @@ static int products_in_range(const float *a, int rows, int64_t I, a2amm_fp8_type
 /* ---- the vector levels' driver ------------------------------------------------------------------- */
 
 /* `rows` rows of `np` panels from `panel` on (a level's copy for that count): ys[r][col ..]. */
-typedef void panels_fn(int64_t I, int e4m3, const float *a, const uint8_t *panel, float *const *ys, int64_t col);
+typedef void panels_fn(int64_t I, int e4m3, const float *a, const uint8_t *panel, const uint8_t *next, int next_np,
+                       float *const *ys, int64_t col);
 
 /* A vector level: rows a group keeps in registers, panels a group of `rows` takes at once, and its copy for
  * each count (and FMA or not). */
@@ -185,7 +186,10 @@ static void down_rows(const down_level *level, int64_t H, int64_t I, a2amm_fp8_t
         const int most = level->panels_at_once(rows);
         for (int64_t p = 0; p < panels;) {
             const int np = panels - p >= most ? most : 1;
-            level->pick(rows, np, fma)(I, e4m3, ar, packed + (size_t)p * panel_bytes(I), ys + r0, p * NR);
+            const int64_t left = panels - p - np; /* the next group's panels (prefetch_block) */
+            const uint8_t *panel = packed + (size_t)p * panel_bytes(I);
+            level->pick(rows, np, fma)(I, e4m3, ar, panel, left ? panel + (size_t)np * panel_bytes(I) : NULL,
+                                       left < np ? (int)left : np, ys + r0, p * NR);
             p += np;
         }
     }
@@ -210,7 +214,7 @@ AVX2_INLINE __m256 column_mask_avx2(unsigned bits)
 /* `rows` rows of `np` panels side by side (both constants where inlined): rows x np independent sums in
  * flight, as a row's sum over a block is a chain of dependent adds (its order is the rule's). */
 AVX512_INLINE void panels_avx512(int rows, int np, int fma, int64_t I, int e4m3, const float *a,
-                                 const uint8_t *panel, float *const *ys, int64_t col)
+                                 const uint8_t *panel, const uint8_t *next, int next_np, float *const *ys, int64_t col)
 {
     /* sums and acc of panel q, row r at q * rows + r: at most 8 of each, indexed by constants once inlined
      * and unrolled, so they live in registers (a [panels][rows] array of 64 did not) */
@@ -219,6 +223,7 @@ AVX512_INLINE void panels_avx512(int rows, int np, int fma, int64_t I, int e4m3,
     for (int i = 0; i < np * rows; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < I / 32; b++) {
         const uint8_t *blk = panel + HEAD + (size_t)b * BLOCK;
+        prefetch_block(next, next_np, stride, b);
         __m512 sums[SUMS_IN_FLIGHT];
         for (int i = 0; i < np * rows; i++) sums[i] = _mm512_setzero_ps();
         for (int t = 0; t < 32; t++)
@@ -258,10 +263,11 @@ static int panels_at_once_512(int rows) { return rows == 1 ? 8 : rows == 2 ? 4 :
  * UBSan a quarter of an hour to compile). */
 #define DEFINE_512(k, q, f)                                                                                    \
     static AVX512_TARGET __attribute__((noinline)) void panels512_##k##_##q##_##f(int64_t I, int e4m3, const float *a, \
-                                                                  const uint8_t *panel, float *const *ys,  \
+                                                                  const uint8_t *panel, const uint8_t *next, \
+                                                                  int next_np, float *const *ys,            \
                                                                   int64_t col)                             \
     {                                                                                                     \
-        panels_avx512(k, q, f, I, e4m3, a, panel, ys, col);                                                   \
+        panels_avx512(k, q, f, I, e4m3, a, panel, next, next_np, ys, col);                                \
     }
 #define VARIANTS(M, k, q) M(k, q, 0) M(k, q, 1)
 #define CASES_512(M)                                                                                           \
@@ -410,7 +416,7 @@ AVX2_INLINE void block_scales_avx2(const uint8_t *blk, __m256 out[2])
 }
 
 AVX2_INLINE void panels_avx2(int rows, int np, int fma, int64_t I, int e4m3, const float *a, const uint8_t *panel,
-                             float *const *ys, int64_t col)
+                             const uint8_t *next, int next_np, float *const *ys, int64_t col)
 {
     /* half h of panel q, row r at (q * rows + r) * 2 + h: at most 8, in registers as in panels_avx512 */
     const size_t stride = panel_bytes(I);
@@ -418,6 +424,7 @@ AVX2_INLINE void panels_avx2(int rows, int np, int fma, int64_t I, int e4m3, con
     for (int i = 0; i < np * rows * 2; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < I / 32; b++) {
         const uint8_t *blk = panel + HEAD + (size_t)b * BLOCK;
+        prefetch_block(next, next_np, stride, b);
         __m256 sums[SUMS_IN_FLIGHT];
         for (int i = 0; i < np * rows * 2; i++) sums[i] = _mm256_setzero_ps();
         for (int t = 0; t < 32; t++)
@@ -462,10 +469,11 @@ static int panels_at_once_256(int rows) { return rows == 1 ? 4 : rows == 2 ? 2 :
 
 #define DEFINE_256(k, q, f)                                                                                    \
     static AVX2_TARGET __attribute__((noinline)) void panels256_##k##_##q##_##f(int64_t I, int e4m3, const float *a, \
-                                                                  const uint8_t *panel, float *const *ys,  \
+                                                                  const uint8_t *panel, const uint8_t *next, \
+                                                                  int next_np, float *const *ys,            \
                                                                   int64_t col)                             \
     {                                                                                                     \
-        panels_avx2(k, q, f, I, e4m3, a, panel, ys, col);                                                   \
+        panels_avx2(k, q, f, I, e4m3, a, panel, next, next_np, ys, col);                                  \
     }
 #define CASES_256(M)                                                                                           \
     VARIANTS(M, 1, 4) VARIANTS(M, 2, 2) VARIANTS(M, 1, 1) VARIANTS(M, 2, 1) VARIANTS(M, 3, 1) VARIANTS(M, 4, 1)

@@ -42,10 +42,8 @@ PAIRS_INLINE __m512bh pair_of(const uint32_t *pairs, int kp) { return (__m512bh)
 /*
  * `rows` rows (floats, I apart) of `np` panels side by side (both constants
  * where inlined): rows x np chains of dot products in flight, as a row's
- * chain over a block is its order. Each block brings the same block of the
- * `next_np` panels from `next` on into L2 (the next group's, NULL after
- * the last): from memory the hardware prefetcher alone left the kernel
- * waiting (bench grouped 64 4 2048 1408: 19.7-20.1 -> 15.9-18.0 ms).
+ * chain over a block is its order; each block brings in the next group's
+ * (`next_np` panels from `next` on: prefetch_block).
  */
 PAIRS_INLINE void pairs_panels(int rows, int np, const pair_widen *w, int64_t I, const float *a,
                                const uint8_t *panel, const uint8_t *next, int next_np, float *const *ys, int64_t col)
@@ -62,9 +60,7 @@ PAIRS_INLINE void pairs_panels(int rows, int np, const pair_widen *w, int64_t I,
             _mm512_store_si512(pairs[r], (__m512i)v);
         }
         const uint8_t *blk = panel + HEAD + (size_t)b * BLOCK;
-        if (next)
-            for (int p = 0; p < next_np; p++)
-                for (int l = 0; l < BLOCK; l += 64) _mm_prefetch((const char *)next + p * stride + HEAD + b * BLOCK + l, _MM_HINT_T1);
+        prefetch_block(next, next_np, stride, b);
         __m512 sums[PAIR_SUMS];
         for (int i = 0; i < np * rows; i++) sums[i] = _mm512_setzero_ps();
         for (int q = 0; q < 8; q++) /* code rows 4q .. 4q + 3: K-pairs 2q, 2q + 1 */

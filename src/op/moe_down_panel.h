@@ -42,6 +42,20 @@ static inline float scale_float(uint8_t s)
     return s == 0xFF ? NAN : v;
 }
 
+/*
+ * Block b of the `count` panels from `next` on (stride apart) into L2: a
+ * group of panels brings in the next group's block as it reads its own
+ * (NULL next: none). From memory the hardware prefetcher alone left the
+ * kernels waiting (docs/performance.md, session 22).
+ */
+static inline void prefetch_block(const uint8_t *next, int count, size_t stride, int64_t b)
+{
+    if (!next) return;
+    for (int p = 0; p < count; p++)
+        for (int l = 0; l < BLOCK; l += 64)
+            _mm_prefetch((const char *)next + (size_t)p * stride + HEAD + (size_t)b * BLOCK + l, _MM_HINT_T1);
+}
+
 #define AVX2_TARGET __attribute__((target("avx2,fma,f16c"))) /* F16C: every AVX2 CPU has it */
 #define AVX2_INLINE static inline __attribute__((always_inline)) AVX2_TARGET
 #define AVX512_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
