@@ -323,8 +323,15 @@ int main(int argc, char **argv)
                 skipped++;
     }
     if (!only || !strcmp(only, "avx512")) {
-        if (gemm_isa_supported(GEMM_ISA_AVX512))
-            check_level("avx512", moe_down_avx512, 1), check_level("avx512 sequential", moe_down_sequential_avx512, 0);
+        if (gemm_isa_supported(GEMM_ISA_AVX512)) {
+            /* the K-pairs' bits where this CPU's VDPBF16PS keeps their order, else the documented fallback */
+            const int pairs = moe_down_pairs_usable();
+            if (!pairs)
+                printf("NOTE: this CPU's VDPBF16PS sums in another order: the avx512 level is checked for its "
+                       "fallback, the sequential rule's bits\n");
+            check_level("avx512", moe_down_avx512, pairs);
+            check_level("avx512 sequential", moe_down_sequential_avx512, 0);
+        }
         else
             printf("SKIP: the avx512 down projection: this CPU lacks the avx512 level (AVX-512 F, BW, VBMI and BF16), "
                    "or A2AMM_CPU_HIDE hides it\n"),

@@ -10,7 +10,10 @@
  * Then, as on every level, acc = fma(sum, 2^(scale - 127), acc), blocks
  * ascending. Any other row (tiny, huge, Inf or NaN values: rare in a
  * model) takes the sequential rule (moe_down_sequential_avx512); a row's
- * bits never depend on the rows beside it.
+ * bits never depend on the rows beside it. A CPU whose VDPBF16PS sums in
+ * another order (checked once a process: moe_down_pairs_usable) takes the
+ * sequential rule for every row: the portable level's bits, not unknown
+ * ones.
  *
  * Why: the sequential rule is one fp32 FMA a product, 16 products a zmm
  * instruction; VDPBF16PS takes 32, and on a Zen 4 (one 512-bit FMA or dot
@@ -23,6 +26,7 @@
  * of its own and never fails.
  */
 #include <immintrin.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "op/moe_down.h"
@@ -36,7 +40,7 @@ enum {
     PAIR_SUMS = 8, /* sums a group keeps in flight: panels side by side x rows */
 };
 
-/* The block's K-pair kp of a row's pairs (bf16 a_t low, a_{t+1} high), broadcast: one load, folded. */
+/* The block's K-pair kp of a row's pairs (bf16 a_t low, a_{t+1} high), broadcast. */
 PAIRS_INLINE __m512bh pair_of(const uint32_t *pairs, int kp) { return (__m512bh)_mm512_set1_epi32((int)pairs[kp]); }
 
 /*
@@ -139,9 +143,68 @@ static void pairs_rows(int64_t H, int64_t I, const pair_widen *w, const float *a
     }
 }
 
+/* ---- whether this CPU's VDPBF16PS keeps the order ----------------------------------------------------- */
+
+/* A bf16 with a random sign, exponent in [100, 149] and mantissa (products and sums stay normal). */
+static uint16_t probe_bf16(uint64_t *state)
+{
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    const uint64_t r = *state >> 33;
+    return (uint16_t)((r & 1) << 15 | (100 + (r >> 1) % 50) << 7 | (r >> 8 & 0x7F));
+}
+
+static float bf16_value(uint16_t b)
+{
+    const uint32_t bits = (uint32_t)b << 16;
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+/*
+ * 64 instructions' worth of lanes (1024) of random pairs with a wide
+ * exponent spread, each against the order the level is written for: on a
+ * Zen 4 the other orders (the even product first, the pair's sum first,
+ * the three terms rounded once) each gave another value in about 4% of
+ * such lanes, so a CPU that sums otherwise fails here.
+ */
+static PAIRS_TARGET int pairs_order_holds(void)
+{
+    uint64_t state = 0x2545F4914F6CDD1Dull;
+    for (int it = 0; it < 64; it++) {
+        uint16_t x[32], y[32];
+        float acc[16], got[16];
+        for (int i = 0; i < 32; i++) x[i] = probe_bf16(&state), y[i] = probe_bf16(&state);
+        for (int j = 0; j < 16; j++) acc[j] = bf16_value(probe_bf16(&state)) * bf16_value(probe_bf16(&state));
+        _mm512_storeu_ps(got, _mm512_dpbf16_ps(_mm512_loadu_ps(acc), (__m512bh)_mm512_loadu_si512(x),
+                                               (__m512bh)_mm512_loadu_si512(y)));
+        for (int j = 0; j < 16; j++) {
+            const float odd = bf16_value(x[2 * j + 1]) * bf16_value(y[2 * j + 1]);
+            const float even = bf16_value(x[2 * j]) * bf16_value(y[2 * j]);
+            float want = acc[j] + odd;
+            want = want + even;
+            if (memcmp(&want, &got[j], sizeof want)) return 0;
+        }
+    }
+    return 1;
+}
+
+static pthread_once_t order_once = PTHREAD_ONCE_INIT;
+static int order_holds;
+
+static void order_check(void) { order_holds = pairs_order_holds(); }
+
+int moe_down_pairs_usable(void)
+{
+    pthread_once(&order_once, order_check);
+    return order_holds;
+}
+
 PAIRS_TARGET int moe_down_avx512(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
                                  const uint8_t *packed, float *const *ys)
 {
+    if (!moe_down_pairs_usable()) /* another VDPBF16PS: the sequential rule's bits rather than unknown ones */
+        return moe_down_sequential_avx512(H, I, b_type, a, n, packed, ys);
     const pair_widen w = pair_widen_of(b_type);
     /* runs of rows alike: the pairs' rows in groups, the others by the sequential rule */
     for (int64_t r0 = 0, r1; r0 < n; r0 = r1) {
