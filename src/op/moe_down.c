@@ -4,6 +4,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "common/scratch.h"
@@ -44,6 +45,33 @@ void moe_down_pack(int64_t H, int64_t I, a2amm_fp8_type b_type, const uint8_t *w
         memset(panel, 0, HEAD);
         panel[0] = (uint8_t)nan_columns, panel[1] = (uint8_t)(nan_columns >> 8);
     }
+}
+
+/* pair_widen_of's bytes for each type (moe_down_panel.h), built once. */
+static uint8_t pair_bytes[2][128 + 128 + 64];
+static pthread_once_t pair_bytes_once = PTHREAD_ONCE_INIT;
+
+static void pair_bytes_build(void)
+{
+    for (int type = 0; type < 2; type++) {
+        uint8_t *lo = pair_bytes[type], *hi = lo + 128, *order = lo + 256;
+        for (int m = 0; m < 128; m++) {
+            const float v = mx_fp8_to_f32((uint8_t)m, (a2amm_fp8_type)type);
+            uint32_t bits;
+            memcpy(&bits, &v, sizeof bits);
+            lo[m] = (uint8_t)(bits >> 16), hi[m] = (uint8_t)(bits >> 24);
+        }
+        /* unpacklo/hi of 128-bit lane q give words 8q + i from bytes 16q + i and 16q + 8 + i; word w of K-pair
+         * row h (0: codes rows 0 and 1, 1: rows 2 and 3) is column w / 2's code in row 2h + w % 2 */
+        for (int w = 0; w < 32; w++)
+            for (int h = 0; h < 2; h++) order[16 * (w / 8) + 8 * h + w % 8] = (uint8_t)(16 * (2 * h + w % 2) + w / 2);
+    }
+}
+
+const uint8_t *moe_down_pair_bytes(a2amm_fp8_type type)
+{
+    pthread_once(&pair_bytes_once, pair_bytes_build);
+    return pair_bytes[type];
 }
 
 /* 2^(scale - 127) for a scale byte, NaN for 0xFF (mx_e8m0_to_f64's values), built from its bits: ldexp

@@ -29,6 +29,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "mx/mx.h"
 #include "op/moe_down.h"
 #include "op/moe_down_panel.h"
 
@@ -153,14 +154,6 @@ static uint16_t probe_bf16(uint64_t *state)
     return (uint16_t)((r & 1) << 15 | (100 + (r >> 1) % 50) << 7 | (r >> 8 & 0x7F));
 }
 
-static float bf16_value(uint16_t b)
-{
-    const uint32_t bits = (uint32_t)b << 16;
-    float v;
-    memcpy(&v, &bits, sizeof v);
-    return v;
-}
-
 /*
  * 64 instructions' worth of lanes (1024) of random pairs with a wide
  * exponent spread, each against the order the level is written for: on a
@@ -175,12 +168,12 @@ static PAIRS_TARGET int pairs_order_holds(void)
         uint16_t x[32], y[32];
         float acc[16], got[16];
         for (int i = 0; i < 32; i++) x[i] = probe_bf16(&state), y[i] = probe_bf16(&state);
-        for (int j = 0; j < 16; j++) acc[j] = bf16_value(probe_bf16(&state)) * bf16_value(probe_bf16(&state));
+        for (int j = 0; j < 16; j++) acc[j] = mx_bf16_to_f32(probe_bf16(&state)) * mx_bf16_to_f32(probe_bf16(&state));
         _mm512_storeu_ps(got, _mm512_dpbf16_ps(_mm512_loadu_ps(acc), (__m512bh)_mm512_loadu_si512(x),
                                                (__m512bh)_mm512_loadu_si512(y)));
         for (int j = 0; j < 16; j++) {
-            const float odd = bf16_value(x[2 * j + 1]) * bf16_value(y[2 * j + 1]);
-            const float even = bf16_value(x[2 * j]) * bf16_value(y[2 * j]);
+            const float odd = mx_bf16_to_f32(x[2 * j + 1]) * mx_bf16_to_f32(y[2 * j + 1]);
+            const float even = mx_bf16_to_f32(x[2 * j]) * mx_bf16_to_f32(y[2 * j]);
             float want = acc[j] + odd;
             want = want + even;
             if (memcmp(&want, &got[j], sizeof want)) return 0;

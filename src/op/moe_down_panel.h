@@ -12,7 +12,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "mx/mx.h"
 #include "op/moe_down.h"
 
 enum {
@@ -145,31 +144,24 @@ VBMI_INLINE void row_to_bf16(const float *a, int64_t I, uint16_t *out)
 /*
  * The widening into K-pairs' tables: the low and the high byte of the bf16
  * of each code magnitude 0-127 (exact: 4 significant bits at most; E4M3's
- * NaN magnitude as NaN, which the panel's NaN columns overrule anyway), two
- * registers each for VPERMI2B; and the byte order that, after the unpacking
- * of low and high bytes into words, leaves each column's K-pair side by
- * side (see widen_rows4).
+ * NaN magnitude as NaN, which the panel's NaN columns overrule anyway; E5M2's
+ * Inf as Inf), two registers each for VPERMI2B; and the byte order that,
+ * after the unpacking of low and high bytes into words, leaves each
+ * column's K-pair side by side (see widen_rows4). moe_down_pair_bytes (in
+ * moe_down.c) builds the bytes once a process: lo[128], hi[128], order[64].
  */
 typedef struct pair_widen {
     __m512i lo[2], hi[2], order, sign;
 } pair_widen;
 
+const uint8_t *moe_down_pair_bytes(a2amm_fp8_type type);
+
 static inline VBMI_TARGET pair_widen pair_widen_of(a2amm_fp8_type type)
 {
-    uint8_t lo[128], hi[128], order[64];
-    for (int m = 0; m < 128; m++) {
-        const float v = mx_fp8_to_f32((uint8_t)m, type);
-        uint32_t bits;
-        memcpy(&bits, &v, sizeof bits);
-        lo[m] = (uint8_t)(bits >> 16), hi[m] = (uint8_t)(bits >> 24);
-    }
-    /* unpacklo/hi of 128-bit lane q give words 8q + i from bytes 16q + i and 16q + 8 + i; word w of K-pair
-     * row h (0: codes rows 0 and 1, 1: rows 2 and 3) is column w / 2's code in row 2h + w % 2 */
-    for (int w = 0; w < 32; w++)
-        for (int h = 0; h < 2; h++) order[16 * (w / 8) + 8 * h + w % 8] = (uint8_t)(16 * (2 * h + w % 2) + w / 2);
-    return (pair_widen){{_mm512_loadu_si512(lo), _mm512_loadu_si512(lo + 64)},
-                        {_mm512_loadu_si512(hi), _mm512_loadu_si512(hi + 64)},
-                        _mm512_loadu_si512(order),
+    const uint8_t *t = moe_down_pair_bytes(type);
+    return (pair_widen){{_mm512_loadu_si512(t), _mm512_loadu_si512(t + 64)},
+                        {_mm512_loadu_si512(t + 128), _mm512_loadu_si512(t + 192)},
+                        _mm512_loadu_si512(t + 256),
                         _mm512_set1_epi8((char)0x80)};
 }
 
