@@ -236,17 +236,17 @@ AVX2_INLINE void tile_kernel(const int rows, const gemm_tile *t)
     tile_end(rows, acc, t);
 }
 
-/* The factors 2^(scale - 127) of 8 columns from their scale bytes, as fold32 makes them. */
-AVX2_INLINE __m256 widen_factors(const uint8_t *scales)
+/* The factors 2^(scale - 127) of 8 columns from their scale bytes (the low 8 of `scales`), as fold32 makes them. */
+AVX2_INLINE __m256 widen_factors(__m128i scales)
 {
-    __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)scales));
+    __m256i s = _mm256_cvtepu8_epi32(scales);
     __m256i bits = _mm256_slli_epi32(s, 23);
     return _mm256_castsi256_ps(
         _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(s, _mm256_setzero_si256())));
 }
 
 /*
- * 8 codes of a row widened to fp32 with their columns' factors, fold32's
+ * 8 codes of a row (raw's low 8 bytes) widened to fp32 with their columns' factors, fold32's
  * values: each code exactly as fp16 (E5M2 is fp16's top byte; E4M3's
  * magnitude 7 places up is fp16 of 2^-8 the value, its sign put in fp16's),
  * vcvtph2ps (exact, and never an fp32 subnormal: fold32's way builds
@@ -255,9 +255,8 @@ AVX2_INLINE __m256 widen_factors(const uint8_t *scales)
  * or zero code), then E4M3 times 256 (exact), then one multiply by the
  * factor: the same single rounding as fold32's, so its bits.
  */
-AVX2_INLINE __m256 widen8(const uint8_t *codes, int e4m3, __m256 factor)
+AVX2_INLINE __m256 widen8(__m128i raw, int e4m3, __m256 factor)
 {
-    const __m128i raw = _mm_loadl_epi64((const __m128i *)codes);
     __m256 x;
     if (e4m3) {
         __m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(raw), 7), _mm_set1_epi16((short)0xBF80));
@@ -271,10 +270,11 @@ AVX2_INLINE __m256 widen8(const uint8_t *codes, int e4m3, __m256 factor)
 /*
  * The small-M kernels' accumulators hold a panel's 16 columns interleaved:
  * the first ymm columns 0-3 and 8-11, the second 4-7 and 12-15, the order
- * widen16_normal's unpacking within 128-bit lanes gives. swap_middle
- * turns either order into the other (it swaps the first's high half with
- * the second's low half); each column's sums are the same FMAs in the same
- * order, so the bits do not change.
+ * widen16_normal's unpacking within 128-bit lanes gives (the exact
+ * blocks' codes and factors are shuffled into it: interleave_columns).
+ * swap_middle puts the columns back in order once a tile (it swaps the
+ * first's high half with the second's low half); each column's sums are the
+ * same FMAs in the same order, so the bits do not change.
  */
 AVX2_INLINE void swap_middle(__m256 *x0, __m256 *x1)
 {
@@ -334,8 +334,23 @@ AVX2_INLINE int block_mode(const uint8_t *blk, int refused, int special)
     return _mm_movemask_epi8(low) == 0xFFFF ? BLOCK_NORMAL : BLOCK_EXACT;
 }
 
+/*
+ * 16 bytes of 16 columns in the order the accumulators hold them (swap_middle): columns 0-3 and 8-11 in the
+ * low 8 bytes, 4-7 and 12-15 in the high 8 (a shuffle within the register, where swapping the widened
+ * halves crossed lanes: 8 uops a row on Zen 1).
+ */
+AVX2_INLINE __m128i interleave_columns(__m128i x) { return _mm_shuffle_epi32(x, _MM_SHUFFLE(3, 1, 2, 0)); }
+
+/* The factors of a block's 16 columns (its scale bytes), interleaved as the accumulators: f0 for columns 0-3
+ * and 8-11, f1 for 4-7 and 12-15. */
+AVX2_INLINE void interleaved_factors(const uint8_t *scales, __m256 *f0, __m256 *f1)
+{
+    const __m128i s = interleave_columns(_mm_loadu_si128((const __m128i *)scales));
+    *f0 = widen_factors(s), *f1 = widen_factors(_mm_unpackhi_epi64(s, s));
+}
+
 /* A row of 16 codes as two ymm of fp32, columns interleaved (swap_middle), the way its block widens
- * (block_mode): zeros, integers or multiplies (f0, f1: the factors in natural order). */
+ * (block_mode): zeros, integers or multiplies (f0, f1: interleaved_factors). */
 AVX2_INLINE void widen_row(int mode, const uint8_t *row, const int e4m3, __m256i keep16, __m256i off16,
                            __m256 f0, __m256 f1, __m256 *b0, __m256 *b1)
 {
@@ -343,9 +358,9 @@ AVX2_INLINE void widen_row(int mode, const uint8_t *row, const int e4m3, __m256i
     if (mode == BLOCK_NORMAL) {
         widen16_normal(row, e4m3, keep16, off16, b0, b1);
     } else if (mode == BLOCK_EXACT) {
-        *b0 = widen8(row, e4m3, f0);
-        *b1 = widen8(row + 8, e4m3, f1);
-        swap_middle(b0, b1);
+        const __m128i codes = interleave_columns(_mm_loadu_si128((const __m128i *)row));
+        *b0 = widen8(codes, e4m3, f0);
+        *b1 = widen8(_mm_unpackhi_epi64(codes, codes), e4m3, f1);
     }
 }
 
@@ -368,7 +383,8 @@ AVX2_INLINE void tile_kernel8_of(const int rows, const gemm_tile *t, const int e
     const char *prefetch = t->prefetch;
     for (int64_t j = 0; j < nblk; j++, blk += B8_BLOCK) {
         const int mode = block_mode(blk, (t->b_refused[0] >> j) & 1, (t->b_special[0] >> j) & 1);
-        const __m256 f0 = widen_factors(blk), f1 = widen_factors(blk + 8);
+        __m256 f0, f1;
+        interleaved_factors(blk, &f0, &f1);
         const __m256i off16 = widen_offsets16(blk, bias);
         for (int k = 0; k < 32; k += 4) {
             const uint8_t *row = blk + NR + k * NR;
@@ -444,7 +460,8 @@ AVX2_INLINE void panels_kernel8_of(const gemm_tile *t, const gemm_panels *g, con
         }
         for (int i = 0; i < np; i++) {
             const uint8_t *pblk = blk + i * pb;
-            const __m256 f0 = widen_factors(pblk), f1 = widen_factors(pblk + 8);
+            __m256 f0, f1;
+            interleaved_factors(pblk, &f0, &f1);
             for (int k = 0; k < 32; k++) {
                 const uint8_t *row = pblk + NR + k * NR;
                 __m256 b0, b1;
