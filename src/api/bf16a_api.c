@@ -9,6 +9,7 @@
 
 #include "a2amm.h"
 #include "common/error.h"
+#include "common/hugemem.h"
 #include "common/pool.h"
 #include "gemm/gemm.h"
 #include "mx/mx.h"
@@ -36,7 +37,7 @@ int a2amm_bf16a_weights_create(const uint8_t *b, const uint8_t *sb, int64_t n, i
     int rc = gemm_isa_select(&isa, err);
     if (rc) return rc;
     a2amm_bf16a_weights *w = calloc(1, sizeof *w);
-    if (w) w->packed = malloc(moe_down_bytes(n, k));
+    if (w) w->packed = hugemem_alloc(moe_down_bytes(n, k)); /* streamed each call: 2 MB pages */
     if (!w || !w->packed) {
         free(w);
         return a2amm_fail(err, A2AMM_E_NOMEM, "%s: out of memory for %lld x %lld weights", call, (long long)n,
