@@ -130,57 +130,93 @@ AVX512_INLINE void tile_kernel(const int rows, const gemm_tile *t)
 /* ---- The small-M microkernel: B in fp8, widened in registers ---------------- */
 
 /*
- * tile_kernel on B in fp8 (gemm_bf16_pack.h): each block's K-pairs widened
- * as they are used. B comes from memory once (few rows reuse it little):
- * each step brings in, into L2, the lines of the panel's next call
- * (prefetch), and into L1 the lines a few steps ahead of this call's.
+ * kernel8_columns: acc[r][g0 .. g0 + G - 1] (columns 16 g0 .. 16 (g0 + G) - 1
+ * of the panel) += the tile's K-pairs of B in fp8 (gemm_bf16_pack.h), each
+ * block's K-pairs widened as they are used, in the order tile_step gives
+ * them, so the same bits. B comes from memory once (few rows reuse it
+ * little): each step brings in, into L2, G / 2 lines of the panel's next
+ * call from *prefetch on, and into L1 this call's lines a few steps ahead.
+ * cl: NULL, or C's lines to bring in over the pass.
  */
-AVX512_INLINE void tile_kernel8(const int rows, const gemm_tile *t)
+AVX512_INLINE void kernel8_columns(const int rows, const gemm_tile *t, const widen_consts *w, __m512 acc[MR][4],
+                                   const int g0, const int G, const char **prefetch, c_lines *cl)
 {
-    const widen_consts w = widen_consts_of(t->b_type);
     const int64_t nblk = t->k[0] / 32;
+    const uint32_t *a = t->a[0];
+    const uint8_t *blk = t->b[0];
+    for (int64_t j = 0; j < nblk; j++, blk += BF16_B8_BLOCK) {
+        const int refused = (t->b_refused[0] >> j) & 1, special = (t->b_special[0] >> j) & 1;
+        __m512i offset[4], biased[4];
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            offset[g] = widen_offsets(blk + 16 * (g0 + g));
+            biased[g] = _mm512_add_epi16(offset[g], w->bias);
+        }
+        for (int step = 0; step < 16; step += PREFETCH_KPAIRS) {
+            if (cl) c_lines_step(cl);
+#pragma GCC unroll 8
+            for (int u = 0; u < PREFETCH_KPAIRS; u++, a++) {
+                const uint8_t *codes = blk + 64 + (step + u) * 128 + 32 * g0;
+                if (*prefetch < t->prefetch_end) {
+#pragma GCC unroll 2
+                    for (int l = 0; l < G / 2; l++) _mm_prefetch(*prefetch + 64 * l, _MM_HINT_T1);
+                    *prefetch += 32 * G;
+                }
+#pragma GCC unroll 2
+                for (int l = 0; l < G / 2; l++) _mm_prefetch((const char *)codes + B8_AHEAD + 64 * l, _MM_HINT_T0);
+                __m512bh bv[4];
+#pragma GCC unroll 2
+                for (int l = 0; l < G / 2; l++) {
+                    if (refused) bv[2 * l] = bv[2 * l + 1] = (__m512bh)_mm512_setzero_si512();
+                    else widen64(codes + 64 * l, offset + 2 * l, biased + 2 * l, w, special, bv + 2 * l);
+                }
+#pragma GCC unroll 8
+                for (int r = 0; r < rows; r++) {
+                    const __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[r * BF16_A_LD]);
+#pragma GCC unroll 4
+                    for (int g = 0; g < G; g++) acc[r][g0 + g] = _mm512_dpbf16_ps(acc[r][g0 + g], av, bv[g]);
+                }
+            }
+        }
+    }
+}
+
+/*
+ * tile_kernel on B in fp8: kernel8_columns over the panel's 64 columns in
+ * one pass up to 4 rows (16 accumulators, 4 widened registers and the
+ * constants fit the 32 zmm), in two passes of 32 columns from 5 rows (20-24
+ * accumulators and all 4 widened registers do not: GCC spilled accumulators
+ * at every step, and 6 rows ran at 0.55x of 4 rows' speed a row); the second
+ * pass reads its lines from L2, where the first pass's brought them. Each
+ * accumulator takes the same K-pairs in the same order either way: the same
+ * bits. The type is a constant in each copy (tile_kernel8): the widening's
+ * shifts take an immediate, where a shift by a register is two uops on Intel.
+ */
+AVX512_INLINE void tile_kernel8_of(const int rows, const gemm_tile *t, const a2amm_fp8_type type)
+{
+    const widen_consts w = widen_consts_of(type);
     __m512 acc[MR][4];
 #pragma GCC unroll 8
     for (int r = 0; r < rows; r++)
 #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) acc[r][g] = _mm512_setzero_ps();
-    const uint32_t *a = t->a[0];
-    const uint8_t *blk = t->b[0];
-    c_lines cl = c_lines_start(rows, t, nblk * (16 / PREFETCH_KPAIRS));
     const char *prefetch = t->prefetch;
-    for (int64_t j = 0; j < nblk; j++, blk += BF16_B8_BLOCK) {
-        const int refused = (t->b_refused[0] >> j) & 1, special = (t->b_special[0] >> j) & 1;
-        __m512i offset[4], biased[4];
-#pragma GCC unroll 4
-        for (int g = 0; g < 4; g++) {
-            offset[g] = widen_offsets(blk + 16 * g);
-            biased[g] = _mm512_add_epi16(offset[g], w.bias);
-        }
-        for (int step = 0; step < 16; step += PREFETCH_KPAIRS) {
-            c_lines_step(&cl);
-#pragma GCC unroll 8
-            for (int u = 0; u < PREFETCH_KPAIRS; u++, a++) {
-                const uint8_t *codes = blk + 64 + (step + u) * 128;
-                /* a line of the next call's B to L2, and this call's a few steps ahead to L1 */
-                if (prefetch < t->prefetch_end) {
-                    _mm_prefetch(prefetch, _MM_HINT_T1);
-                    _mm_prefetch(prefetch + 64, _MM_HINT_T1);
-                    prefetch += 128;
-                }
-                _mm_prefetch((const char *)codes + B8_AHEAD, _MM_HINT_T0);
-                _mm_prefetch((const char *)codes + B8_AHEAD + 64, _MM_HINT_T0);
-                __m512bh bv[4];
-                if (refused) {
-                    bv[0] = bv[1] = bv[2] = bv[3] = (__m512bh)_mm512_setzero_si512();
-                } else {
-                    widen64(codes, offset, biased, &w, special, bv);
-                    widen64(codes + 64, offset + 2, biased + 2, &w, special, bv + 2);
-                }
-                tile_step(rows, acc, a, bv);
-            }
-        }
+    const int64_t steps = t->k[0] / 32 * (16 / PREFETCH_KPAIRS);
+    if (rows > 4) {
+        kernel8_columns(rows, t, &w, acc, 0, 2, &prefetch, NULL);
+        c_lines cl = c_lines_start(rows, t, steps);
+        kernel8_columns(rows, t, &w, acc, 2, 2, &prefetch, &cl);
+    } else {
+        c_lines cl = c_lines_start(rows, t, steps);
+        kernel8_columns(rows, t, &w, acc, 0, 4, &prefetch, &cl);
     }
     tile_store(rows, acc, t);
+}
+
+AVX512_INLINE void tile_kernel8(const int rows, const gemm_tile *t)
+{
+    if (t->b_type == A2AMM_E5M2) tile_kernel8_of(rows, t, A2AMM_E5M2);
+    else tile_kernel8_of(rows, t, A2AMM_E4M3);
 }
 
 GEMM_KERNEL_BY_ROWS(AVX512_TARGET, avx512_kernel, tile_kernel)
