@@ -13,6 +13,7 @@
 
 #include "a2amm.h"
 #include "bench/bench.h"
+#include "bench/bench_data.h"
 #include "cli/args.h"
 #include "cli/perf_report.h"
 #include "common/error.h"
@@ -74,32 +75,6 @@ static void usage(FILE *f)
             "  a2amm bench grouped 64 4 2048 1408      (DeepSeek-V2-Lite's experts, 4 rows each)\n");
 }
 
-/*
- * rows x cols values as ggml's tests draw them (floats uniform in [-1, 1]),
- * MX-quantized to E4M3 codes and scales (row strides cols, cols / 32), a
- * chunk of rows at a time: nearly no code is zero or subnormal, as in real
- * weights (codes drawn uniformly put one in every block: the widening's
- * tested path).
- */
-static int uniform_mx(uint64_t *s, int64_t rows, int64_t cols, uint8_t *codes, uint8_t *scales, a2amm_error *err)
-{
-    enum { CHUNK_ROWS = 256 };
-    float *tmp = malloc(sizeof *tmp * (size_t)(CHUNK_ROWS * cols));
-    if (!tmp) return a2amm_fail(err, A2AMM_E_NOMEM, "out of memory");
-    int rc = A2AMM_OK;
-    for (int64_t r0 = 0; !rc && r0 < rows; r0 += CHUNK_ROWS) {
-        const int64_t n = rows - r0 < CHUNK_ROWS ? rows - r0 : CHUNK_ROWS;
-        for (int64_t i = 0; i < n * cols; i++) {
-            *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
-            tmp[i] = (float)((double)(*s * 0x2545F4914F6CDD1Dull >> 11) / 4503599627370496.0 - 1.0);
-        }
-        rc = a2amm_mx_quantize_f32(tmp, n, cols, cols, A2AMM_E4M3, A2AMM_SCALE_FLOOR, codes + r0 * cols, cols,
-                                   scales + r0 * (cols / 32), cols / 32, err);
-    }
-    free(tmp);
-    return rc;
-}
-
 int cmd_bench_grouped(int argc, char **argv)
 {
     int iters = 10, threads = pool_cpu_count();
@@ -158,9 +133,9 @@ int cmd_bench_grouped(int argc, char **argv)
     int rc = w13 && s13 && w2 && s2 && x && sx && g.y && t_call && t_read ? A2AMM_OK
                                                                           : a2amm_fail(&err, A2AMM_E_NOMEM, "out of memory");
     uint64_t st = 0x9E3779B97F4A7C15ull;
-    if (!rc) rc = uniform_mx(&st, (int64_t)E * 2 * I, H, w13, s13, &err);
-    if (!rc) rc = uniform_mx(&st, (int64_t)E * H, I, w2, s2, &err);
-    if (!rc) rc = uniform_mx(&st, (int64_t)E * M, H, x, sx, &err);
+    if (!rc) rc = bench_uniform_mx(&st, (int64_t)E * 2 * I, H, w13, s13, &err);
+    if (!rc) rc = bench_uniform_mx(&st, (int64_t)E * H, I, w2, s2, &err);
+    if (!rc) rc = bench_uniform_mx(&st, (int64_t)E * M, H, x, sx, &err);
     if (!rc) rc = gemm_isa_select(&isa, &err);
     if (!rc) rc = moe_weights_prepare(&g.s, isa, M, w13, s13, H / 32, w2, s2, I / 32, &g.w, &err);
     if (!rc) rc = pool_create(threads, &workers, &err);

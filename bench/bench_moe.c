@@ -25,6 +25,7 @@
 #include <sys/mman.h>
 
 #include "bench/bench.h"
+#include "bench/bench_data.h"
 #include "cli/args.h"
 #include "cli/measure.h"
 #include "cli/moe_runner.h"
@@ -44,7 +45,7 @@ static const char *const WAY_NAMES[WAYS] = {"a2amm MoE call (fused schedule)", "
                                             "(2) alltoallv + oneDNN bf16 experts", "read of the experts' fp8 codes"};
 
 typedef struct moe_bench {
-    int R, E, K, iters, threads, skew, mpi;
+    int R, E, K, iters, threads, skew, mpi, uniform_codes;
     int64_t T, H, I;
     double timeout_s;
     double *t;        /* shared: [way][iteration][rank] */
@@ -76,6 +77,10 @@ static void moe_bench_usage(FILE *f)
             "  --iters N          repetitions (default 5)\n"
             "  --threads T        compute threads a rank (default: cores / R)\n"
             "  --skew             route most tokens to the first experts (default: uniform)\n"
+            "  --uniform-codes    weights and x as fp8 codes 0..63 drawn uniformly, zeros and\n"
+            "                     subnormals in nearly every block (the small-M widening's\n"
+            "                     exact path); default: floats uniform in [-1, 1] MX-quantized,\n"
+            "                     as real weights, nearly no such code\n"
             "  --timeout SECONDS  deadline of every wait between ranks (default 60)\n"
             "  --transport shm|mpi  shm: R ranks forked here (default); mpi: this process is one rank\n"
             "                     of an MPI job, the exchanges (the baselines' too) MPI messages:\n"
@@ -120,9 +125,16 @@ static int rank_data_make(const moe_bench *b, int r, rank_data *d)
     d->w13 = malloc(n13), d->s13 = malloc(n13 / 32), d->w2 = malloc(n2), d->s2 = malloc(n2 / 32);
     d->idx = malloc(sizeof *d->idx * (size_t)(T * b->K) + 4), d->w = malloc(sizeof *d->w * (size_t)(T * b->K) + 4);
     if (!d->x || !d->sx || !d->w13 || !d->s13 || !d->w2 || !d->s2 || !d->idx || !d->w) return -1;
-    fill(d->w13, n13, 0, 0x40, &s), fill(d->s13, n13 / 32, 122, 3, &s), fill(d->w2, n2, 0, 0x40, &s);
-    fill(d->s2, n2 / 32, 121, 3, &s), fill(d->x, (size_t)(T * H), 0, 0x40, &s);
-    fill(d->sx, (size_t)(T * H / 32), 126, 3, &s);
+    if (b->uniform_codes) { /* codes 0..63 (zeros and subnormals among them): the widening's exact path */
+        fill(d->w13, n13, 0, 0x40, &s), fill(d->s13, n13 / 32, 122, 3, &s), fill(d->w2, n2, 0, 0x40, &s);
+        fill(d->s2, n2 / 32, 121, 3, &s), fill(d->x, (size_t)(T * H), 0, 0x40, &s);
+        fill(d->sx, (size_t)(T * H / 32), 126, 3, &s);
+    } else {
+        a2amm_error err = {0, ""};
+        if (bench_uniform_mx(&s, local * 2 * I, H, d->w13, d->s13, &err) ||
+            bench_uniform_mx(&s, local * H, I, d->w2, d->s2, &err) || bench_uniform_mx(&s, T, H, d->x, d->sx, &err))
+            return -1;
+    }
     for (int64_t t = 0; t < T; t++)
         for (int j = 0; j < b->K; j++) {
             int32_t e;
@@ -429,6 +441,8 @@ int cmd_bench_moe(int argc, char **argv)
             b.timeout_s = f;
         } else if (!strcmp(argv[i], "--skew")) {
             b.skew = 1;
+        } else if (!strcmp(argv[i], "--uniform-codes")) {
+            b.uniform_codes = 1;
         } else if ((m = cli_option(argc, argv, &i, "--transport", &v))) {
             if (m < 0) return 2;
             if (strcmp(v, "shm") && strcmp(v, "mpi")) {

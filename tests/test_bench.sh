@@ -337,7 +337,7 @@ expect_output "bench gemm --help names --sweep" "--sweep"
 #     experts (2), a read of the experts
 expect_ok "bench moe --help" "$A2AMM" bench moe --help
 expect_output "bench moe --help has an example" "a2amm bench moe 2 16 2048 1408 64 6"
-for args in "2 6 64 32 4 2" "3 5 96 64 6 3 --skew" "1 4 64 32 2 1"; do
+for args in "2 6 64 32 4 2" "3 5 96 64 6 3 --skew" "1 4 64 32 2 1 --uniform-codes"; do
     # shellcheck disable=SC2086
     expect_ok "bench moe $args" "$A2AMM" bench moe $args --iters 2
     for row in "a2amm MoE call (fused schedule)" "a2amm MoE call, unfused schedule" "a2amm MoE call, overlap schedule" \
