@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Every kernel level's bits, pinned. build/tools/gemm_digest runs a fixed set
+# of 300 matmuls (every edge of rows, chunks and panels, every call, scales
+# and codes of every kind) through a level and prints one digest of all the
+# results; a level's bits are its own (docs/op-contract.md), the same on
+# every CPU that runs it and from every compiler, so its digest is a
+# constant here. test_gemm checks the values within the contract's
+# tolerance, which a changed bit passes: this is what catches one. A
+# mismatch means a change moved a level's bits (a kernel change must keep
+# them), or this CPU's instructions sum in another order than the CPUs the
+# digests came from (then the level needs a run-time check and a fallback,
+# as the down projection's VDPBF16PS order has). NaN results are digested
+# as one NaN (--nan-canonical): which NaN an operation on NaNs returns
+# follows the compiler's operand order (gcc and clang differ), the contract
+# says NaN. Each level's small-M path (--fp8-b: every call on B in fp8)
+# must give the same digest. A level this CPU cannot run is named and left
+# out; one not pinned yet (amx: pin it on an AMX CPU with `gemm_digest amx
+# --nan-canonical`) is checked against its small-M path only.
+. "$(dirname "$0")/lib.sh"
+unset A2AMM_CPU_HIDE A2AMM_ISA
+DIGEST="$(dirname "$A2AMM")/tools/gemm_digest"
+declare -A PINNED=([ref]=bd0a8517d63b2440 [avx2]=897194de1d3e4cc8 [avx512]=abb8892cc90ea9e0)
+
+ran=()
+for isa in ref avx2 avx512 amx; do
+    if ! cpu_runs $isa; then
+        echo "test_digest.sh: this CPU cannot run the $isa level: not checked"
+        continue
+    fi
+    got=$("$DIGEST" $isa --nan-canonical | tail -n 1)
+    want=${PINNED[$isa]:-}
+    if [ -n "$want" ]; then
+        check "the $isa level's bits: pinned '$isa: $want over 300 cases', got '$got'" \
+            test "$got" = "$isa: $want over 300 cases"
+    else
+        echo "test_digest.sh: the $isa level's digest is not pinned yet: $got"
+    fi
+    if [ $isa != ref ]; then # ref has no small-M path
+        got8=$("$DIGEST" $isa --nan-canonical --fp8-b | tail -n 1)
+        check "the $isa level's small-M path gives its bits: '$got' plain, '$got8' with every call on B in fp8" \
+            test "$got8" = "$got"
+    fi
+    ran+=("$isa")
+done
+check "the ref level checked (${ran[*]})" test "${ran[0]:-}" = ref
+echo "test_digest.sh: checked ${ran[*]}"
+finish test_digest.sh
