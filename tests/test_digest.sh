@@ -3,7 +3,7 @@
 # of 300 matmuls (every edge of rows, chunks and panels, every call, scales
 # and codes of every kind) through a level and prints one digest of all the
 # results; a level's bits are its own (docs/op-contract.md), the same on
-# every CPU that runs it and from every compiler, so its digest is a
+# every CPU that runs it and from every build, so its digest is a
 # constant here. test_gemm checks the values within the contract's
 # tolerance, which a changed bit passes: this is what catches one. A
 # mismatch means a change moved a level's bits (a kernel change must keep
@@ -11,9 +11,9 @@
 # digests came from (then the level needs a run-time check and a fallback,
 # as the down projection's VDPBF16PS order has). NaN results are digested
 # as one NaN (--nan-canonical): which NaN an operation on NaNs returns
-# follows the compiler's operand order (gcc and clang differ), the contract
-# says NaN. Each level's small-M path (--fp8-b: every call on B in fp8)
-# must give the same digest. A level this CPU cannot run is named and left
+# follows the compiler's operand order (gcc -O2 and the sanitized -O1
+# build differ, as clang does), the contract says NaN. Each level's small-M
+# path (--fp8-b: every call on B in fp8) must give the same digest. A level this CPU cannot run is named and left
 # out; one not pinned yet (amx: pin it on an AMX CPU with `gemm_digest amx
 # --nan-canonical`) is checked against its small-M path only.
 . "$(dirname "$0")/lib.sh"

@@ -25,7 +25,8 @@
  * --nan-canonical digests every NaN result as the one quiet NaN (fp32
  * 0x7FC00000, bf16 0x7FC0): which NaN an operation on NaNs gives (sign,
  * payload) follows the operand order the compiler chose, so a NaN's bits
- * may differ between compilers (the contract says NaN, not which); every
+ * may differ between compilers and optimization levels (gcc -O2 and the
+ * sanitized -O1 build do; the contract says NaN, not which); every
  * other bit may not. tests/test_digest.sh checks these digests.
  */
 #include <stdint.h>
