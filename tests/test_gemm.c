@@ -908,7 +908,7 @@ static void test_prepare_for_rows(gemm_isa isa)
  *   a column given its neighbour's scale is seen;
  * - the same with normal codes only (every one in turn): a block with a zero
  *   or subnormal code takes another way in some levels (avx2's widening by
- *   integers, its four-panel loop at one row).
+ *   integers, its several-panel loop at one and two rows).
  * At one row, two and the level's most small-M rows.
  */
 static void test_fp8_b_every_value(gemm_isa isa)

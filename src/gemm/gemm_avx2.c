@@ -383,9 +383,26 @@ AVX2_INLINE void tile_kernel8_of(const int rows, const gemm_tile *t, const int e
     const char *prefetch = t->prefetch;
     for (int64_t j = 0; j < nblk; j++, blk += B8_BLOCK) {
         const int mode = block_mode(blk, (t->b_refused[0] >> j) & 1, (t->b_special[0] >> j) & 1);
+        const __m256i off16 = widen_offsets16(blk, bias);
+        if (mode == BLOCK_NORMAL) { /* the common case, its own loop: no test of the mode a row */
+            for (int k = 0; k < 32; k += 4) {
+                const uint8_t *row = blk + NR + k * NR;
+                if (prefetch < t->prefetch_end) {
+                    _mm_prefetch(prefetch, _MM_HINT_T1);
+                    prefetch += 64;
+                }
+                _mm_prefetch((const char *)row + B8_AHEAD, _MM_HINT_T0);
+#pragma GCC unroll 4
+                for (int u = 0; u < 4; u++, a++, row += NR) {
+                    __m256 b0, b1;
+                    widen16_normal(row, e4m3, keep16, off16, &b0, &b1);
+                    tile_step(rows, acc, a, b0, b1);
+                }
+            }
+            continue;
+        }
         __m256 f0, f1;
         interleaved_factors(blk, &f0, &f1);
-        const __m256i off16 = widen_offsets16(blk, bias);
         for (int k = 0; k < 32; k += 4) {
             const uint8_t *row = blk + NR + k * NR;
             if (prefetch < t->prefetch_end) {
@@ -408,29 +425,39 @@ AVX2_INLINE void tile_kernel8_of(const int rows, const gemm_tile *t, const int e
 
 GEMM_KERNEL_BY_ROWS(AVX2_TARGET, avx2_kernel, tile_kernel)
 /*
- * tile_kernel8 for one row over g->count whole panels (kernel8_panels):
- * each panel's two accumulators take its products in the same order as
- * tile_kernel8's, so the same bits, but four panels give eight independent
- * FMA chains where one panel gives two. Blocks where every panel's codes
- * widen by integers (the common case) run the four-panel loop; the rest
- * (a refused block, a zero or subnormal code, fewer panels) panel by panel.
+ * tile_kernel8 for `rows` rows (1 or 2) over g->count whole panels
+ * (kernel8_panels): each panel's accumulators take its products in the same
+ * order as tile_kernel8's, so the same bits, but W panels side by side give
+ * 8 independent FMA chains where one panel gives 2 a row (each FMA waits on
+ * the one before in its chain: 4-5 cycles on AVX2 CPUs, two FMAs a cycle).
+ * Blocks where every panel's codes widen by integers (the common case) run
+ * the W-panel loop; the rest (a refused block, a zero or subnormal code,
+ * fewer panels) panel by panel.
  */
-AVX2_INLINE void panels_kernel8_of(const gemm_tile *t, const gemm_panels *g, const int e4m3)
+AVX2_INLINE void panels_kernel8_of(const int rows, const gemm_tile *t, const gemm_panels *g, const int e4m3)
 {
-    enum { W = GEMM_WIDE_PANELS };
+    enum { W1 = GEMM_WIDE_PANELS };
+    const int W = W1 / rows; /* 8 chains */
     const int np = g->count;
     const int64_t nblk = t->k[0] / 32, pb = g->panel_bytes;
     const __m256i keep16 = widen_keep16(e4m3);
     const int bias = e4m3 ? 120 : 112;
-    __m256 acc[W][2]; /* columns interleaved (swap_middle) */
-    for (int i = 0; i < W; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    __m256 acc[W1][MR][2]; /* [panel][row], columns interleaved (swap_middle) */
+    for (int i = 0; i < W; i++)
+#pragma GCC unroll 2
+        for (int r = 0; r < rows; r++) acc[i][r][0] = acc[i][r][1] = _mm256_setzero_ps();
     const float *a = t->a[0];
     const uint8_t *blk = t->b[0];
     const char *prefetch = t->prefetch;
     for (int64_t j = 0; j < nblk; j++, blk += B8_BLOCK, a += 32) {
-        int mode[W], all_normal = np == W;
-        __m256i off[W];
-        for (int i = 0; i < np; i++) {
+        /* every loop over the panels unrolled with constant indices (i < np inside), so that the
+         * accumulators stay in registers (a loop to np kept them in memory) */
+        int mode[W1], all_normal = np == W;
+        __m256i off[W1];
+#pragma GCC unroll 4
+        for (int i = 0; i < W; i++) {
+            mode[i] = BLOCK_ZEROS, off[i] = _mm256_setzero_si256();
+            if (i >= np) continue;
             mode[i] = block_mode(blk + i * pb, (g->refused[i] >> j) & 1, (g->special[i] >> j) & 1);
             all_normal &= mode[i] == BLOCK_NORMAL;
             off[i] = widen_offsets16(blk + i * pb, bias);
@@ -446,19 +473,26 @@ AVX2_INLINE void panels_kernel8_of(const gemm_tile *t, const gemm_panels *g, con
                 for (int i = 0; i < W; i++) _mm_prefetch((const char *)row + i * pb + B8_AHEAD, _MM_HINT_T0);
 #pragma GCC unroll 4
                 for (int u = 0; u < 4; u++, row += NR) {
-                    const __m256 av = _mm256_broadcast_ss(a + k + u);
+                    __m256 av[2];
+#pragma GCC unroll 2
+                    for (int r = 0; r < rows; r++) av[r] = _mm256_broadcast_ss(a + r * KC + k + u);
 #pragma GCC unroll 4
                     for (int i = 0; i < W; i++) {
                         __m256 b0, b1;
                         widen16_normal(row + i * pb, e4m3, keep16, off[i], &b0, &b1);
-                        acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
-                        acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
+#pragma GCC unroll 2
+                        for (int r = 0; r < rows; r++) {
+                            acc[i][r][0] = _mm256_fmadd_ps(av[r], b0, acc[i][r][0]);
+                            acc[i][r][1] = _mm256_fmadd_ps(av[r], b1, acc[i][r][1]);
+                        }
                     }
                 }
             }
             continue;
         }
-        for (int i = 0; i < np; i++) {
+#pragma GCC unroll 4
+        for (int i = 0; i < W; i++) {
+            if (i >= np) break;
             const uint8_t *pblk = blk + i * pb;
             __m256 f0, f1;
             interleaved_factors(pblk, &f0, &f1);
@@ -466,27 +500,37 @@ AVX2_INLINE void panels_kernel8_of(const gemm_tile *t, const gemm_panels *g, con
                 const uint8_t *row = pblk + NR + k * NR;
                 __m256 b0, b1;
                 widen_row(mode[i], row, e4m3, keep16, off[i], f0, f1, &b0, &b1);
-                const __m256 av = _mm256_broadcast_ss(a + k);
-                acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
-                acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
+#pragma GCC unroll 2
+                for (int r = 0; r < rows; r++) {
+                    const __m256 av = _mm256_broadcast_ss(a + r * KC + k);
+                    acc[i][r][0] = _mm256_fmadd_ps(av, b0, acc[i][r][0]);
+                    acc[i][r][1] = _mm256_fmadd_ps(av, b1, acc[i][r][1]);
+                }
             }
         }
     }
-    for (int i = 0; i < np; i++) {
-        swap_middle(&acc[i][0], &acc[i][1]);
+#pragma GCC unroll 4
+    for (int i = 0; i < W; i++) {
+        if (i >= np) break;
+#pragma GCC unroll 2
+        for (int r = 0; r < rows; r++) swap_middle(&acc[i][r][0], &acc[i][r][1]);
         gemm_tile ti = *t;
         ti.c_in = t->c_in ? t->c_in + i * NR : NULL;
         ti.c_out = t->c_out + i * NR;
         ti.out = t->out ? t->out + i * NR : NULL;
-        __m256 one[MR][2] = {{acc[i][0], acc[i][1]}};
-        tile_end(1, one, &ti);
+        tile_end(rows, acc[i], &ti);
     }
 }
 
 AVX2_TARGET static void avx2_kernel8_panels(const gemm_tile *t, const gemm_panels *g)
 {
-    if (t->b_type == A2AMM_E4M3) panels_kernel8_of(t, g, 1);
-    else panels_kernel8_of(t, g, 0);
+    if (t->rows == 2) {
+        if (t->b_type == A2AMM_E4M3) panels_kernel8_of(2, t, g, 1);
+        else panels_kernel8_of(2, t, g, 0);
+    } else {
+        if (t->b_type == A2AMM_E4M3) panels_kernel8_of(1, t, g, 1);
+        else panels_kernel8_of(1, t, g, 0);
+    }
 }
 
 /* tile_kernel8 with the type a constant in each copy (widen16_normal's shift) */
@@ -526,4 +570,5 @@ const gemm_level gemm_avx2_level = {
     .pack_b8 = avx2_pack_b8,
     .b8_block_codes = avx2_b8_block_codes,
     .kernel8_panels = avx2_kernel8_panels,
+    .panels_rows = 2,
 };

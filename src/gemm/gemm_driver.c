@@ -401,14 +401,14 @@ static int wide_panels(const pass *s, int64_t p, int64_t last, int *any_exact)
     return n;
 }
 
-/* Panels [p, p + n) of one row by kernel8_panels (wide_panels said they may); p1: the call's last panel. */
+/* Panels [p, p + n) of the pass's rows by kernel8_panels (wide_panels said they may); p1: the call's last panel. */
 static void run_panels_wide(const pass *s, int64_t p, int n, int64_t p1)
 {
     const call *x = s->x;
     const gemm_level *L = x->L;
     const gemm_b *b = x->b;
     const int64_t nr = L->nr, nblk = s->k[0] / 32;
-    gemm_tile t = {.chunks = 1, .rows = 1, .rows_used = 1, .b_type = b->type, .b_nkb = b->K / 32};
+    gemm_tile t = {.chunks = 1, .rows = (int)s->rows, .rows_used = (int)s->rows, .b_type = b->type, .b_nkb = b->K / 32};
     t.a[0] = s->blk[0]->rows;
     t.b[0] = t.b_panel = panel_at(b, 1, p, s->kb);
     t.b_kb[0] = s->kb;
@@ -433,13 +433,16 @@ static void run_panels_wide(const pass *s, int64_t p, int n, int64_t p1)
 /*
  * The panels [p0, p1] of the call's columns for one pass. Returns whether
  * any panel leaves work to the exact path (a pass of several chunks must
- * have none: its rows are never masked). One row on B in fp8 takes its
- * panels several at a time where the level can (kernel8_panels).
+ * have none: its rows are never masked). A few rows on B in fp8 take their
+ * panels several at a time where the level can (kernel8_panels, panels_rows).
  */
 static int run_panels(const pass *s, int64_t p0, int64_t p1)
 {
     const call *x = s->x;
-    const int wide = x->small && x->L->kernel8_panels && s->rows == 1 && s->chunks == 1 ? GEMM_WIDE_PANELS : 1;
+    const int panels_rows = x->L->panels_rows > 1 ? x->L->panels_rows : 1;
+    const int wide = x->small && x->L->kernel8_panels && s->rows <= panels_rows && s->chunks == 1
+                         ? GEMM_WIDE_PANELS / (int)s->rows
+                         : 1;
     int any_exact = 0;
     for (int64_t p = p0; p <= p1;) {
         const int n = wide > 1 ? wide_panels(s, p, p + wide - 1 < p1 ? p + wide - 1 : p1, &any_exact) : 0;

@@ -155,11 +155,13 @@ typedef struct gemm_level {
     int64_t b8_block;
     void (*pack_b8)(const gemm_b *b, const uint8_t *bq, int64_t p0, int64_t p1);
     uint8_t (*b8_block_codes)(const gemm_exact_b *eb, int64_t n, int64_t kb, uint8_t out[32]);
-    /* NULL, or kernel8 for one row (t->rows 1, one chunk) over g->count whole panels at once (t the
-     * first; see gemm_panels), the same bits: one row keeps only a panel's accumulators in flight, so
-     * a chain of FMAs waits on the one before it; several panels give the FMA units independent work
-     * (an AVX2 CPU needs 8-10 chains: issue 31). The driver uses it where the panels need no masking. */
+    /* NULL, or kernel8 for t->rows rows (1..panels_rows, one chunk) over g->count whole panels at once
+     * (t the first; see gemm_panels), the same bits: a row or two keep only a panel's few accumulators
+     * in flight, so a chain of FMAs waits on the one before it; several panels give the FMA units
+     * independent work (an AVX2 CPU needs 8-10 chains: issue 31). The driver uses it where the panels
+     * need no masking, GEMM_WIDE_PANELS / rows panels at a time. */
     void (*kernel8_panels)(const gemm_tile *t, const gemm_panels *g);
+    int panels_rows; /* 0 or 1: one row only */
 } gemm_level;
 
 /* A microkernel `name` for a level whose kernel(rows, t) is inlined once per row count 1..6 (the
