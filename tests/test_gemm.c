@@ -909,7 +909,7 @@ static void test_prepare_for_rows(gemm_isa isa)
  * - the same with normal codes only (every one in turn): a block with a zero
  *   or subnormal code takes another way in some levels (avx2's widening by
  *   integers, its several-panel loop at one and two rows).
- * At one row, two and the level's most small-M rows.
+ * At one row, two, seven and the level's most small-M rows.
  */
 static void test_fp8_b_every_value(gemm_isa isa)
 {
@@ -940,8 +940,8 @@ static void test_fp8_b_every_value(gemm_isa isa)
         const int pair_lo = gemm_fold_pair_lo(GEMM_FOLD_BF16, ta, tb), pair_hi = gemm_fold_pair_hi(ta, tb);
         static const int SA[] = {127, 98, 152};
         long wrong = 0, fast = 0;
-        const int rows_of[3] = {1, 2, (int)small};
-        for (int pass = 0; few && pass < 3; pass++) {
+        const int rows_of[4] = {1, 2, 7, (int)small}; /* 7: two tiles sharing the rows (4 + 3) */
+        for (int pass = 0; few && pass < 4; pass++) {
             const int rows = rows_of[pass];
             if (rows > small || (pass > 0 && rows <= rows_of[pass - 1])) continue; /* each count once */
             for (int q = 0; q < (per_column ? 1 : 3); q++)
