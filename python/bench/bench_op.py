@@ -39,12 +39,10 @@ def llc_bytes():
 def rank(comm, M, K, N, iters, rounds, flush, threads, path, tile_m):
     R, me = comm.size, comm.rank
     rng = np.random.default_rng(me)
-    # random codes without NaN (0x7F, 0xFF), scales near 2^0: normal values of E4M3
-    a = (rng.integers(0, 0x7E, (R * M, K // R), dtype=np.uint8) | (rng.integers(0, 2, (R * M, K // R),
-                                                                                 dtype=np.uint8) << 7))
-    sa = rng.integers(120, 128, (R * M, K // R // 32), dtype=np.uint8)
-    b = rng.integers(0, 0x7E, (N, K), dtype=np.uint8)
-    sb = rng.integers(120, 128, (N, K // 32), dtype=np.uint8)
+    # floats uniform in [-1, 1], MX-quantized (as `a2amm bench moe` and `bench grouped` draw them): codes drawn
+    # uniformly would put a zero or subnormal code in nearly every block, which real data almost never has
+    a, sa = a2amm.quantize(rng.uniform(-1, 1, (R * M, K // R)).astype(np.float32))
+    b, sb = a2amm.quantize(rng.uniform(-1, 1, (N, K)).astype(np.float32))
     out = np.empty((M, N), np.uint16)
     junk = np.zeros(max(8 << 20, 2 * llc_bytes() // R), np.uint8) if flush else None
     with a2amm.Op(comm, max_m=M, k=K, n=N, threads=threads, path=path, tile_m=tile_m) as op:
