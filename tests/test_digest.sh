@@ -8,8 +8,9 @@
 # tolerance, which a changed bit passes: this is what catches one. A
 # mismatch means a change moved a level's bits (a kernel change must keep
 # them), or this CPU's instructions sum in another order than the CPUs the
-# digests came from (then the level needs a run-time check and a fallback,
-# as the down projection's VDPBF16PS order has). NaN results are digested
+# digests came from (then the level needs a run-time check that refuses it
+# there, as the avx512 level's VDPBF16PS order has: gemm_bf16_order.c, so
+# such a CPU does not run avx512 and it is not checked). NaN results are digested
 # as one NaN (--nan-canonical): which NaN an operation on NaNs returns
 # follows the compiler's operand order (gcc -O2 and the sanitized -O1
 # build differ, as clang does), the contract says NaN. Each level's small-M

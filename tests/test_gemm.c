@@ -14,7 +14,9 @@
 #include <string.h>
 
 #include "check.h"
+#include "common/cpu.h"
 #include "gemm/gemm.h"
+#include "gemm/gemm_bf16_order.h"
 #include "gemm/gemm_exact.h"
 #include "gemm/gemm_fold.h"
 #include "mx/mx.h"
@@ -1001,11 +1003,12 @@ static void test_refusal(gemm_isa isa)
           err.msg);
     unsetenv("A2AMM_ISA");
     rc = gemm_isa_select(&got, &err);
-    CHECK(rc == 0 && got < isa && gemm_isa_supported(got), "the best level instead of %s: %s (rc %d)",
+    CHECK(rc == 0 && got != isa && gemm_isa_supported(got), "the best level instead of %s: %s (rc %d)",
           gemm_isa_name(isa), gemm_isa_name(got), rc);
-    for (int higher = isa + 1; higher < GEMM_ISA_COUNT; higher++)
-        CHECK(!gemm_isa_supported((gemm_isa)higher), "%s cannot run, yet %s can", gemm_isa_name(isa),
-              gemm_isa_name((gemm_isa)higher));
+    /* the highest level that runs (a level refused for VDPBF16PS's order may sit below amx, which runs) */
+    for (int higher = got + 1; higher < GEMM_ISA_COUNT; higher++)
+        CHECK(!gemm_isa_supported((gemm_isa)higher), "%s runs, yet the best level picked was %s",
+              gemm_isa_name((gemm_isa)higher), gemm_isa_name(got));
     problem_free(&p);
 }
 
@@ -1033,6 +1036,33 @@ static void test_level(gemm_isa isa)
 }
 
 /*
+ * The avx512 level runs exactly where VDPBF16PS sums in the order its bits
+ * assume (gemm_bf16_order.h), and the probe tells that order from the
+ * others (else a CPU summing otherwise would pass it); where the CPU has
+ * the level's features but another order, its refusal says so.
+ */
+static void test_dot_order(void)
+{
+    static const char *NAMES[GEMM_DOT_ORDERS] = {"odd first", "even first", "pair first", "one rounding"};
+    int holding = 0;
+    for (int o = 0; o < GEMM_DOT_ORDERS; o++) {
+        const int holds = gemm_bf16_dot_sums_as((gemm_dot_order)o);
+        printf("VDPBF16PS sums as '%s': %s\n", NAMES[o], holds ? "yes" : "no");
+        holding += holds;
+    }
+    CHECK(holding <= 1, "the probe cannot tell VDPBF16PS's orders apart: %d of them hold", holding);
+    const int holds = gemm_bf16_dot_order_holds();
+    CHECK(holds == gemm_bf16_dot_sums_as(GEMM_DOT_ODD_FIRST), "the once-a-process probe says %d", holds);
+    CHECK(gemm_isa_supported(GEMM_ISA_AVX512) == holds, "the avx512 level %s, yet its order %s",
+          gemm_isa_supported(GEMM_ISA_AVX512) ? "runs" : "is refused", holds ? "holds" : "does not hold");
+    if (!holds) {
+        const char *why = gemm_isa_why_not(GEMM_ISA_AVX512);
+        CHECK(why && strstr(why, "VDPBF16PS"), "the avx512 level refused for another order says '%s'",
+              why ? why : "(nothing)");
+    }
+}
+
+/*
  * test_gemm [common|avx2|avx512|amx]: one part (the suite runs each as a
  * test of its own), or all of them. A level this CPU cannot run is checked
  * to be refused, then reported as skipped: "SKIP: <why>" and exit 77.
@@ -1054,6 +1084,10 @@ int main(int argc, char **argv)
     int skipped = 0;
     for (int isa = GEMM_ISA_AVX2; isa < GEMM_ISA_COUNT; isa++) {
         if (only && strcmp(only, gemm_isa_name((gemm_isa)isa))) continue;
+        /* the avx512 level's other condition, where the CPU has its features (A2AMM_CPU_HIDE aside) */
+        if (isa == GEMM_ISA_AVX512 && cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW) && cpu_has(CPU_AVX512BF16) &&
+            cpu_has(CPU_AVX512VBMI))
+            test_dot_order();
         if (!gemm_isa_supported((gemm_isa)isa)) {
             test_refusal((gemm_isa)isa);
             printf("SKIP: the %s kernels against the reference: %s (its refusal checked)\n",

@@ -25,6 +25,7 @@
 #include "mx/mx.h"
 #include "gemm/gemm.h"
 #include "gemm/gemm_amx.h"
+#include "gemm/gemm_bf16_order.h"
 #include "op/moe_down.h"
 
 /* One problem: a [n][I] bf16 values, W2 codes [H][I] and scales [H][I/32]. */
@@ -325,7 +326,7 @@ int main(int argc, char **argv)
     if (!only || !strcmp(only, "avx512")) {
         if (gemm_isa_supported(GEMM_ISA_AVX512)) {
             /* the K-pairs' bits where this CPU's VDPBF16PS keeps their order, else the documented fallback */
-            const int pairs = moe_down_pairs_usable();
+            const int pairs = gemm_bf16_dot_order_holds();
             if (!pairs)
                 printf("NOTE: this CPU's VDPBF16PS sums in another order: the avx512 level is checked for its "
                        "fallback, the sequential rule's bits\n");

@@ -80,7 +80,7 @@ const char *gemm_isa_why_not(gemm_isa isa)
                  cpu_feature_name(f));
         return why;
     }
-    if (L->usable && !L->usable()) return "the OS does not grant the AMX tile state (arch_prctl refused)";
+    if (L->why_not) return L->why_not();
     return NULL;
 }
 

@@ -78,6 +78,11 @@ int gemm_amx_usable(void)
     return granted;
 }
 
+static const char *amx_why_not(void)
+{
+    return gemm_amx_usable() ? NULL : "the OS does not grant the AMX tile state (arch_prctl refused)";
+}
+
 typedef gemm_amx_config tile_config;
 
 /* Palette 1: tiles 0-7 of 16 rows of 64 bytes (a global: see gemm_amx_config). */
@@ -415,7 +420,7 @@ const gemm_level gemm_amx_level = {
     .isa = GEMM_ISA_AMX,
     .needs = NEEDS,
     .nneeds = (int)(sizeof NEEDS / sizeof NEEDS[0]),
-    .usable = gemm_amx_usable,
+    .why_not = amx_why_not,
     .kernel = amx_kernel,
     .kernel_block = amx_panel,
     .format = GEMM_FOLD_BF16,

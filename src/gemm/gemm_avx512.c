@@ -13,6 +13,7 @@
  */
 #include <immintrin.h>
 
+#include "gemm/gemm_bf16_order.h"
 #include "gemm/gemm_bf16_pack.h"
 #include "gemm/gemm_bf16_round.h"
 #include "gemm/gemm_bf16_widen.h"
@@ -224,10 +225,19 @@ GEMM_KERNEL_BY_ROWS(AVX512_TARGET, avx512_kernel8, tile_kernel8)
 
 static const cpu_feature NEEDS[] = {CPU_AVX512F, CPU_AVX512BW, CPU_AVX512BF16, CPU_AVX512VBMI};
 
+/* The level's bits assume VDPBF16PS's order (gemm_bf16_order.h): a CPU that sums otherwise does not run it. */
+static const char *avx512_why_not(void)
+{
+    return gemm_bf16_dot_order_holds() ? NULL
+                                       : "this CPU's VDPBF16PS sums a pair in another order than the level's bits "
+                                         "assume (the odd product, then the even, each rounded)";
+}
+
 const gemm_level gemm_avx512_level = {
     .isa = GEMM_ISA_AVX512,
     .needs = NEEDS,
     .nneeds = (int)(sizeof NEEDS / sizeof NEEDS[0]),
+    .why_not = avx512_why_not,
     .kernel = avx512_kernel,
     .format = GEMM_FOLD_BF16,
     .nr = BF16_NR,

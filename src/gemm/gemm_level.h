@@ -97,7 +97,8 @@ typedef struct gemm_level {
     gemm_isa isa;
     const cpu_feature *needs; /* the CPU features it runs on */
     int nneeds;
-    int (*usable)(void);      /* NULL, or what else it needs (AMX: the OS's grant of the tile state) */
+    const char *(*why_not)(void); /* NULL, or what else it needs: NULL where it runs, else why not (AMX: the
+                                   * OS's grant of the tile state; avx512: VDPBF16PS's order) */
     /* No microkernel: every block takes the exact path (the ref level); nothing below is used. */
     void (*kernel)(const gemm_tile *t);
     /*

@@ -54,9 +54,8 @@ moe_down_fn moe_down_avx512;   /* the avx512 level's CPUs only (AVX-512 BF16 and
 
 /* The avx512 level's portable twin: its order (K-pairs) in plain C, any CPU. */
 moe_down_fn moe_down_portable_pairs;
-/* Whether this CPU's VDPBF16PS sums in that order (checked once a process; avx512-level CPUs only): where
- * not, moe_down_avx512 takes the sequential rule for every row, the portable level's bits. */
-int moe_down_pairs_usable(void);
+/* (Whether this CPU's VDPBF16PS sums in that order: gemm_bf16_dot_order_holds, gemm/gemm_bf16_order.h;
+ * where not, the avx512 level does not run, and moe_down_avx512 takes the sequential rule for every row.) */
 /* The sequential rule alone on AVX-512F: the rows the K-pairs cannot take (moe_down_avx512's, the amx
  * level's). */
 moe_down_fn moe_down_sequential_avx512;

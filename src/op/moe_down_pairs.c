@@ -11,9 +11,9 @@
  * ascending. Any other row (tiny, huge, Inf or NaN values: rare in a
  * model) takes the sequential rule (moe_down_sequential_avx512); a row's
  * bits never depend on the rows beside it. A CPU whose VDPBF16PS sums in
- * another order (checked once a process: moe_down_pairs_usable) takes the
- * sequential rule for every row: the portable level's bits, not unknown
- * ones.
+ * another order (gemm_bf16_dot_order_holds) does not run the avx512 level;
+ * called there all the same, this takes the sequential rule for every row:
+ * the portable level's bits, not unknown ones.
  *
  * Why: the sequential rule is one fp32 FMA a product, 16 products a zmm
  * instruction; VDPBF16PS takes 32, and on a Zen 4 (one 512-bit FMA or dot
@@ -29,6 +29,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "gemm/gemm_bf16_order.h"
 #include "mx/mx.h"
 #include "op/moe_down.h"
 #include "op/moe_down_panel.h"
@@ -144,59 +145,10 @@ static void pairs_rows(int64_t H, int64_t I, const pair_widen *w, const float *a
     }
 }
 
-/* ---- whether this CPU's VDPBF16PS keeps the order ----------------------------------------------------- */
-
-/* A bf16 with a random sign, exponent in [100, 149] and mantissa (products and sums stay normal). */
-static uint16_t probe_bf16(uint64_t *state)
-{
-    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
-    const uint64_t r = *state >> 33;
-    return (uint16_t)((r & 1) << 15 | (100 + (r >> 1) % 50) << 7 | (r >> 8 & 0x7F));
-}
-
-/*
- * 64 instructions' worth of lanes (1024) of random pairs with a wide
- * exponent spread, each against the order the level is written for: on a
- * Zen 4 the other orders (the even product first, the pair's sum first,
- * the three terms rounded once) each gave another value in about 4% of
- * such lanes, so a CPU that sums otherwise fails here.
- */
-static PAIRS_TARGET int pairs_order_holds(void)
-{
-    uint64_t state = 0x2545F4914F6CDD1Dull;
-    for (int it = 0; it < 64; it++) {
-        uint16_t x[32], y[32];
-        float acc[16], got[16];
-        for (int i = 0; i < 32; i++) x[i] = probe_bf16(&state), y[i] = probe_bf16(&state);
-        for (int j = 0; j < 16; j++) acc[j] = mx_bf16_to_f32(probe_bf16(&state)) * mx_bf16_to_f32(probe_bf16(&state));
-        _mm512_storeu_ps(got, _mm512_dpbf16_ps(_mm512_loadu_ps(acc), (__m512bh)_mm512_loadu_si512(x),
-                                               (__m512bh)_mm512_loadu_si512(y)));
-        for (int j = 0; j < 16; j++) {
-            const float odd = mx_bf16_to_f32(x[2 * j + 1]) * mx_bf16_to_f32(y[2 * j + 1]);
-            const float even = mx_bf16_to_f32(x[2 * j]) * mx_bf16_to_f32(y[2 * j]);
-            float want = acc[j] + odd;
-            want = want + even;
-            if (memcmp(&want, &got[j], sizeof want)) return 0;
-        }
-    }
-    return 1;
-}
-
-static pthread_once_t order_once = PTHREAD_ONCE_INIT;
-static int order_holds;
-
-static void order_check(void) { order_holds = pairs_order_holds(); }
-
-int moe_down_pairs_usable(void)
-{
-    pthread_once(&order_once, order_check);
-    return order_holds;
-}
-
 PAIRS_TARGET int moe_down_avx512(int64_t H, int64_t I, a2amm_fp8_type b_type, const float *a, int64_t n,
                                  const uint8_t *packed, float *const *ys)
 {
-    if (!moe_down_pairs_usable()) /* another VDPBF16PS: the sequential rule's bits rather than unknown ones */
+    if (!gemm_bf16_dot_order_holds()) /* another VDPBF16PS: the sequential rule's bits rather than unknown ones */
         return moe_down_sequential_avx512(H, I, b_type, a, n, packed, ys);
     const pair_widen w = pair_widen_of(b_type);
     /* runs of rows alike: the pairs' rows in groups, the others by the sequential rule */
