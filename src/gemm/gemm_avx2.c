@@ -384,7 +384,9 @@ AVX2_INLINE void tile_kernel8_of(const int rows, const gemm_tile *t, const int e
     for (int64_t j = 0; j < nblk; j++, blk += B8_BLOCK) {
         const int mode = block_mode(blk, (t->b_refused[0] >> j) & 1, (t->b_special[0] >> j) & 1);
         const __m256i off16 = widen_offsets16(blk, bias);
-        if (mode == BLOCK_NORMAL) { /* the common case, its own loop: no test of the mode a row */
+        /* the common case, its own loop: no test of the mode a row (written out: one helper for both
+         * loops, the mode a constant in this one, ran 6 rows 1.2x slower, GCC's registers) */
+        if (mode == BLOCK_NORMAL) {
             for (int k = 0; k < 32; k += 4) {
                 const uint8_t *row = blk + NR + k * NR;
                 if (prefetch < t->prefetch_end) {
