@@ -268,24 +268,52 @@ AVX2_INLINE __m256 widen8(__m128i raw, int e4m3, __m256 factor)
 }
 
 /*
- * The small-M kernels' accumulators hold a panel's 16 columns interleaved:
- * the first ymm columns 0-3 and 8-11, the second 4-7 and 12-15, the order
- * widen16_normal's unpacking within 128-bit lanes gives (the exact
- * blocks' codes and factors are shuffled into it: interleave_columns).
- * swap_middle puts the columns back in order once a tile (it swaps the
- * first's high half with the second's low half); each column's sums are the
- * same FMAs in the same order, so the bits do not change.
+ * The small-M kernels' accumulators hold a panel's 16 columns in one of
+ * two orders, the one their widening of normal blocks gives (the exact
+ * blocks' codes and factors are shuffled into it: order_columns), and put
+ * them back in order once a tile (columns_in_order); each column's sums are
+ * the same FMAs in the same order either way, so the bits do not change.
+ * - ORDER_LANES (the tile kernel, widen16_normal's unpacking within 128-bit
+ *   lanes): the first ymm columns 0-3 and 8-11, the second 4-7 and 12-15;
+ * - ORDER_STRIDE4 (the panels kernel, widen16_madd): the first 0, 4, 8, 12,
+ *   1, 5, 9, 13, the second 2, 6, 10, 14, 3, 7, 11, 15.
  */
-AVX2_INLINE void swap_middle(__m256 *x0, __m256 *x1)
+enum { ORDER_LANES, ORDER_STRIDE4 };
+
+AVX2_INLINE void columns_in_order(const int order, __m256 *x0, __m256 *x1)
 {
-    const __m256 lo = _mm256_permute2f128_ps(*x0, *x1, 0x20), hi = _mm256_permute2f128_ps(*x0, *x1, 0x31);
-    *x0 = lo, *x1 = hi;
+    if (order == ORDER_LANES) { /* swap the first's high half with the second's low half */
+        const __m256 lo = _mm256_permute2f128_ps(*x0, *x1, 0x20), hi = _mm256_permute2f128_ps(*x0, *x1, 0x31);
+        *x0 = lo, *x1 = hi;
+        return;
+    }
+    /* a 4 x 4 transpose of column 4q + r at (r, q): [0 4 8 12 | 1 5 9 13] [2 6 10 14 | 3 7 11 15] */
+    const __m256 p = _mm256_permute2f128_ps(*x0, *x1, 0x20), q = _mm256_permute2f128_ps(*x0, *x1, 0x31);
+    const __m256d lo = _mm256_castps_pd(_mm256_unpacklo_ps(p, q)), hi = _mm256_castps_pd(_mm256_unpackhi_ps(p, q));
+    *x0 = _mm256_castpd_ps(_mm256_permute4x64_pd(lo, _MM_SHUFFLE(3, 1, 2, 0)));
+    *x1 = _mm256_castpd_ps(_mm256_permute4x64_pd(hi, _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
-/* (bias + scale - 127) << 7 for 16 columns in 16-bit lanes: what widen16_normal adds to the top halves. */
-AVX2_INLINE __m256i widen_offsets16(const uint8_t *scales, int bias)
+/*
+ * 16 bytes of 16 columns in the accumulators' order, the first ymm's 8 in the low bytes, the second's in
+ * the high (a shuffle within the register, where swapping the widened halves crossed lanes: 8 uops a row
+ * on Zen 1).
+ */
+AVX2_INLINE __m128i order_columns(const int order, __m128i x)
 {
-    __m256i s = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)scales));
+    if (order == ORDER_LANES) return _mm_shuffle_epi32(x, _MM_SHUFFLE(3, 1, 2, 0));
+    return _mm_shuffle_epi8(x, _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+}
+
+/* (bias + scale - 127) << 7 for 16 columns in 16-bit lanes, in the order the widening's words hold the
+ * columns (ORDER_LANES: in order; ORDER_STRIDE4: the even columns, then the odd): what it adds to the top
+ * halves. */
+AVX2_INLINE __m256i widen_offsets16(const int order, const uint8_t *scales, int bias)
+{
+    __m128i bytes = _mm_loadu_si128((const __m128i *)scales);
+    if (order == ORDER_STRIDE4)
+        bytes = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    const __m256i s = _mm256_cvtepu8_epi16(bytes);
     return _mm256_slli_epi16(_mm256_add_epi16(s, _mm256_set1_epi16((short)(bias - 127))), 7);
 }
 
@@ -299,8 +327,7 @@ AVX2_INLINE __m256i widen_offsets16(const uint8_t *scales, int bias)
  * results normal floats), then each word unpacked into a dword's top half
  * (the low half is zero: 3 mantissa bits at most). Exact, so the same bits
  * as widen8's multiplies, in 6 operations a 16 codes (8 as dwords, 14 by
- * widen8); the columns come out interleaved (b0: 0-3 and 8-11, b1: 4-7 and
- * 12-15; swap_middle).
+ * widen8); ORDER_LANES.
  */
 AVX2_INLINE void widen16_normal(const uint8_t *codes, int e4m3, __m256i keep16, __m256i off16, __m256 *b0,
                                 __m256 *b1)
@@ -310,6 +337,35 @@ AVX2_INLINE void widen16_normal(const uint8_t *codes, int e4m3, __m256i keep16, 
     w = _mm256_add_epi16(_mm256_and_si256(w, keep16), off16);
     *b0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), w));
     *b1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), w));
+}
+
+/* The multipliers of widen16_madd: 2^4 (E4M3) or 2^5 (E5M2) on the even bytes in the low lane, the odd in the
+ * high. */
+AVX2_INLINE __m256i widen_madd_mul(int e4m3)
+{
+    const short m = e4m3 ? 16 : 32;
+    return _mm256_set_m128i(_mm_set1_epi16((short)(m << 8)), _mm_set1_epi16(m));
+}
+
+/*
+ * widen16_normal's values in ORDER_STRIDE4, with one shift or shuffle where
+ * it takes four: the row's 16 codes in both lanes (a load), one vpmaddubsw
+ * giving each code sign-extended times 2^4 or 2^5 (mul: widen_madd_mul;
+ * exact, at most 2^12), the even columns in the low lane, the odd in the
+ * high; keep16 and off16 (ORDER_STRIDE4's) as there; then the words'
+ * dwords split by a shift (the even words to the top halves) and a mask
+ * (the odd). The shuffle and shift pipes the other way needs bound the
+ * one-row kernel (Zen 4: 2.46 -> 2.1 cycles a 16 codes in a standalone
+ * loop); from 3 rows the FMAs share the multiply's pipe (4 and 6 rows 5%
+ * slower so), so the tile kernel keeps widen16_normal.
+ */
+AVX2_INLINE void widen16_madd(const uint8_t *codes, __m256i mul, __m256i keep16, __m256i off16, __m256 *b0,
+                              __m256 *b1)
+{
+    const __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)codes));
+    const __m256i w = _mm256_add_epi16(_mm256_and_si256(_mm256_maddubs_epi16(mul, x), keep16), off16);
+    *b0 = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    *b1 = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xFFFF0000u)));
 }
 
 /* keep16 of widen16_normal: the sign and the code's magnitude bits where the shift puts them. */
@@ -334,31 +390,26 @@ AVX2_INLINE int block_mode(const uint8_t *blk, int refused, int special)
     return _mm_movemask_epi8(low) == 0xFFFF ? BLOCK_NORMAL : BLOCK_EXACT;
 }
 
-/*
- * 16 bytes of 16 columns in the order the accumulators hold them (swap_middle): columns 0-3 and 8-11 in the
- * low 8 bytes, 4-7 and 12-15 in the high 8 (a shuffle within the register, where swapping the widened
- * halves crossed lanes: 8 uops a row on Zen 1).
- */
-AVX2_INLINE __m128i interleave_columns(__m128i x) { return _mm_shuffle_epi32(x, _MM_SHUFFLE(3, 1, 2, 0)); }
-
-/* The factors of a block's 16 columns (its scale bytes), interleaved as the accumulators: f0 for columns 0-3
- * and 8-11, f1 for 4-7 and 12-15. */
-AVX2_INLINE void interleaved_factors(const uint8_t *scales, __m256 *f0, __m256 *f1)
+/* The factors of a block's 16 columns (its scale bytes) in the accumulators' order: f0 for the first ymm's
+ * columns, f1 for the second's. */
+AVX2_INLINE void ordered_factors(const int order, const uint8_t *scales, __m256 *f0, __m256 *f1)
 {
-    const __m128i s = interleave_columns(_mm_loadu_si128((const __m128i *)scales));
+    const __m128i s = order_columns(order, _mm_loadu_si128((const __m128i *)scales));
     *f0 = widen_factors(s), *f1 = widen_factors(_mm_unpackhi_epi64(s, s));
 }
 
-/* A row of 16 codes as two ymm of fp32, columns interleaved (swap_middle), the way its block widens
- * (block_mode): zeros, integers or multiplies (f0, f1: interleaved_factors). */
-AVX2_INLINE void widen_row(int mode, const uint8_t *row, const int e4m3, __m256i keep16, __m256i off16,
-                           __m256 f0, __m256 f1, __m256 *b0, __m256 *b1)
+/* A row of 16 codes as two ymm of fp32 in the accumulators' order, the way its block widens (block_mode):
+ * zeros, integers (off16: widen_offsets16 in that order; mul: ORDER_STRIDE4's widen_madd_mul) or
+ * multiplies (f0, f1: ordered_factors). */
+AVX2_INLINE void widen_row(const int order, int mode, const uint8_t *row, const int e4m3, __m256i mul,
+                           __m256i keep16, __m256i off16, __m256 f0, __m256 f1, __m256 *b0, __m256 *b1)
 {
     *b0 = *b1 = _mm256_setzero_ps();
     if (mode == BLOCK_NORMAL) {
-        widen16_normal(row, e4m3, keep16, off16, b0, b1);
+        if (order == ORDER_STRIDE4) widen16_madd(row, mul, keep16, off16, b0, b1);
+        else widen16_normal(row, e4m3, keep16, off16, b0, b1);
     } else if (mode == BLOCK_EXACT) {
-        const __m128i codes = interleave_columns(_mm_loadu_si128((const __m128i *)row));
+        const __m128i codes = order_columns(order, _mm_loadu_si128((const __m128i *)row));
         *b0 = widen8(codes, e4m3, f0);
         *b1 = widen8(_mm_unpackhi_epi64(codes, codes), e4m3, f1);
     }
@@ -383,7 +434,7 @@ AVX2_INLINE void tile_kernel8_of(const int rows, const gemm_tile *t, const int e
     const char *prefetch = t->prefetch;
     for (int64_t j = 0; j < nblk; j++, blk += B8_BLOCK) {
         const int mode = block_mode(blk, (t->b_refused[0] >> j) & 1, (t->b_special[0] >> j) & 1);
-        const __m256i off16 = widen_offsets16(blk, bias);
+        const __m256i off16 = widen_offsets16(ORDER_LANES, blk, bias);
         /* the common case, its own loop: no test of the mode a row (written out: one helper for both
          * loops, the mode a constant in this one, ran 6 rows 1.2x slower, GCC's registers) */
         if (mode == BLOCK_NORMAL) {
@@ -404,7 +455,7 @@ AVX2_INLINE void tile_kernel8_of(const int rows, const gemm_tile *t, const int e
             continue;
         }
         __m256 f0, f1;
-        interleaved_factors(blk, &f0, &f1);
+        ordered_factors(ORDER_LANES, blk, &f0, &f1);
         for (int k = 0; k < 32; k += 4) {
             const uint8_t *row = blk + NR + k * NR;
             if (prefetch < t->prefetch_end) {
@@ -415,13 +466,13 @@ AVX2_INLINE void tile_kernel8_of(const int rows, const gemm_tile *t, const int e
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++, a++, row += NR) {
                 __m256 b0, b1;
-                widen_row(mode, row, e4m3, keep16, off16, f0, f1, &b0, &b1);
+                widen_row(ORDER_LANES, mode, row, e4m3, keep16, keep16, off16, f0, f1, &b0, &b1);
                 tile_step(rows, acc, a, b0, b1);
             }
         }
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < rows; r++) swap_middle(&acc[r][0], &acc[r][1]);
+    for (int r = 0; r < rows; r++) columns_in_order(ORDER_LANES, &acc[r][0], &acc[r][1]);
     tile_end(rows, acc, t);
 }
 
@@ -442,9 +493,9 @@ AVX2_INLINE void panels_kernel8_of(const int rows, const gemm_tile *t, const gem
     const int W = W1 / rows; /* 8 chains */
     const int np = g->count;
     const int64_t nblk = t->k[0] / 32, pb = g->panel_bytes;
-    const __m256i keep16 = widen_keep16(e4m3);
+    const __m256i keep16 = widen_keep16(e4m3), mul = widen_madd_mul(e4m3);
     const int bias = e4m3 ? 120 : 112;
-    __m256 acc[W1][MR][2]; /* [panel][row], columns interleaved (swap_middle) */
+    __m256 acc[W1][MR][2]; /* [panel][row], columns in ORDER_STRIDE4 */
     for (int i = 0; i < W; i++)
 #pragma GCC unroll 2
         for (int r = 0; r < rows; r++) acc[i][r][0] = acc[i][r][1] = _mm256_setzero_ps();
@@ -462,7 +513,7 @@ AVX2_INLINE void panels_kernel8_of(const int rows, const gemm_tile *t, const gem
             if (i >= np) continue;
             mode[i] = block_mode(blk + i * pb, (g->refused[i] >> j) & 1, (g->special[i] >> j) & 1);
             all_normal &= mode[i] == BLOCK_NORMAL;
-            off[i] = widen_offsets16(blk + i * pb, bias);
+            off[i] = widen_offsets16(ORDER_STRIDE4, blk + i * pb, bias);
         }
         if (all_normal) {
             for (int k = 0; k < 32; k += 4) {
@@ -481,7 +532,7 @@ AVX2_INLINE void panels_kernel8_of(const int rows, const gemm_tile *t, const gem
 #pragma GCC unroll 4
                     for (int i = 0; i < W; i++) {
                         __m256 b0, b1;
-                        widen16_normal(row + i * pb, e4m3, keep16, off[i], &b0, &b1);
+                        widen16_madd(row + i * pb, mul, keep16, off[i], &b0, &b1);
 #pragma GCC unroll 2
                         for (int r = 0; r < rows; r++) {
                             acc[i][r][0] = _mm256_fmadd_ps(av[r], b0, acc[i][r][0]);
@@ -497,11 +548,11 @@ AVX2_INLINE void panels_kernel8_of(const int rows, const gemm_tile *t, const gem
             if (i >= np) break;
             const uint8_t *pblk = blk + i * pb;
             __m256 f0, f1;
-            interleaved_factors(pblk, &f0, &f1);
+            ordered_factors(ORDER_STRIDE4, pblk, &f0, &f1);
             for (int k = 0; k < 32; k++) {
                 const uint8_t *row = pblk + NR + k * NR;
                 __m256 b0, b1;
-                widen_row(mode[i], row, e4m3, keep16, off[i], f0, f1, &b0, &b1);
+                widen_row(ORDER_STRIDE4, mode[i], row, e4m3, mul, keep16, off[i], f0, f1, &b0, &b1);
 #pragma GCC unroll 2
                 for (int r = 0; r < rows; r++) {
                     const __m256 av = _mm256_broadcast_ss(a + r * KC + k);
@@ -515,7 +566,7 @@ AVX2_INLINE void panels_kernel8_of(const int rows, const gemm_tile *t, const gem
     for (int i = 0; i < W; i++) {
         if (i >= np) break;
 #pragma GCC unroll 2
-        for (int r = 0; r < rows; r++) swap_middle(&acc[i][r][0], &acc[i][r][1]);
+        for (int r = 0; r < rows; r++) columns_in_order(ORDER_STRIDE4, &acc[i][r][0], &acc[i][r][1]);
         gemm_tile ti = *t;
         ti.c_in = t->c_in ? t->c_in + i * NR : NULL;
         ti.c_out = t->c_out + i * NR;
