@@ -10,7 +10,8 @@
  * underflow and sums that overflow, a at the edges of what dot products
  * take, rows of both kinds in one call, NaN and Inf in a, and shapes from
  * one 32-block to a DeepSeek-V2-Lite expert, with every row count up to
- * past two groups of rows.
+ * past two groups of rows; W2 of normal codes only, and of blocks of both
+ * kinds (the avx2 level widens normal blocks by integers).
  *
  * test_moe_down [avx2|avx512|amx]: one level (the suite runs each as a test of
  * its own); a level this CPU lacks is reported skipped (exit 77).
@@ -50,26 +51,50 @@ static int special_code(uint8_t code, a2amm_fp8_type type)
     return type == A2AMM_E4M3 ? (code & 0x7F) == 0x7F : (code & 0x7F) >= 0x7C;
 }
 
-/* Every code appears (H * I >= 256); the specials (NaN, Inf) only where `specials`, and then in about a
- * third of the columns, once each (a special anywhere in a column makes all of it NaN or Inf). */
-static void problem_make_codes(problem *p, int64_t H, int64_t I, int64_t n, a2amm_fp8_type type, int a_lo, int a_hi,
-                               int s_lo, int s_hi, int specials)
+/* Which codes W2 holds: every one; normal ones only (a nonzero exponent, finite: every block is one the
+ * avx2 level widens by integers, moe_down_panel.h's block_normal); or those with a zero or subnormal code
+ * in every fifth block of a column (blocks of both kinds side by side, and in one panel). */
+enum { CODES_ALL, CODES_NORMAL, CODES_MIXED };
+
+static int normal_code(uint8_t code, a2amm_fp8_type type)
+{
+    return (code & (type == A2AMM_E4M3 ? 0x78 : 0x7C)) != 0 && !special_code(code, type);
+}
+
+/* Every code of the kind appears (H * I >= 256); the specials (NaN, Inf) only where `specials`, and then in
+ * about a third of the columns, once each (a special anywhere in a column makes all of it NaN or Inf). */
+static void problem_make_kind(problem *p, int64_t H, int64_t I, int64_t n, a2amm_fp8_type type, int a_lo, int a_hi,
+                              int s_lo, int s_hi, int specials, int kind)
 {
     p->H = H, p->I = I, p->n = n, p->type = type;
     p->a = malloc(sizeof *p->a * (size_t)(n * I + 1));
     p->w2 = malloc((size_t)(H * I)), p->s2 = malloc((size_t)(H * I / 32));
     p->packed = malloc(moe_down_bytes(H, I));
     for (int64_t i = 0; i < n * I; i++) p->a[i] = random_bf16(a_lo, a_hi);
+    uint8_t normal[256];
+    int nnormal = 0;
+    for (int code = 0; code < 256; code++)
+        if (normal_code((uint8_t)code, type)) normal[nnormal++] = (uint8_t)code;
     uint64_t start = rng();
     for (int64_t i = 0; i < H * I; i++) {
         uint8_t code = (uint8_t)(start + (uint64_t)i * 73);
+        if (kind != CODES_ALL) code = normal[(start + (uint64_t)i * 73) % (uint64_t)nnormal];
         p->w2[i] = special_code(code, type) ? code ^ 0x08 : code; /* a finite code instead */
     }
+    for (int64_t c = 0; kind == CODES_MIXED && c < H; c++)
+        for (int64_t b = (c / 16) % 5; b < I / 32; b += 5) /* zero, or subnormal of either sign */
+            p->w2[c * I + b * 32 + (c * 7 + b) % 32] = (uint8_t)(rng() % 3 == 0 ? 0 : (rng() % 2) << 7 | 1);
     static const uint8_t special[2][4] = {{0x7F, 0xFF, 0x7F, 0xFF}, {0x7C, 0xFC, 0x7D, 0xFF}}; /* NaN; +-Inf, NaN */
     for (int64_t c = 0; specials && c < H; c++)
         if (rng() % 3 == 0) p->w2[c * I + (int64_t)(rng() % (uint64_t)I)] = special[type == A2AMM_E5M2][rng() % 4];
     for (int64_t i = 0; i < H * I / 32; i++) p->s2[i] = (uint8_t)(s_lo + (int)(rng() % (uint64_t)(s_hi - s_lo + 1)));
     moe_down_pack(H, I, type, p->w2, I, p->s2, I / 32, p->packed);
+}
+
+static void problem_make_codes(problem *p, int64_t H, int64_t I, int64_t n, a2amm_fp8_type type, int a_lo, int a_hi,
+                               int s_lo, int s_hi, int specials)
+{
+    problem_make_kind(p, H, I, n, type, a_lo, a_hi, s_lo, s_hi, specials, CODES_ALL);
 }
 
 static void problem_make(problem *p, int64_t H, int64_t I, int64_t n, a2amm_fp8_type type, int a_lo, int a_hi,
@@ -300,6 +325,27 @@ static void check_level(const char *level, moe_down_fn *fn, int pairs)
             check_problem("a DeepSeek-V2-Lite expert", level, fn, pairs, &p, 0);
             problem_free(&p);
         }
+        /* normal codes only, and blocks of both kinds: each row count of a group, the FMA and the
+         * multiply-and-add copies (large a and scales), NaN codes, and a DeepSeek-V2-Lite expert */
+        static const struct {
+            const char *what;
+            int a_lo, a_hi, s_lo, s_hi, specials;
+        } kinds[] = {{"", -10, 10, 118, 136, 0}, {", sums that overflow", 100, 127, 240, 254, 0},
+                     {", products that underflow", -133, -110, 0, 20, 0}, {", NaN and Inf codes", -6, 6, 118, 136, 1}};
+        for (int kind = CODES_NORMAL; kind <= CODES_MIXED; kind++)
+            for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+                for (int64_t n = 1; n <= 21; n += n < 6 ? 1 : 10) {
+                    char what[96];
+                    snprintf(what, sizeof what, "%s%s", kind == CODES_NORMAL ? "normal codes" : "normal and other blocks",
+                             kinds[k].what);
+                    problem_make_kind(&p, 64, 256, n, ty, kinds[k].a_lo, kinds[k].a_hi, kinds[k].s_lo, kinds[k].s_hi,
+                                      kinds[k].specials, kind);
+                    check_problem(what, level, fn, pairs, &p, 1);
+                    problem_free(&p);
+                }
+        problem_make_kind(&p, 2048, 1408, 4, ty, -8, 8, 120, 134, 0, CODES_MIXED);
+        check_problem("a DeepSeek-V2-Lite expert, blocks of both kinds", level, fn, pairs, &p, 0);
+        problem_free(&p);
     }
 }
 

@@ -2,10 +2,12 @@
  * moe_down_probe: the MoE op's down projection alone, every level this CPU
  * runs, one thread, for docs/performance.md:
  *
- *   build/tools/moe_down_probe H I N [ITERS]
+ *   build/tools/moe_down_probe H I N [ITERS] [--uniform-codes]
  *
- * y = a x W2 for N rows (a: bf16 values, W2: [H, I] E4M3 codes, scales
- * near 1), W2 packed once; each level's best of ITERS calls (avx512-seq:
+ * y = a x W2 for N rows (a: bf16 values, W2: [H, I] E4M3, floats uniform in
+ * [-1, 1] MX-quantized as real weights are, whose blocks hold normal codes;
+ * with --uniform-codes, codes drawn uniformly, a zero or subnormal code in
+ * nearly every block, and scales near 1), W2 packed once; each level's best of ITERS calls (avx512-seq:
  * the sequential rule on AVX-512, which the avx512 level keeps for rows its
  * K-pairs cannot take), and beside it
  * in the same run a read of W2's packed bytes once (the floor for few rows):
@@ -13,8 +15,10 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
+#include "a2amm.h"
 #include "common/cpu.h"
 #include "gemm/gemm.h"
 #include "op/moe_down.h"
@@ -36,8 +40,10 @@ static uint64_t read_all(const uint8_t *p, size_t n)
 
 int main(int argc, char **argv)
 {
+    const int uniform_codes = argc > 1 && !strcmp(argv[argc - 1], "--uniform-codes");
+    argc -= uniform_codes;
     if (argc < 4 || argc > 5) {
-        fprintf(stderr, "usage: moe_down_probe H I N [ITERS]   (H, I multiples of 32; N rows >= 1)\n");
+        fprintf(stderr, "usage: moe_down_probe H I N [ITERS] [--uniform-codes]   (H, I multiples of 32; N rows >= 1)\n");
         return 2;
     }
     const int64_t H = atoll(argv[1]), I = atoll(argv[2]), n = atoll(argv[3]);
@@ -51,11 +57,17 @@ int main(int argc, char **argv)
     float **ys = malloc(sizeof *ys * (size_t)n);
     if (!w2 || !s2 || !packed || !a || !y || !ys) return fprintf(stderr, "moe_down_probe: out of memory\n"), 1;
     uint64_t seed = 88172645463325252ull;
+    float *values = uniform_codes ? NULL : malloc(sizeof *values * (size_t)(H * I));
     for (int64_t i = 0; i < H * I; i++) {
         seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-        w2[i] = (uint8_t)(seed & 0xF7); /* no NaN code */
+        if (values) values[i] = (float)((double)(seed >> 11) / 4503599627370496.0 - 1.0);
+        else w2[i] = (uint8_t)(seed & 0xF7); /* no NaN code */
     }
     for (int64_t i = 0; i < H * I / 32; i++) s2[i] = (uint8_t)(120 + i % 8);
+    a2amm_error err;
+    if (values && a2amm_mx_quantize_f32(values, H, I, I, A2AMM_E4M3, A2AMM_SCALE_FLOOR, w2, I, s2, I / 32, &err))
+        return fprintf(stderr, "moe_down_probe: %s\n", err.msg), 1;
+    free(values);
     for (int64_t i = 0; i < n * I; i++) a[i] = (float)((i % 13) - 6) / 8.0f;
     for (int64_t i = 0; i < n; i++) ys[i] = y + i * H;
     moe_down_pack(H, I, A2AMM_E4M3, w2, I, s2, I / 32, packed);
@@ -69,8 +81,9 @@ int main(int argc, char **argv)
                   {"avx512-seq", moe_down_sequential_avx512, GEMM_ISA_AVX512}, /* the sequential rule on AVX-512 */
                   {"avx512", moe_down_avx512, GEMM_ISA_AVX512},
                   {"amx", moe_down_amx, GEMM_ISA_AMX}};
-    printf("moe_down_probe H=%lld I=%lld N=%lld: W2 %.2f MB packed, one thread, best of %d\n", (long long)H,
-           (long long)I, (long long)n, (double)bytes / 1e6, iters);
+    printf("moe_down_probe H=%lld I=%lld N=%lld: W2 %.2f MB packed (%s), one thread, best of %d\n", (long long)H,
+           (long long)I, (long long)n, (double)bytes / 1e6, uniform_codes ? "codes drawn uniformly" : "uniform floats MX-quantized",
+           iters);
     uint64_t sink = 0;
     for (size_t l = 0; l < sizeof levels / sizeof *levels; l++) {
         if (!gemm_isa_supported(levels[l].isa)) {

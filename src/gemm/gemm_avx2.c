@@ -21,6 +21,7 @@
 #include "gemm/gemm_bf16_round.h"
 #include "gemm/gemm_exact.h"
 #include "gemm/gemm_level.h"
+#include "gemm/gemm_widen_avx2.h"
 #include "mx/mx.h"
 
 #define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
@@ -282,9 +283,8 @@ enum { ORDER_LANES, ORDER_STRIDE4 };
 
 AVX2_INLINE void columns_in_order(const int order, __m256 *x0, __m256 *x1)
 {
-    if (order == ORDER_LANES) { /* swap the first's high half with the second's low half */
-        const __m256 lo = _mm256_permute2f128_ps(*x0, *x1, 0x20), hi = _mm256_permute2f128_ps(*x0, *x1, 0x31);
-        *x0 = lo, *x1 = hi;
+    if (order == ORDER_LANES) {
+        lanes_in_order(x0, x1);
         return;
     }
     /* a 4 x 4 transpose of column 4q + r at (r, q): [0 4 8 12 | 1 5 9 13] [2 6 10 14 | 3 7 11 15] */
@@ -317,28 +317,6 @@ AVX2_INLINE __m256i widen_offsets16(const int order, const uint8_t *scales, int 
     return _mm256_slli_epi16(_mm256_add_epi16(s, _mm256_set1_epi16((short)(bias - 127))), 7);
 }
 
-/*
- * widen8's values for a row of 16 codes by integer arithmetic, where a
- * block allows it (see block_mode), in the top halves of the fp32 values:
- * each code sign-extended to 16 bits and shifted so that its magnitude is
- * the top half of fp32's exponent and mantissa and its sign fp32's, masked
- * (keep16), the exponent bias plus the column's scale added (off16,
- * widen_offsets16: no carry reaches the sign, as the fold rule keeps the
- * results normal floats), then each word unpacked into a dword's top half
- * (the low half is zero: 3 mantissa bits at most). Exact, so the same bits
- * as widen8's multiplies, in 6 operations a 16 codes (8 as dwords, 14 by
- * widen8); ORDER_LANES.
- */
-AVX2_INLINE void widen16_normal(const uint8_t *codes, int e4m3, __m256i keep16, __m256i off16, __m256 *b0,
-                                __m256 *b1)
-{
-    __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)codes));
-    w = e4m3 ? _mm256_slli_epi16(w, 4) : _mm256_slli_epi16(w, 5); /* an immediate shift: one uop, where a shift by a register is two on Intel */
-    w = _mm256_add_epi16(_mm256_and_si256(w, keep16), off16);
-    *b0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), w));
-    *b1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), w));
-}
-
 /* The multipliers of widen16_madd: 2^4 (E4M3) or 2^5 (E5M2) on the even bytes in the low lane, the odd in the
  * high. */
 AVX2_INLINE __m256i widen_madd_mul(int e4m3)
@@ -367,9 +345,6 @@ AVX2_INLINE void widen16_madd(const uint8_t *codes, __m256i mul, __m256i keep16,
     *b0 = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
     *b1 = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xFFFF0000u)));
 }
-
-/* keep16 of widen16_normal: the sign and the code's magnitude bits where the shift puts them. */
-AVX2_INLINE __m256i widen_keep16(int e4m3) { return _mm256_set1_epi16((short)(0x8000u | (e4m3 ? 0x7Fu << 4 : 0x7Fu << 5))); }
 
 enum { BLOCK_ZEROS, BLOCK_NORMAL, BLOCK_EXACT };
 

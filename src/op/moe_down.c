@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/scratch.h"
+#include "gemm/gemm_widen_avx2.h"
 #include "mx/mx.h"
 
 enum {
@@ -21,6 +22,13 @@ static int nan_code(uint8_t code, a2amm_fp8_type type)
     return type == A2AMM_E4M3 ? (code & 0x7F) == 0x7F : (code & 0x7F) > 0x7C;
 }
 
+/* block_normal's codes: a nonzero exponent, and not E5M2's Inf or NaN (exponent 31). */
+static int normal_code(uint8_t code, a2amm_fp8_type type)
+{
+    const unsigned exponent = type == A2AMM_E4M3 ? code >> 3 & 0xF : code >> 2 & 0x1F;
+    return exponent != 0 && (type == A2AMM_E4M3 || exponent != 0x1F);
+}
+
 size_t moe_down_bytes(int64_t H, int64_t I) { return (size_t)(H / NR) * panel_bytes(I); }
 
 void moe_down_pack(int64_t H, int64_t I, a2amm_fp8_type b_type, const uint8_t *w2, int64_t ldw, const uint8_t *s2,
@@ -28,10 +36,12 @@ void moe_down_pack(int64_t H, int64_t I, a2amm_fp8_type b_type, const uint8_t *w
 {
     const int64_t nkb = I / 32;
     for (int64_t p = 0; p < H / NR; p++) {
-        uint8_t *panel = packed + (size_t)p * panel_bytes(I);
+        uint8_t *panel = packed + (size_t)p * panel_bytes(I), *tail = panel + HEAD + (size_t)nkb * BLOCK;
         unsigned nan_columns = 0;
+        memset(tail, 0, tail_bytes(I));
         for (int64_t b = 0; b < nkb; b++) {
             uint8_t *blk = panel + HEAD + (size_t)b * BLOCK;
+            int normal = 1;
             for (int c = 0; c < NR; c++) {
                 const int64_t col = p * NR + c;
                 blk[c] = s2[col * lds + b];
@@ -39,8 +49,10 @@ void moe_down_pack(int64_t H, int64_t I, a2amm_fp8_type b_type, const uint8_t *w
                     uint8_t code = w2[col * ldw + b * 32 + t];
                     blk[NR + t * NR + c] = code;
                     if (nan_code(code, b_type)) nan_columns |= 1u << c;
+                    normal &= normal_code(code, b_type);
                 }
             }
+            tail[b / 8] |= (uint8_t)(normal << (b % 8));
         }
         memset(panel, 0, HEAD);
         panel[0] = (uint8_t)nan_columns, panel[1] = (uint8_t)(nan_columns >> 8);
@@ -443,6 +455,52 @@ AVX2_INLINE void block_scales_avx2(const uint8_t *blk, __m256 out[2])
     }
 }
 
+/*
+ * Block b of the np panels into acc (half h of panel q, row r at (q * rows + r) * 2 + h): its products
+ * summed t ascending from +0, then acc = fma(sum, scale, acc). `normal` (a constant in each copy): every
+ * panel's block holds normal codes only (block_normal), widened by integers (widen16_normal; E4M3 at 2^-8
+ * its value where fma, as fp16_bits does: the same values), the sums' halves interleaved until
+ * lanes_in_order puts them back; else through fp16 (widen16_avx2).
+ */
+AVX2_INLINE void block_avx2(const int rows, const int np, const int fma, const int normal, int64_t I, const int e4m3,
+                            const float *a, const uint8_t *blk, size_t stride, __m256 acc[SUMS_IN_FLIGHT])
+{
+    const __m256i keep16 = widen_keep16(e4m3), off16 = _mm256_set1_epi16((short)((e4m3 && !fma ? 120 : 112) << 7));
+    __m256 sums[SUMS_IN_FLIGHT];
+    for (int i = 0; i < np * rows * 2; i++) sums[i] = _mm256_setzero_ps();
+    for (int t = 0; t < 32; t++)
+#pragma GCC unroll 4
+        for (int q = 0; q < np; q++) {
+            __m256 w[2];
+            if (normal) widen16_normal(blk + q * stride + NR + t * NR, e4m3, keep16, off16, &w[0], &w[1]);
+            else widen16_avx2(blk + q * stride + NR + t * NR, e4m3, fma, &w[0], &w[1]); /* E4M3 low: down_rows */
+#pragma GCC unroll 4
+            for (int r = 0; r < rows; r++) {
+                __m256 ar = _mm256_broadcast_ss(a + r * I + t);
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    __m256 *sum = &sums[(q * rows + r) * 2 + h];
+                    *sum = fma ? _mm256_fmadd_ps(ar, w[h], *sum) : _mm256_add_ps(*sum, _mm256_mul_ps(ar, w[h]));
+                }
+            }
+        }
+    if (normal)
+#pragma GCC unroll 8
+        for (int i = 0; i < np * rows; i++) lanes_in_order(&sums[2 * i], &sums[2 * i + 1]);
+#pragma GCC unroll 4
+    for (int q = 0; q < np; q++) {
+        __m256 scale[2]; /* one FMA: the rule's bits (scale_float) */
+        block_scales_avx2(blk + q * stride, scale);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+            for (int r = 0; r < rows; r++) {
+                const int i = (q * rows + r) * 2 + h;
+                acc[i] = _mm256_fmadd_ps(sums[i], scale[h], acc[i]);
+            }
+    }
+}
+
 AVX2_INLINE void panels_avx2(int rows, int np, int fma, int64_t I, int e4m3, const float *a, const uint8_t *panel,
                              const uint8_t *next, int next_np, float *const *ys, int64_t col)
 {
@@ -453,35 +511,12 @@ AVX2_INLINE void panels_avx2(int rows, int np, int fma, int64_t I, int e4m3, con
     for (int64_t b = 0; b < I / 32; b++) {
         const uint8_t *blk = panel + HEAD + (size_t)b * BLOCK;
         prefetch_block(next, next_np, stride, b);
-        __m256 sums[SUMS_IN_FLIGHT];
-        for (int i = 0; i < np * rows * 2; i++) sums[i] = _mm256_setzero_ps();
-        for (int t = 0; t < 32; t++)
-#pragma GCC unroll 4
-            for (int q = 0; q < np; q++) {
-                __m256 w[2];
-                widen16_avx2(blk + q * stride + NR + t * NR, e4m3, fma, &w[0], &w[1]); /* E4M3 low: down_rows */
-#pragma GCC unroll 4
-                for (int r = 0; r < rows; r++) {
-                    __m256 ar = _mm256_broadcast_ss(a + r * I + b * 32 + t);
-#pragma GCC unroll 2
-                    for (int h = 0; h < 2; h++) {
-                        __m256 *sum = &sums[(q * rows + r) * 2 + h];
-                        *sum = fma ? _mm256_fmadd_ps(ar, w[h], *sum) : _mm256_add_ps(*sum, _mm256_mul_ps(ar, w[h]));
-                    }
-                }
-            }
-#pragma GCC unroll 4
-        for (int q = 0; q < np; q++) {
-            __m256 scale[2]; /* one FMA: the rule's bits (scale_float) */
-            block_scales_avx2(blk + q * stride, scale);
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++)
-#pragma GCC unroll 4
-                for (int r = 0; r < rows; r++) {
-                    const int i = (q * rows + r) * 2 + h;
-                    acc[i] = _mm256_fmadd_ps(sums[i], scale[h], acc[i]);
-                }
-        }
+        int normal = 1;
+        for (int q = 0; q < np; q++) normal &= block_normal(panel + q * stride, I, b);
+        if (normal)
+            block_avx2(rows, np, fma, 1, I, e4m3, a + b * 32, blk, stride, acc);
+        else
+            block_avx2(rows, np, fma, 0, I, e4m3, a + b * 32, blk, stride, acc);
     }
     for (int q = 0; q < np; q++)
         for (int r = 0; r < rows; r++)
@@ -500,8 +535,9 @@ static int panels_at_once_256(int rows) { return rows == 1 ? 4 : rows == 2 ? 2 :
                                                                   const uint8_t *panel, const uint8_t *next, \
                                                                   int next_np, float *const *ys,            \
                                                                   int64_t col)                             \
-    {                                                                                                     \
-        panels_avx2(k, q, f, I, e4m3, a, panel, next, next_np, ys, col);                                  \
+    { /* the type a constant in each copy: no test of it a row of codes */                                 \
+        if (e4m3) panels_avx2(k, q, f, I, 1, a, panel, next, next_np, ys, col);                           \
+        else panels_avx2(k, q, f, I, 0, a, panel, next, next_np, ys, col);                                \
     }
 #define CASES_256(M)                                                                                           \
     VARIANTS(M, 1, 4) VARIANTS(M, 2, 2) VARIANTS(M, 1, 1) VARIANTS(M, 2, 1) VARIANTS(M, 3, 1) VARIANTS(M, 4, 1)

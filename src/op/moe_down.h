@@ -13,7 +13,9 @@
  * its columns hold a NaN code: such a column is NaN in every row), then per
  * 32-block, the 16 columns' scale bytes and the block's 32 rows of the 16
  * columns' codes (row t: W2[16p .. 16p + 15][32b + t]), so a vector of 16
- * columns is one 16-byte load. Every level reads that layout. The portable
+ * columns is one 16-byte load; then a tail of 16 bytes a 128 blocks, bit b
+ * set where block b's codes are all normal (the avx2 level widens those by
+ * integers, 1.2-1.4x the fp16 way). Every level reads that layout. The portable
  * and avx2 levels keep each column's order above, so they give the same
  * bits (tests/test_moe_down.c). The avx512 level sums each block's K-pairs
  * with VDPBF16PS (moe_down_pairs.c: odd product, then even, each rounded;

@@ -20,7 +20,20 @@ enum {
     BLOCK = NR + 32 * NR, /* bytes of a panel's 32-block: 16 scales, then 32 rows of 16 codes */
 };
 
-static inline size_t panel_bytes(int64_t I) { return HEAD + (size_t)(I / 32) * BLOCK; }
+/* Bytes after a panel's blocks: bit b (byte b / 8), block b's codes are all normal (block_normal). */
+static inline size_t tail_bytes(int64_t I) { return (size_t)(I / 32 + 127) / 128 * 16; }
+
+static inline size_t panel_bytes(int64_t I) { return HEAD + (size_t)(I / 32) * BLOCK + tail_bytes(I); }
+
+/*
+ * Whether block b of the panel holds normal codes only (a nonzero exponent; E5M2's Inf and NaN not, E4M3's
+ * NaN code yes: it widens to 480 either way, and its column is NaN whatever the sum): then the avx2 level
+ * widens them by integers (gemm_widen_avx2.h), where a zero or subnormal code needs the fp16 way.
+ */
+static inline int block_normal(const uint8_t *panel, int64_t I, int64_t b)
+{
+    return panel[HEAD + (size_t)(I / 32) * BLOCK + (size_t)b / 8] >> (b % 8) & 1;
+}
 
 /* The panel's NaN columns (its head). */
 static inline unsigned nan_columns(const uint8_t *panel) { return panel[0] | (unsigned)panel[1] << 8; }
