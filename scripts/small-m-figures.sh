@@ -9,15 +9,15 @@
 # CPU), one thread in L2 (gemm_small_m, GB/s of B in fp8 at 1, 4 and 6
 # rows), and 2 threads at the seed's N and K (bench gemm 1 and 16, against
 # oneDNN and the read); then, on the best level, the M sweep, the grouped
-# experts and a MoE decode step. Every command is echoed before its output,
-# so the lines can be copied into docs/performance.md with the CPU they ran
-# on (printed first). Features hidden with A2AMM_CPU_HIDE do not make
+# experts and a MoE decode step; and the MoE down projection on every
+# level. Every command is echoed before its output, so the lines can be
+# copied into docs/performance.md with the CPU they ran on (printed first). Features hidden with A2AMM_CPU_HIDE do not make
 # another CPU: run it on the CPU itself.
 set -uo pipefail
 build=${1:-build}
 A2AMM=$build/a2amm
 BENCH=$build/a2amm-bench
-for f in "$A2AMM" "$BENCH" "$build/tools/gemm_small_m" "$build/tools/gemm_digest"; do
+for f in "$A2AMM" "$BENCH" "$build/tools/gemm_small_m" "$build/tools/gemm_digest" "$build/tools/moe_down_probe"; do
     if [ ! -x "$f" ]; then
         echo "small-m-figures: $f is missing: build first (make all, or make BUILD=$build all)" >&2
         exit 2
@@ -61,3 +61,7 @@ echo "== the best level: the sweep, the grouped experts, a MoE decode step"
 show "$A2AMM" bench gemm --sweep
 show "$A2AMM" bench grouped 64 4 2048 1408
 show "$A2AMM" bench moe 2 16 2048 1408 64 6
+echo
+echo "== the MoE down projection alone, every level, one thread (W2 MX-quantized; then codes drawn uniformly)"
+for n in 1 4; do show "$build/tools/moe_down_probe" 2048 1408 "$n"; done
+show "$build/tools/moe_down_probe" 2048 1408 1 10 --uniform-codes
