@@ -328,7 +328,7 @@ AVX2_INLINE __m256i widen_madd_mul(int e4m3)
 /*
  * widen16_normal's values in ORDER_STRIDE4, with one shift or shuffle where
  * it takes four: the row's 16 codes in both lanes (a load), one vpmaddubsw
- * giving each code sign-extended times 2^4 or 2^5 (mul: widen_madd_mul;
+ * giving each code sign-extended times 2^4 or 2^5 (widen_madd_mul;
  * exact, at most 2^12), the even columns in the low lane, the odd in the
  * high; keep16 and off16 (ORDER_STRIDE4's) as there; then the words'
  * dwords split by a shift (the even words to the top halves) and a mask
@@ -337,11 +337,12 @@ AVX2_INLINE __m256i widen_madd_mul(int e4m3)
  * loop); from 3 rows the FMAs share the multiply's pipe (4 and 6 rows 5%
  * slower so), so the tile kernel keeps widen16_normal.
  */
-AVX2_INLINE void widen16_madd(const uint8_t *codes, __m256i mul, __m256i keep16, __m256i off16, __m256 *b0,
+AVX2_INLINE void widen16_madd(const uint8_t *codes, int e4m3, __m256i keep16, __m256i off16, __m256 *b0,
                               __m256 *b1)
 {
     const __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)codes));
-    const __m256i w = _mm256_add_epi16(_mm256_and_si256(_mm256_maddubs_epi16(mul, x), keep16), off16);
+    const __m256i w =
+        _mm256_add_epi16(_mm256_and_si256(_mm256_maddubs_epi16(widen_madd_mul(e4m3), x), keep16), off16);
     *b0 = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
     *b1 = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xFFFF0000u)));
 }
@@ -374,14 +375,13 @@ AVX2_INLINE void ordered_factors(const int order, const uint8_t *scales, __m256 
 }
 
 /* A row of 16 codes as two ymm of fp32 in the accumulators' order, the way its block widens (block_mode):
- * zeros, integers (off16: widen_offsets16 in that order; mul: ORDER_STRIDE4's widen_madd_mul) or
- * multiplies (f0, f1: ordered_factors). */
-AVX2_INLINE void widen_row(const int order, int mode, const uint8_t *row, const int e4m3, __m256i mul,
-                           __m256i keep16, __m256i off16, __m256 f0, __m256 f1, __m256 *b0, __m256 *b1)
+ * zeros, integers (off16: widen_offsets16 in that order) or multiplies (f0, f1: ordered_factors). */
+AVX2_INLINE void widen_row(const int order, int mode, const uint8_t *row, const int e4m3, __m256i keep16,
+                           __m256i off16, __m256 f0, __m256 f1, __m256 *b0, __m256 *b1)
 {
     *b0 = *b1 = _mm256_setzero_ps();
     if (mode == BLOCK_NORMAL) {
-        if (order == ORDER_STRIDE4) widen16_madd(row, mul, keep16, off16, b0, b1);
+        if (order == ORDER_STRIDE4) widen16_madd(row, e4m3, keep16, off16, b0, b1);
         else widen16_normal(row, e4m3, keep16, off16, b0, b1);
     } else if (mode == BLOCK_EXACT) {
         const __m128i codes = order_columns(order, _mm_loadu_si128((const __m128i *)row));
@@ -441,7 +441,7 @@ AVX2_INLINE void tile_kernel8_of(const int rows, const gemm_tile *t, const int e
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++, a++, row += NR) {
                 __m256 b0, b1;
-                widen_row(ORDER_LANES, mode, row, e4m3, keep16, keep16, off16, f0, f1, &b0, &b1);
+                widen_row(ORDER_LANES, mode, row, e4m3, keep16, off16, f0, f1, &b0, &b1);
                 tile_step(rows, acc, a, b0, b1);
             }
         }
@@ -468,7 +468,7 @@ AVX2_INLINE void panels_kernel8_of(const int rows, const gemm_tile *t, const gem
     const int W = W1 / rows; /* 8 chains */
     const int np = g->count;
     const int64_t nblk = t->k[0] / 32, pb = g->panel_bytes;
-    const __m256i keep16 = widen_keep16(e4m3), mul = widen_madd_mul(e4m3);
+    const __m256i keep16 = widen_keep16(e4m3);
     const int bias = e4m3 ? 120 : 112;
     __m256 acc[W1][MR][2]; /* [panel][row], columns in ORDER_STRIDE4 */
     for (int i = 0; i < W; i++)
@@ -507,7 +507,7 @@ AVX2_INLINE void panels_kernel8_of(const int rows, const gemm_tile *t, const gem
 #pragma GCC unroll 4
                     for (int i = 0; i < W; i++) {
                         __m256 b0, b1;
-                        widen16_madd(row + i * pb, mul, keep16, off[i], &b0, &b1);
+                        widen16_madd(row + i * pb, e4m3, keep16, off[i], &b0, &b1);
 #pragma GCC unroll 2
                         for (int r = 0; r < rows; r++) {
                             acc[i][r][0] = _mm256_fmadd_ps(av[r], b0, acc[i][r][0]);
@@ -527,7 +527,7 @@ AVX2_INLINE void panels_kernel8_of(const int rows, const gemm_tile *t, const gem
             for (int k = 0; k < 32; k++) {
                 const uint8_t *row = pblk + NR + k * NR;
                 __m256 b0, b1;
-                widen_row(ORDER_STRIDE4, mode[i], row, e4m3, mul, keep16, off[i], f0, f1, &b0, &b1);
+                widen_row(ORDER_STRIDE4, mode[i], row, e4m3, keep16, off[i], f0, f1, &b0, &b1);
 #pragma GCC unroll 2
                 for (int r = 0; r < rows; r++) {
                     const __m256 av = _mm256_broadcast_ss(a + r * KC + k);
