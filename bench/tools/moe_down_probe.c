@@ -2,7 +2,7 @@
  * moe_down_probe: the MoE op's down projection alone, every level this CPU
  * runs, one thread, for docs/performance.md:
  *
- *   build/tools/moe_down_probe H I N [ITERS] [--uniform-codes]
+ *   build/tools/moe_down_probe H I N [ITERS] [--uniform-codes] [--cold]
  *
  * y = a x W2 for N rows (a: bf16 values, W2: [H, I] E4M3, floats uniform in
  * [-1, 1] MX-quantized as real weights are, whose blocks hold normal codes;
@@ -11,7 +11,9 @@
  * the sequential rule on AVX-512, which the avx512 level keeps for rows its
  * K-pairs cannot take), and beside it
  * in the same run a read of W2's packed bytes once (the floor for few rows):
- * GB/s of W2 and the ratio call / read.
+ * GB/s of W2 and the ratio call / read. W2 is in cache (it fits L3 at the
+ * models' shapes) unless --cold writes a 256 MiB buffer before every call and
+ * every read: then both come from memory, as a MoE step's experts do.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 
 #include "a2amm.h"
 #include "common/cpu.h"
+#include "common/hugemem.h"
 #include "gemm/gemm.h"
 #include "op/moe_down.h"
 
@@ -38,12 +41,26 @@ static uint64_t read_all(const uint8_t *p, size_t n)
     return s;
 }
 
+/* Reads and writes every line of buf: W2 leaves the caches (a plain memset of this size streams past them
+ * with non-temporal stores and evicts nothing). */
+static uint64_t evict(char *buf, size_t n)
+{
+    uint64_t s = 0;
+    for (size_t i = 0; i < n; i += 64) s += (uint8_t)buf[i];
+    return s;
+}
+
 int main(int argc, char **argv)
 {
-    const int uniform_codes = argc > 1 && !strcmp(argv[argc - 1], "--uniform-codes");
-    argc -= uniform_codes;
+    int uniform_codes = 0, cold = 0;
+    while (argc > 1 && !strncmp(argv[argc - 1], "--", 2)) {
+        const char *flag = argv[--argc];
+        if (!strcmp(flag, "--uniform-codes")) uniform_codes = 1;
+        else if (!strcmp(flag, "--cold")) cold = 1;
+        else return fprintf(stderr, "moe_down_probe: unknown option %s\n", flag), 2;
+    }
     if (argc < 4 || argc > 5) {
-        fprintf(stderr, "usage: moe_down_probe H I N [ITERS] [--uniform-codes]   (H, I multiples of 32; N rows >= 1)\n");
+        fprintf(stderr, "usage: moe_down_probe H I N [ITERS] [--uniform-codes] [--cold]   (H, I multiples of 32; N rows >= 1)\n");
         return 2;
     }
     const int64_t H = atoll(argv[1]), I = atoll(argv[2]), n = atoll(argv[3]);
@@ -52,10 +69,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "moe_down_probe: H and I must be multiples of 32, N and ITERS at least 1\n");
         return 2;
     }
-    uint8_t *w2 = malloc((size_t)(H * I)), *s2 = malloc((size_t)(H * I / 32)), *packed = malloc(moe_down_bytes(H, I));
+    uint8_t *w2 = malloc((size_t)(H * I)), *s2 = malloc((size_t)(H * I / 32));
+    uint8_t *packed = hugemem_alloc(moe_down_bytes(H, I)); /* on 2 MB pages, as the op's */
     float *a = malloc(sizeof *a * (size_t)(n * I)), *y = malloc(sizeof *y * (size_t)(n * H));
     float **ys = malloc(sizeof *ys * (size_t)n);
-    if (!w2 || !s2 || !packed || !a || !y || !ys) return fprintf(stderr, "moe_down_probe: out of memory\n"), 1;
+    const size_t flush_bytes = cold ? (size_t)256 << 20 : 0;
+    char *flush = cold ? malloc(flush_bytes) : NULL;
+    if (!w2 || !s2 || !packed || !a || !y || !ys || (cold && !flush)) return fprintf(stderr, "moe_down_probe: out of memory\n"), 1;
+    if (cold) memset(flush, 1, flush_bytes); /* pages of its own (calloc's untouched pages all read one zero page) */
     uint64_t seed = 88172645463325252ull;
     float *values = uniform_codes ? NULL : malloc(sizeof *values * (size_t)(H * I));
     for (int64_t i = 0; i < H * I; i++) {
@@ -81,9 +102,9 @@ int main(int argc, char **argv)
                   {"avx512-seq", moe_down_sequential_avx512, GEMM_ISA_AVX512}, /* the sequential rule on AVX-512 */
                   {"avx512", moe_down_avx512, GEMM_ISA_AVX512},
                   {"amx", moe_down_amx, GEMM_ISA_AMX}};
-    printf("moe_down_probe H=%lld I=%lld N=%lld: W2 %.2f MB packed (%s), one thread, best of %d\n", (long long)H,
+    printf("moe_down_probe H=%lld I=%lld N=%lld: W2 %.2f MB packed (%s), %s, one thread, best of %d\n", (long long)H,
            (long long)I, (long long)n, (double)bytes / 1e6, uniform_codes ? "codes drawn uniformly" : "uniform floats MX-quantized",
-           iters);
+           cold ? "from memory" : "in cache", iters);
     uint64_t sink = 0;
     for (size_t l = 0; l < sizeof levels / sizeof *levels; l++) {
         if (!gemm_isa_supported(levels[l].isa)) {
@@ -92,19 +113,22 @@ int main(int argc, char **argv)
         }
         double best = 1e30, best_read = 1e30;
         for (int it = 0; it < iters; it++) {
+            if (cold) sink += evict(flush, flush_bytes);
             double t0 = now_s();
             sink += read_all(packed, bytes);
             double t1 = now_s();
-            levels[l].fn(H, I, A2AMM_E4M3, a, n, packed, ys);
+            if (cold) sink += evict(flush, flush_bytes);
             double t2 = now_s();
+            levels[l].fn(H, I, A2AMM_E4M3, a, n, packed, ys);
+            double t3 = now_s();
             if (t1 - t0 < best_read) best_read = t1 - t0;
-            if (t2 - t1 < best) best = t2 - t1;
+            if (t3 - t2 < best) best = t3 - t2;
         }
         printf("  %-10s %8.3f ms  %6.2f GB/s of W2   read %.3f ms (%.2f GB/s)   call / read %.2f\n", levels[l].name,
                best * 1e3, (double)bytes / best / 1e9, best_read * 1e3, (double)bytes / best_read / 1e9,
                best / best_read);
     }
     printf("(sink %llu)\n", (unsigned long long)(sink & 1) + (unsigned long long)(y[0] != y[0]));
-    free(w2), free(s2), free(packed), free(a), free(y), free(ys);
+    free(w2), free(s2), free(packed), free(a), free(y), free(ys), free(flush);
     return 0;
 }
