@@ -56,6 +56,7 @@ PAIRS_INLINE void pairs_panels(int rows, int np, const pair_widen *w, int64_t I,
 {
     const size_t stride = panel_bytes(I);
     __m512 acc[PAIR_SUMS]; /* panel q, row r at q * rows + r */
+#pragma GCC unroll 16 /* unrolled, not a memset of the array on the stack (GCC made one each call) */
     for (int i = 0; i < np * rows; i++) acc[i] = _mm512_setzero_ps();
     uint32_t pairs[PAIR_ROWS][16] __attribute__((aligned(64)));
     for (int64_t b = 0; b < I / 32; b++) {
@@ -68,6 +69,7 @@ PAIRS_INLINE void pairs_panels(int rows, int np, const pair_widen *w, int64_t I,
         const uint8_t *blk = panel + HEAD + (size_t)b * BLOCK;
         prefetch_block(next, next_np, stride, b);
         __m512 sums[PAIR_SUMS];
+#pragma GCC unroll 16
         for (int i = 0; i < np * rows; i++) sums[i] = _mm512_setzero_ps();
         for (int q = 0; q < 8; q++) /* code rows 4q .. 4q + 3: K-pairs 2q, 2q + 1 */
 #pragma GCC unroll 8
