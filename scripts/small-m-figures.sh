@@ -62,6 +62,6 @@ show "$A2AMM" bench gemm --sweep
 show "$A2AMM" bench grouped 64 4 2048 1408
 show "$A2AMM" bench moe 2 16 2048 1408 64 6
 echo
-echo "== the MoE down projection alone, every level, one thread (W2 MX-quantized; then codes drawn uniformly)"
-for n in 1 4; do show "$build/tools/moe_down_probe" 2048 1408 "$n"; done
+echo "== the MoE down projection alone, every level, one thread (W2 MX-quantized, in cache, then from memory; then codes drawn uniformly)"
+for n in 1 4; do show "$build/tools/moe_down_probe" 2048 1408 "$n"; show "$build/tools/moe_down_probe" 2048 1408 "$n" 10 --cold; done
 show "$build/tools/moe_down_probe" 2048 1408 1 10 --uniform-codes

@@ -859,7 +859,7 @@ static void test_prepare_for_rows(gemm_isa isa)
             CHECK(gemm_b_bytes(few) == gemm_b_bytes(any), "%s: B for few rows differs in size", gemm_isa_name(isa));
         int64_t ldc = p.N + 3;
         float *c0 = initial_c(p.rows, ldc, 1);
-        static const int64_t ROWS[] = {1, 5, 70};
+        static const int64_t ROWS[] = {1, 5, 20, 70}; /* 20: avx2's widening path */
         for (int call = 0; call < 4; call++)
             for (size_t r = 0; r < sizeof ROWS / sizeof *ROWS; r++) {
                 float *want = copy_c(c0, p.rows * ldc), *got = copy_c(c0, p.rows * ldc);
@@ -896,7 +896,7 @@ static void test_prepare_for_rows(gemm_isa isa)
 
 /*
  * Every B value through the small-M path (B kept in fp8, widened in
- * registers), checked one value at a time: each row of A is one-hot (1.0
+ * registers) and the widening path (widened once a panel), checked one value at a time: each row of A is one-hot (1.0
  * at one k, scale sa), so C[r][n] is one folded B value times 2^(sa - 127),
  * one product, exact; wherever the fold rule lets the fast kernel take the
  * pair (B's scale in range, sa + sb in the pair range) it must be that
@@ -911,7 +911,8 @@ static void test_prepare_for_rows(gemm_isa isa)
  * - the same with normal codes only (every one in turn): a block with a zero
  *   or subnormal code takes another way in some levels (avx2's widening by
  *   integers, its several-panel loop at one and two rows).
- * At one row, two, seven and the level's most small-M rows.
+ * At one row, two, seven, 12, 16 and the most rows the level reads B in
+ * fp8 for (gemm_b_small_rows: avx2's widening path from 13 rows).
  */
 static void test_fp8_b_every_value(gemm_isa isa)
 {
@@ -942,8 +943,10 @@ static void test_fp8_b_every_value(gemm_isa isa)
         const int pair_lo = gemm_fold_pair_lo(GEMM_FOLD_BF16, ta, tb), pair_hi = gemm_fold_pair_hi(ta, tb);
         static const int SA[] = {127, 98, 152};
         long wrong = 0, fast = 0;
-        const int rows_of[4] = {1, 2, 7, (int)small}; /* 7: two tiles sharing the rows (4 + 3) */
-        for (int pass = 0; few && pass < 4; pass++) {
+        /* 7: two tiles sharing the rows (4 + 3); 12: the small-M path's most on avx2 and avx512; 16: B
+         * widened once for three tiles (avx2's widening path) */
+        const int rows_of[6] = {1, 2, 7, 12, 16, (int)small};
+        for (int pass = 0; few && pass < 6; pass++) {
             const int rows = rows_of[pass];
             if (rows > small || (pass > 0 && rows <= rows_of[pass - 1])) continue; /* each count once */
             for (int q = 0; q < (per_column ? 1 : 3); q++)

@@ -12,8 +12,16 @@
 
 /* 0-3: the gemm driver's; then the MoE op's: its down projection's sequential rows times 256, an expert's
  * g, u and a, an expert's gathered rows, the amx down projection's buffers (each user's own slot: one may
- * call the next while holding its memory, as the amx level calls the sequential rule for some rows) */
-enum { SCRATCH_MOE_DOWN = 4, SCRATCH_MOE_EXPERT = 5, SCRATCH_MOE_ROWS = 6, SCRATCH_MOE_TILES = 7, SCRATCH_SLOTS = 8 };
+ * call the next while holding its memory, as the amx level calls the sequential rule for some rows); the
+ * gemm driver's widened chunk of B (the widening path) */
+enum {
+    SCRATCH_MOE_DOWN = 4,
+    SCRATCH_MOE_EXPERT = 5,
+    SCRATCH_MOE_ROWS = 6,
+    SCRATCH_MOE_TILES = 7,
+    SCRATCH_GEMM_WIDE = 8,
+    SCRATCH_SLOTS = 9
+};
 
 /*
  * A 64-byte-aligned buffer of at least `bytes` owned by the calling thread,

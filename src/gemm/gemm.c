@@ -131,7 +131,9 @@ int gemm_b_prepare_on(pool *workers, gemm_isa isa, const uint8_t *bq, const uint
 
 int64_t gemm_b_small_rows(gemm_isa isa)
 {
-    return (unsigned)isa < GEMM_ISA_COUNT ? gemm_level_blocking(isa)->small_m : 0;
+    if ((unsigned)isa >= GEMM_ISA_COUNT) return 0;
+    const gemm_level *L = gemm_level_blocking(isa);
+    return L->widen_b8 && L->widen_m > L->small_m ? L->widen_m : L->small_m; /* the small-M or widening path */
 }
 
 int64_t gemm_b_bytes(const gemm_b *b)
@@ -158,7 +160,7 @@ int gemm_b_prepare_for(pool *workers, gemm_isa isa, const uint8_t *bq, const uin
     b->N = N;
     b->K = K;
     b->type = type;
-    b->fp8_only = max_rows > 0 && max_rows <= b->level->small_m;
+    b->fp8_only = max_rows > 0 && max_rows <= gemm_b_small_rows(isa);
     int rc = gemm_driver_prepare(b, bq, sb, ldsb, workers, err);
     if (rc) {
         free(b);

@@ -308,13 +308,18 @@ AVX2_INLINE __m128i order_columns(const int order, __m128i x)
 /* (bias + scale - 127) << 7 for 16 columns in 16-bit lanes, in the order the widening's words hold the
  * columns (ORDER_LANES: in order; ORDER_STRIDE4: the even columns, then the odd): what it adds to the top
  * halves. */
+AVX2_INLINE __m256i offsets16_of(__m128i scales, int bias)
+{
+    const __m256i s = _mm256_cvtepu8_epi16(scales);
+    return _mm256_slli_epi16(_mm256_add_epi16(s, _mm256_set1_epi16((short)(bias - 127))), 7);
+}
+
 AVX2_INLINE __m256i widen_offsets16(const int order, const uint8_t *scales, int bias)
 {
     __m128i bytes = _mm_loadu_si128((const __m128i *)scales);
     if (order == ORDER_STRIDE4)
         bytes = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-    const __m256i s = _mm256_cvtepu8_epi16(bytes);
-    return _mm256_slli_epi16(_mm256_add_epi16(s, _mm256_set1_epi16((short)(bias - 127))), 7);
+    return offsets16_of(bytes, bias);
 }
 
 /* The multipliers of widen16_madd: 2^4 (E4M3) or 2^5 (E5M2) on the even bytes in the low lane, the odd in the
@@ -570,6 +575,64 @@ AVX2_INLINE void tile_kernel8(const int rows, const gemm_tile *t)
 
 GEMM_KERNEL_BY_ROWS(AVX2_TARGET, avx2_kernel8, tile_kernel8)
 
+/* One row of 16 codes widened (ORDER_LANES), its columns put in order, to pack_b's row of 16 floats. */
+AVX2_INLINE void store_row(float *out, __m256 b0, __m256 b1)
+{
+    lanes_in_order(&b0, &b1);
+    _mm256_store_ps(out, b0);
+    _mm256_store_ps(out + 8, b1);
+}
+
+/*
+ * The widening path's B (widen_m, widen_b8): the tile's chunk of its panel in fp8 widened as kernel8
+ * widens it, into pack_b's layout (a 32-block's 32 rows of 16 floats; a refused block zeros), once for
+ * every row tile. A normal block's codes (and scales) go in ORDER_LANES's shuffle of them, so that the
+ * widening's interleaving puts the columns back in order (a shuffle within the register, where
+ * lanes_in_order's cross the lanes). The next panel's chunk goes to L2 meanwhile, a share of its lines
+ * each block.
+ */
+AVX2_INLINE void widen_b8_of(const gemm_tile *t, float *out, const int e4m3)
+{
+    const int64_t nblk = t->k[0] / 32;
+    const __m256i keep16 = widen_keep16(e4m3);
+    const int bias = e4m3 ? 120 : 112;
+    const uint8_t *blk = t->b[0];
+    const char *prefetch = t->prefetch;
+    const int64_t lines = (t->prefetch_end - t->prefetch + 63) / 64, per_block = (lines + nblk - 1) / nblk;
+    for (int64_t j = 0; j < nblk; j++, blk += B8_BLOCK, out += 32 * NR) {
+        for (int64_t l = 0; l < per_block && prefetch < t->prefetch_end; l++, prefetch += 64)
+            _mm_prefetch(prefetch, _MM_HINT_T1);
+        const int mode = block_mode(blk, (t->b_refused[0] >> j) & 1, (t->b_special[0] >> j) & 1);
+        __m256 b0, b1;
+        if (mode == BLOCK_NORMAL) { /* the common case, no test of the mode a row */
+            const __m256i off16 = offsets16_of(order_columns(ORDER_LANES, _mm_loadu_si128((const __m128i *)blk)), bias);
+#pragma GCC unroll 4
+            for (int r = 0; r < 32; r++) {
+                if (r % 4 == 0) _mm_prefetch((const char *)blk + NR + r * NR + B8_AHEAD, _MM_HINT_T0);
+                const __m128i codes = _mm_loadu_si128((const __m128i *)(blk + NR + r * NR));
+                widen16_normal_of(order_columns(ORDER_LANES, codes), e4m3, keep16, off16, &b0, &b1);
+                _mm256_store_ps(out + r * NR, b0);
+                _mm256_store_ps(out + r * NR + 8, b1);
+            }
+            continue;
+        }
+        const __m256i off16 = widen_offsets16(ORDER_LANES, blk, bias);
+        __m256 f0, f1;
+        ordered_factors(ORDER_LANES, blk, &f0, &f1);
+        for (int r = 0; r < 32; r++) {
+            widen_row(ORDER_LANES, mode, blk + NR + r * NR, e4m3, keep16, off16, f0, f1, &b0, &b1);
+            store_row(out + r * NR, b0, b1);
+        }
+    }
+}
+
+/* widen_b8_of with the type a constant in each copy (widen16_normal's shift) */
+AVX2_TARGET static void avx2_widen_b8(const gemm_tile *t, void *out)
+{
+    if (t->b_type == A2AMM_E4M3) widen_b8_of(t, out, 1);
+    else widen_b8_of(t, out, 0);
+}
+
 static const cpu_feature NEEDS[] = {CPU_AVX2, CPU_FMA, CPU_F16C};
 
 const gemm_level gemm_avx2_level = {
@@ -599,4 +662,6 @@ const gemm_level gemm_avx2_level = {
     .b8_block_codes = avx2_b8_block_codes,
     .kernel8_panels = avx2_kernel8_panels,
     .panels_rows = 2,
+    .widen_m = 64,
+    .widen_b8 = avx2_widen_b8,
 };

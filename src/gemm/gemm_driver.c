@@ -238,6 +238,8 @@ typedef struct call {
     char *masked; /* room for MR packed rows */
     float *c_buf; /* room for the level's kernel_block, or NULL (then tile by tile: the same bits) */
     int small;    /* the small-M path: kernel8 on B in fp8 */
+    int widen;    /* the widening path: each panel's chunk of B in fp8 widened into wide_buf, then kernel */
+    void *wide_buf;
 } call;
 
 /* A block of rows over the panels: one chunk, or (all_k_chunks) all of K in one microkernel call. */
@@ -311,10 +313,20 @@ static void run_panel(const pass *s, int64_t p, int clean, int next_panel)
         k += s->k[ch];
     }
     void (*kernel)(const gemm_tile *) = x->small ? L->kernel8 : L->kernel;
-    /* The next panel's part of K, brought in over this panel's tiles. */
-    const char *next = panel_at(b, x->small, p + next_panel, s->kb);
-    const int64_t block_bytes = x->small ? L->b8_block : L->b_block;
-    const int64_t next_bytes = next_panel ? k / 32 * block_bytes : 0, tiles = (s->rows + mr - 1) / mr;
+    /* The next panel's part of K, brought in over this panel's tiles (or its widening). */
+    const int fp8 = x->small || x->widen;
+    const char *next = panel_at(b, fp8, p + next_panel, s->kb);
+    const int64_t block_bytes = fp8 ? L->b8_block : L->b_block;
+    int64_t next_bytes = next_panel ? k / 32 * block_bytes : 0;
+    const int64_t tiles = (s->rows + mr - 1) / mr;
+    if (x->widen) { /* one chunk: the tiles read it widened, from L1 */
+        gemm_tile w = {.chunks = 1, .b = {panel_at(b, 1, p, s->kb)}, .k = {s->k[0]}, .b_type = b->type,
+                       .prefetch = next, .prefetch_end = next + next_bytes};
+        block_bits(b, p, s->kb, s->k[0] / 32, &w.b_refused[0], &w.b_special[0]);
+        L->widen_b8(&w, x->wide_buf);
+        t.b[0] = x->wide_buf;
+        next_bytes = 0;
+    }
     /* the small path reads B from memory at a byte a value: the whole next call's part goes to L2 */
     const int64_t cap = L->prefetch_k && !x->small ? k / L->prefetch_k * 64 : 0;
     const gemm_panel_info *info = b->info + s->kb * b->npanels + p;
@@ -578,10 +590,18 @@ void gemm_driver_run(const gemm_b *b, const gemm_a_slab *a, int64_t rows, int64_
               .overwrite = overwrite, .out = out, .ldo = ldo,
               .pair_lo = gemm_fold_pair_lo(L->format, a->type, b->type),
               .pair_hi = gemm_fold_pair_hi(a->type, b->type),
-              /* small M: the matmul is a read of B, in fewer bytes; or B kept in fp8 only */
-              .small = rows <= L->small_m || !b->packed};
+              /* small M: the matmul is a read of B, in fewer bytes */
+              .small = rows <= L->small_m};
     const int64_t kc = L->kc, chunks = (klen + kc - 1) / kc, unit = L->mr;
     const int packs = L->all_k_chunks > 1 && chunks == L->all_k_chunks ? (int)chunks : 1;
+    /* more rows than the small-M path takes, few enough that reading B in its packed form costs more
+     * than widening it once */
+    if (!x.small && L->widen_b8 && rows <= L->widen_m && packs == 1) {
+        x.wide_buf = scratch_get(SCRATCH_GEMM_WIDE, (size_t)(kc / 32 * L->b_block));
+        x.widen = x.wide_buf != NULL;
+    }
+    /* B kept in fp8 only: what the widening path does not take, the small-M path does (the same bits) */
+    if (!b->packed && !x.widen) x.small = 1;
     const int64_t mc = packs == 1 && klen >= kc ? L->mc_deep : L->mc;
     int64_t capacity = (rows < mc ? rows : mc) + unit - 1;
     capacity -= capacity % unit;

@@ -163,6 +163,17 @@ typedef struct gemm_level {
      * need no masking, GEMM_WIDE_PANELS / rows panels at a time. */
     void (*kernel8_panels)(const gemm_tile *t, const gemm_panels *g);
     int panels_rows; /* 0 or 1: one row only */
+
+    /* ---- The widening path: B read in fp8, widened once per panel and chunk (widen_m 0: none) ----
+     * A call of more than small_m and at most widen_m rows, chunk by chunk (all_k_chunks 0), widens
+     * each panel's chunk of B in fp8 into a buffer of the calling thread (widen_b8: t->b[0], t->k[0],
+     * t->b_refused[0], t->b_special[0] and t->b_type as kernel8 takes them, into pack_b's layout and
+     * values, b_block bytes a 32-block; the next panel's chunk, t->prefetch..prefetch_end, into L2
+     * meanwhile) and runs `kernel` over it for every row tile: the same arithmetic, the same bits.
+     * B's bytes are read once in fp8 and widened once, where the small-M path widens them again for
+     * each tile and the packed path reads B in fp32, 4 bytes a value. */
+    int widen_m;
+    void (*widen_b8)(const gemm_tile *t, void *out);
 } gemm_level;
 
 /* A microkernel `name` for a level whose kernel(rows, t) is inlined once per row count 1..6 (the

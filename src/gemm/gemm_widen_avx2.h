@@ -29,14 +29,21 @@ WIDEN_AVX2_INLINE __m256i widen_keep16(int e4m3)
  * codes; the columns come out interleaved within 128-bit lanes: b0 holds
  * columns 0-3 and 8-11, b1 4-7 and 12-15 (lanes_in_order).
  */
-WIDEN_AVX2_INLINE void widen16_normal(const uint8_t *codes, int e4m3, __m256i keep16, __m256i off16, __m256 *b0,
-                                      __m256 *b1)
+WIDEN_AVX2_INLINE void widen16_normal_of(__m128i codes, int e4m3, __m256i keep16, __m256i off16, __m256 *b0,
+                                         __m256 *b1)
 {
-    __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)codes));
+    __m256i w = _mm256_cvtepi8_epi16(codes);
     w = e4m3 ? _mm256_slli_epi16(w, 4) : _mm256_slli_epi16(w, 5); /* an immediate shift: one uop, where a shift by a register is two on Intel */
     w = _mm256_add_epi16(_mm256_and_si256(w, keep16), off16);
     *b0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), w));
     *b1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), w));
+}
+
+/* widen16_normal_of on the 16 codes at `codes`. */
+WIDEN_AVX2_INLINE void widen16_normal(const uint8_t *codes, int e4m3, __m256i keep16, __m256i off16, __m256 *b0,
+                                      __m256 *b1)
+{
+    widen16_normal_of(_mm_loadu_si128((const __m128i *)codes), e4m3, keep16, off16, b0, b1);
 }
 
 /* widen16_normal's two registers (or sums of them) with the columns in order: columns 0-7, then 8-15 (the
