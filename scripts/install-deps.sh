@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what a2amm needs on a Debian machine when it is missing: a C
-# compiler, make, pkg-config, OpenBLAS (the reference operator, a benchmark
+# compiler (and binutils' objdump), make, pkg-config, OpenBLAS (the reference operator, a benchmark
 # peer), oneDNN (a benchmark peer), python3 with numpy (shell tests read
 # binary outputs with it) and torch (the seed's own verify_result.py runs
 # with it in the tests), clang with libFuzzer (the fuzz targets), Open MPI
@@ -13,6 +13,7 @@ set -euo pipefail
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 need=()
 command -v cc >/dev/null 2>&1 || need+=(gcc)
+command -v objdump >/dev/null 2>&1 || need+=(binutils) # test_prefetch.sh reads the compiled kernels
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 have libopenblas-dev || need+=(libopenblas-dev)
