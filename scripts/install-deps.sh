@@ -13,7 +13,7 @@ set -euo pipefail
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 need=()
 command -v cc >/dev/null 2>&1 || need+=(gcc)
-command -v objdump >/dev/null 2>&1 || need+=(binutils) # test_prefetch.sh reads the compiled kernels
+command -v objdump >/dev/null 2>&1 || need+=(binutils) # test_kernel_code.sh reads the compiled kernels
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 have libopenblas-dev || need+=(libopenblas-dev)
