@@ -253,11 +253,29 @@ assert 'transport \ufffd\ufffd \ufffd\ufffd' in t or '\ufffd\ufffd \ufffd\ufffd 
 "$A2AMM" gen 3000 64 8 2 --dir "$SCRATCH/big" --quiet --no-golden >/dev/null
 expect_ok "a run of 3000 tiles, traced" "$A2AMM" run 3000 64 8 2 --dir "$SCRATCH/big" --path put --tile-m 1 --trace "$SCRATCH/big.json"
 expect_ok "timeline of 3000 tiles" "$A2AMM" timeline "$SCRATCH/big.json" -o "$SCRATCH/big.svg" --width 1000
-check "3000 tiles x 2 ranks (~30000 spans) drawn in under 4000 shapes" python3 -c "
+check "3000 tiles x 2 ranks: over 20000 spans" python3 -c "
 import re,sys; t=open('$SCRATCH/out').read(); m=re.search(r'(\d+) spans over [0-9.]+ ms drawn as (\d+) shapes', t)
-assert m and int(m.group(1))>20000 and int(m.group(2))<4000, t"
+assert m and int(m.group(1))>20000, t"
 check "3000 tiles: well-formed" svg_ok "$SCRATCH/big.svg" 2
 expect_ok "3000 tiles: rendered" rsvg-convert "$SCRATCH/big.svg" -o "$SCRATCH/big.png"
+# How many shapes a real run's spans make depends on its timing (313 to 4305 seen for this run): the
+# merge is checked on the same events evenly spread instead, 0.5 us apart and 0.3 us long, where a
+# pixel is about 20 us: each rank's spans of one kind lie under a pixel apart and merge to a few shapes.
+python3 - "$SCRATCH/big.json" "$SCRATCH/even.json" <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+timed = sorted((e for e in t["traceEvents"] if "ts" in e), key=lambda e: e["ts"])
+for i, e in enumerate(timed):
+    e["ts"] = i * 0.5
+    if "dur" in e:
+        e["dur"] = 0.3
+json.dump(t, open(sys.argv[2], "w"))
+EOF
+expect_ok "timeline of 3000 tiles' events evenly spread" "$A2AMM" timeline "$SCRATCH/even.json" -o "$SCRATCH/even.svg" --width 1000
+check "3000 tiles' events evenly spread: over 20000 spans drawn in under 200 shapes" python3 -c "
+import re,sys; t=open('$SCRATCH/out').read(); m=re.search(r'(\d+) spans over [0-9.]+ ms drawn as (\d+) shapes', t)
+assert m and int(m.group(1))>20000 and int(m.group(2))<200, t"
+check "evenly spread: well-formed" svg_ok "$SCRATCH/even.svg" 2
 
 # R = 16: a row per rank, still readable
 "$A2AMM" gen 32 512 8 16 --dir "$SCRATCH/r16" --quiet --no-golden >/dev/null
