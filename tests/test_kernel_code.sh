@@ -7,7 +7,7 @@
 #   memory, so its pure-const pass found the helper "const" and the calls
 #   dead): the kernels then waited on memory for weeks (1.26x on avx2 and
 #   1.43x on avx512 at 4 rows, from memory, once restored:
-#   docs/performance.md, session 25) and no test noticed.
+#   the commit that restored them, 2026-12-06) and no test noticed.
 # - Memsets: GCC turned a kernel's "zero the sums" loop over its whole array
 #   into a `rep stos` on the stack at every call (the sums then in registers
 #   anyway): 6% of the avx2 down projection at 64 rows. An unroll pragma on

@@ -11,7 +11,7 @@
  * [-1, 1], here MXFP8-quantized (FLOOR scales), so nearly no code is zero
  * or subnormal, as in real weights (codes drawn uniformly from every code
  * put a zero or subnormal in nearly every 64-code group: the widening's
- * slow path, half the speed, docs/performance.md session 17).
+ * slow path, half the speed: docs/performance.md, "How a2amm is measured").
  *
  *   build/tools/mul_mat_id_probe E USED M K N [ITERS] [THREADS]
  *   e.g. build/tools/mul_mat_id_probe 128 8 768 2048 8     (Qwen3-30B-A3B's experts, 8 tokens)

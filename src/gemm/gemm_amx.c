@@ -21,7 +21,7 @@
  *   piece (32 KB) stays in L1 and only A streams from L2 (by TILELOADDT1,
  *   which does not push the piece out); each tile's C goes through a buffer
  *   between pieces. 1.1-1.2x amx_block tile by tile over a block, 1.0-1.18x
- *   on whole calls (docs/performance.md, session 13).
+ *   on whole calls (docs/performance.md, "Large shapes, `amx`").
  * The driver uses amx_panel for whole tiles of whole panels whose rows it
  * does not mask, amx_block for the rest.
  *
@@ -241,7 +241,8 @@ amx_panel_tiles(const gemm_tile *t, int g0, int g1, const char **prefetch, int64
  * takes the same TDPBF16PS steps in the same order as amx_block's: the same
  * bits. Four tiles: their C (16 KB) and the piece fill L1; six or more ran
  * slower where C also comes and goes through memory between chunks (K of
- * three chunks or more), three no faster (docs/performance.md, session 13).
+ * three chunks or more), three no faster (docs/performance.md, "Large
+ * shapes, `amx`").
  */
 AMX_AVX512_TARGET static void amx_panel(const gemm_tile *t, int tiles)
 {

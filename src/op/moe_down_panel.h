@@ -58,9 +58,10 @@ static inline float scale_float(uint8_t s)
  * Block b of the `count` panels from `next` on (stride apart) into L2: a
  * group of panels brings in the next group's block as it reads its own
  * (NULL next: none). From memory the hardware prefetcher alone left the
- * kernels waiting (docs/performance.md, session 22). always_inline: as a
- * function of its own GCC 12 found it "const" (a prefetch writes no memory)
- * and deleted every call; test_kernel_code.sh checks the kernels keep them.
+ * kernels waiting (docs/performance.md, Zen 4, "The MoE experts").
+ * always_inline: as a function of its own GCC 12 found it "const" (a
+ * prefetch writes no memory) and deleted every call; test_kernel_code.sh
+ * checks the kernels keep them.
  */
 static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *next, int count, size_t stride, int64_t b)
 {
