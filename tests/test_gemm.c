@@ -850,7 +850,8 @@ static void test_prepare_for_rows(gemm_isa isa)
         if (!any || !few) return;
         int64_t nkb = p.K / 32, npanels = (p.N + 63) / 64;
         if (small > 0)
-            CHECK(gemm_b_bytes(few) <= npanels * 64 * p.K * 33 / 32 + nkb * npanels * (int64_t)sizeof(gemm_panel_info) &&
+            CHECK(gemm_b_bytes(few) <= npanels * 64 * p.K * 33 / 32 + nkb * npanels * (int64_t)sizeof(gemm_panel_info) +
+                                           (nkb + 31) / 32 * npanels * (int64_t)sizeof(gemm_panel_group) &&
                       gemm_b_bytes(few) + 2 * p.N * p.K <= gemm_b_bytes(any),
                   "%s: B for few rows holds %lld bytes (B for any rows %lld; its codes and scales %lld)",
                   gemm_isa_name(isa), (long long)gemm_b_bytes(few), (long long)gemm_b_bytes(any),

@@ -52,6 +52,24 @@ typedef struct prepare_job {
     int tasks;
 } prepare_job;
 
+/* Panel p's groups from its info (gemm_panel_group). */
+static void panel_groups_build(gemm_b *b, int64_t p)
+{
+    const int64_t nkb = b->K / 32;
+    for (int64_t g = 0; g < b->ngroups; g++) {
+        gemm_panel_group grp = {0, 0, 255, 0};
+        for (int64_t j = 0; j < 32 && 32 * g + j < nkb; j++) {
+            const gemm_panel_info pi = b->info[(32 * g + j) * b->npanels + p];
+            grp.refused |= (uint32_t)!pi.ok << j;
+            grp.special |= (uint32_t)!pi.normal << j;
+            if (!pi.ok) continue;
+            grp.smin = pi.smin < grp.smin ? pi.smin : grp.smin;
+            grp.smax = pi.smax > grp.smax ? pi.smax : grp.smax;
+        }
+        b->groups[p * b->ngroups + g] = grp;
+    }
+}
+
 /*
  * Task t of the job's tasks: its share of the panels, one panel at a time
  * copied, summarized and packed, so that the packing reads the codes the
@@ -66,6 +84,7 @@ static void prepare_task(void *arg, int t)
         if (L->pack_b8) L->pack_b8(b, j->bq, p, p + 1);
         else gemm_exact_b_copy_codes(&b->exact, j->bq, p * L->nr, (p + 1) * L->nr < b->N ? (p + 1) * L->nr : b->N);
         gemm_panel_info_build(&b->exact, j->bq, L->nr, L->format, b->type, b->info, p, p + 1);
+        panel_groups_build(b, p);
         if (b->packed) L->pack_b(b, j->bq, p, p + 1);
     }
 }
@@ -75,16 +94,18 @@ int64_t gemm_driver_bytes(const gemm_b *b)
     const int64_t nkb = b->K / 32;
     if (!b->level->kernel) return b->N * b->K + b->N * nkb;
     return (int64_t)(b->packed_bytes + b->codes_bytes) + (b->exact.scales ? b->N * nkb : 0) +
-           nkb * b->npanels * (int64_t)sizeof *b->info;
+           nkb * b->npanels * (int64_t)sizeof *b->info + b->ngroups * b->npanels * (int64_t)sizeof *b->groups;
 }
 
 void gemm_driver_release(gemm_b *b)
 {
     free(b->packed);
     free(b->info);
+    free(b->groups);
     gemm_exact_b_free(&b->exact);
     b->packed = NULL;
     b->info = NULL;
+    b->groups = NULL;
 }
 
 int gemm_driver_prepare(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64_t ldsb, pool *workers,
@@ -116,7 +137,9 @@ int gemm_driver_prepare(gemm_b *b, const uint8_t *bq, const uint8_t *sb, int64_t
     b->packed_bytes = packed_bytes;
     b->codes_bytes = codes_bytes;
     b->info = malloc((size_t)(nkb * npanels) * sizeof *b->info);
-    if ((packed_bytes && !b->packed) || !b->info || gemm_exact_b_alloc(&b->exact, sb, N, K, ldsb, b->type, codes_bytes) != A2AMM_OK) {
+    b->ngroups = (nkb + 31) / 32;
+    b->groups = malloc((size_t)(b->ngroups * npanels) * sizeof *b->groups);
+    if ((packed_bytes && !b->packed) || !b->info || !b->groups || gemm_exact_b_alloc(&b->exact, sb, N, K, ldsb, b->type, codes_bytes) != A2AMM_OK) {
         gemm_driver_release(b);
         return a2amm_fail(err, A2AMM_E_NOMEM, "gemm %s: cannot allocate %.1f MB for B", name,
                           (double)(packed_bytes + codes_bytes + (size_t)(nkb * npanels) * sizeof *b->info) / 1e6);
@@ -147,6 +170,7 @@ typedef struct a_block {
     int64_t capacity; /* rows, a multiple of MR (rows past the slab's hold garbage) */
     /* Over the block's foldable nonzero rows, by K-block (INT16_MAX / INT16_MIN if none). */
     int16_t min_scale[GEMM_MAX_KC / 32], max_scale[GEMM_MAX_KC / 32];
+    int16_t min_all, max_all; /* the same over all of the block's K-blocks */
     int any_unfoldable;
 } a_block;
 
@@ -177,10 +201,36 @@ static void pack_a(const gemm_level *L, const gemm_a_slab *a, int64_t i0, int64_
             any_unfoldable |= s == GEMM_A_UNFOLDABLE;
         }
     }
+    blk->min_all = INT16_MAX;
+    blk->max_all = INT16_MIN;
+    for (int64_t j = 0; j < nblk; j++) {
+        blk->min_all = blk->min_scale[j] < blk->min_all ? blk->min_scale[j] : blk->min_all;
+        blk->max_all = blk->max_scale[j] > blk->max_all ? blk->max_scale[j] : blk->max_all;
+    }
     blk->any_unfoldable = any_unfoldable;
 }
 
 /* ---- The fold rule per panel ------------------------------------------------ */
+
+/*
+ * Blocks [kb, kb + nblk) of panel p (nblk <= 32) from its groups: bit j of
+ * the result is block kb + j's refused bit (special: its special bit);
+ * *smin, *smax the scale range of the groups that hold them (a range that
+ * holds the blocks' own).
+ */
+static uint32_t group_bits(const gemm_b *b, int64_t p, int64_t kb, int64_t nblk, int special, int *smin, int *smax)
+{
+    const gemm_panel_group *g = b->groups + p * b->ngroups + kb / 32;
+    const int shift = (int)(kb % 32), two = shift + nblk > 32;
+    uint64_t bits = special ? g[0].special : g[0].refused;
+    *smin = g[0].smin, *smax = g[0].smax;
+    if (two) {
+        bits |= (uint64_t)(special ? g[1].special : g[1].refused) << 32;
+        *smin = g[1].smin < *smin ? g[1].smin : *smin;
+        *smax = g[1].smax > *smax ? g[1].smax : *smax;
+    }
+    return (uint32_t)((bits >> shift) & ((1ull << nblk) - 1));
+}
 
 /*
  * Whether panel p's blocks of the chunk at K-block kb leave work to the
@@ -190,6 +240,13 @@ static void pack_a(const gemm_level *L, const gemm_a_slab *a, int64_t i0, int64_
 static int panel_needs_exact(const gemm_b *b, const a_block *blk, int64_t kb, int64_t nblk, int64_t p, int pair_lo,
                              int pair_hi, int *clean)
 {
+    /* The common case in one or two reads: every A block's range against the panel's groups' range. */
+    int smin, smax;
+    const uint32_t refused = group_bits(b, p, kb, nblk, 0, &smin, &smax);
+    if (blk->min_all + smin >= pair_lo && blk->max_all + smax <= pair_hi) {
+        *clean = 1;
+        return refused != 0;
+    }
     const gemm_panel_info *info = b->info + kb * b->npanels + p;
     int unfoldable = 0;
     *clean = 1;
@@ -268,12 +325,9 @@ static inline const char *panel_at(const gemm_b *b, int small, int64_t p, int64_
  */
 static void block_bits(const gemm_b *b, int64_t p, int64_t kb, int64_t nblk, uint32_t *refused, uint32_t *special)
 {
-    *refused = *special = 0;
-    for (int64_t j = 0; j < nblk; j++) {
-        const gemm_panel_info pi = b->info[(kb + j) * b->npanels + p];
-        *refused |= (uint32_t)!pi.ok << j;
-        *special |= (uint32_t)!pi.normal << j;
-    }
+    int smin, smax;
+    *refused = group_bits(b, p, kb, nblk, 0, &smin, &smax);
+    *special = group_bits(b, p, kb, nblk, 1, &smin, &smax);
 }
 
 /* K of the chunk that starts kc0 into a call's klen. */

@@ -61,6 +61,17 @@ typedef struct gemm_panel_info {
 } gemm_panel_info;
 
 /*
+ * Panel p's info over 32 K-blocks at once (group g: blocks 32 g .. 32 g +
+ * 31), so that the driver reads a panel's chunk in one or two of these,
+ * not block by block: the blocks not ok and not normal as bits, and the
+ * scale range over the ok blocks (255, 0 if none).
+ */
+typedef struct gemm_panel_group {
+    uint32_t refused, special;
+    uint8_t smin, smax;
+} gemm_panel_group;
+
+/*
  * info[kb * npanels + p] for the panels p0 <= p < p1 of `width` columns
  * (the last one may be partial; npanels = ceil(N / width)), from B's codes
  * as given (bq, [N][K]) and its scales in eb.

@@ -22,7 +22,8 @@ struct gemm_b {
     void *packed;          /* npanels panels of K/32 blocks of level->b_block bytes, 64-byte aligned; or NULL */
     size_t packed_bytes, codes_bytes;
     gemm_panel_info *info; /* [K/32][npanels], or NULL */
-    int64_t npanels;
+    gemm_panel_group *groups; /* [npanels][ngroups]: info 32 K-blocks at a time, or NULL */
+    int64_t npanels, ngroups;
     int fp8_only;          /* packed is NULL: every call reads B in fp8 (the level's small-M path) */
     float values[2][256];  /* each code's value by a2amm_fp8_type: A's, for the exact path */
 };
