@@ -13,11 +13,17 @@
 # level. Every command is echoed before its output, so the lines can be
 # copied into docs/performance.md with the CPU they ran on (printed first). Features hidden with A2AMM_CPU_HIDE do not make
 # another CPU: run it on the CPU itself.
+#
+# With LLAMA_PEERS="PATH..." (llama.cpp's test-backend-ops, built as docs/performance.md says: natively,
+# and for AVX2 only where the CPU has more), it also takes issue 31's comparison with ggml's q8_0
+# MUL_MAT_ID at the Qwen3-30B-A3B experts' shape, 1, 8 and 32 tokens, beside mul_mat_id_probe on every
+# level, on the thread count test-backend-ops uses (half the CPUs).
 set -uo pipefail
 build=${1:-build}
 A2AMM=$build/a2amm
 BENCH=$build/a2amm-bench
-for f in "$A2AMM" "$BENCH" "$build/tools/gemm_small_m" "$build/tools/gemm_digest" "$build/tools/moe_down_probe"; do
+for f in "$A2AMM" "$BENCH" "$build/tools/gemm_small_m" "$build/tools/gemm_digest" "$build/tools/moe_down_probe" \
+         "$build/tools/mul_mat_id_probe"; do
     if [ ! -x "$f" ]; then
         echo "small-m-figures: $f is missing: build first (make all, or make BUILD=$build all)" >&2
         exit 2
@@ -65,3 +71,18 @@ echo
 echo "== the MoE down projection alone, every level, one thread (W2 MX-quantized, in cache, then from memory; then codes drawn uniformly)"
 for n in 1 4; do show "$build/tools/moe_down_probe" 2048 1408 "$n"; show "$build/tools/moe_down_probe" 2048 1408 "$n" 10 --cold; done
 show "$build/tools/moe_down_probe" 2048 1408 1 10 --uniform-codes
+
+if [ -n "${LLAMA_PEERS:-}" ]; then
+    threads=$(($(nproc) / 2))
+    [ "$threads" -ge 1 ] || threads=1
+    echo
+    echo "== against llama.cpp's q8_0 MUL_MAT_ID, $threads thread(s): ggml's perf, then a2amm on every level"
+    for n in 1 8 32; do
+        for peer in $LLAMA_PEERS; do
+            show "$peer" perf -o MUL_MAT_ID -b CPU -p "type_a=q8_0,.*n_mats=128,n_used=8,b=0,m=768,n=$n,k=2048"
+        done
+        for level in $levels; do
+            show env A2AMM_ISA="$level" "$build/tools/mul_mat_id_probe" 128 8 768 2048 "$n" 200 "$threads"
+        done
+    done
+fi
