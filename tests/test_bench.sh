@@ -24,7 +24,13 @@ expect_output "a2amm-bench gemm prints the table" "a2amm MXFP8, prepared B"
 
 # --- help teaches, with examples that work as printed
 expect_ok "a2amm --help" "$A2AMM" --help
-expect_output "main help lists bench" "bench gemm"
+expect_output "main help lists bench" "bench NAME"
+# every benchmark bench --help lists is named on the main help's bench line
+benches=$("$A2AMM" bench --help | sed -n '/^benchmarks:/,/^$/s/^  \([a-z]*\) .*/\1/p')
+check "bench --help lists its five benchmarks" test "$(echo $benches | wc -w)" -eq 5
+for b in $benches; do
+    check "main help names bench $b" bash -c "'$A2AMM' --help | grep '^  bench ' | grep -qw '$b'"
+done
 expect_ok "bench --help" "$A2AMM" bench --help
 expect_output "bench help lists gemm" "gemm    M N K"
 expect_output "bench help lists op" "op      M K N R"

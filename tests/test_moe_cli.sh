@@ -217,4 +217,6 @@ assert all(j[k]['median'] > 0 for k in ('call_s', 'other_schedule_s', 'experts_a
 expect_fail "--route is gen's" "--route is gen's" "$A2AMM" run 12 96 64 4 --op moe --route hot --dir "$d"
 expect_ok "gen --op moe --help" "$A2AMM" gen --op moe --help
 expect_output "gen's help shows the layout" "input_topk_idx.bin"
+expect_ok "a2amm --help" "$A2AMM" --help
+expect_output "the main help names the MoE op" "--op moe (T H I R)"
 finish
