@@ -5,7 +5,8 @@
 # binary outputs with it) and torch (the seed's own verify_result.py runs
 # with it in the tests), clang with libFuzzer (the fuzz targets), Open MPI
 # (liba2amm_mpi, --transport mpi) with iproute2 (the tests' namespace hosts),
-# librsvg2-bin (the tests render timelines) and bsdutils (`script`); for the Python package (python/):
+# librsvg2-bin (the tests render timelines), bsdutils (`script`) and qemu-user (the tests' emulated
+# CPUs); for the Python package (python/):
 # python3-dev (Python.h), python3-venv, python3-setuptools, python3-pytest and python3-mpi4py.
 # Safe to run again: it does nothing when everything is present.
 set -euo pipefail
@@ -23,6 +24,8 @@ have openmpi-bin || need+=(openmpi-bin)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v rsvg-convert >/dev/null 2>&1 || need+=(librsvg2-bin) # renders `a2amm timeline`'s SVG in the tests
 command -v script >/dev/null 2>&1 || need+=(bsdutils)          # a pseudo-terminal for the progress tests
+# qemu-user: test_emulated_cpus.sh runs a2amm on CPUs this machine is not (x86-64 hosts)
+[ "$(uname -m)" != x86_64 ] || command -v qemu-x86_64 >/dev/null 2>&1 || need+=(qemu-user)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 have python3-numpy || need+=(python3-numpy)
 # the Python package: its extension is built with Debian's setuptools in a venv, tested with pytest

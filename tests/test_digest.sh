@@ -20,7 +20,7 @@
 . "$(dirname "$0")/lib.sh"
 unset A2AMM_CPU_HIDE A2AMM_ISA
 DIGEST="$(dirname "$A2AMM")/tools/gemm_digest"
-declare -A PINNED=([ref]=bd0a8517d63b2440 [avx2]=897194de1d3e4cc8 [avx512]=abb8892cc90ea9e0)
+. "$(dirname "$0")/digests.sh"
 
 ran=()
 for isa in ref avx2 avx512 amx; do
