@@ -363,7 +363,7 @@ expect_fail "bench moe: unknown option" "unknown option '--bogus'" "$A2AMM" benc
 
 # --- bench grouped: E experts of M rows as the MoE op runs them, against a read of their weights
 expect_ok "bench grouped" "$A2AMM" bench grouped 4 3 64 32 --iters 2 --threads 2
-for row in "a2amm grouped experts (gate+up, down)" "read of the same bytes" "experts / read:"; do
+for row in "a2amm grouped experts (gate+up, down)" "read of the same bytes" "experts / read:" "paired by repetition"; do
     expect_output "bench grouped: $row" "$row"
 done
 expect_ok "bench grouped --help" "$A2AMM" bench grouped --help
