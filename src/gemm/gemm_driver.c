@@ -213,23 +213,25 @@ static void pack_a(const gemm_level *L, const gemm_a_slab *a, int64_t i0, int64_
 /* ---- The fold rule per panel ------------------------------------------------ */
 
 /*
- * Blocks [kb, kb + nblk) of panel p (nblk <= 32) from its groups: bit j of
- * the result is block kb + j's refused bit (special: its special bit);
- * *smin, *smax the scale range of the groups that hold them (a range that
- * holds the blocks' own).
+ * Blocks [kb, kb + nblk) of panel p (nblk <= 32) from its groups, in one or
+ * two reads: bit j of refused (special) is block kb + j's; smin, smax the
+ * scale range of the groups that hold them (a range that holds the blocks'
+ * own). Inlined: out of line (GCC made it so) it cost 3% of a one-row call.
  */
-static uint32_t group_bits(const gemm_b *b, int64_t p, int64_t kb, int64_t nblk, int special, int *smin, int *smax)
+static inline __attribute__((always_inline)) gemm_panel_group span_of(const gemm_b *b, int64_t p, int64_t kb, int64_t nblk)
 {
     const gemm_panel_group *g = b->groups + p * b->ngroups + kb / 32;
-    const int shift = (int)(kb % 32), two = shift + nblk > 32;
-    uint64_t bits = special ? g[0].special : g[0].refused;
-    *smin = g[0].smin, *smax = g[0].smax;
-    if (two) {
-        bits |= (uint64_t)(special ? g[1].special : g[1].refused) << 32;
-        *smin = g[1].smin < *smin ? g[1].smin : *smin;
-        *smax = g[1].smax > *smax ? g[1].smax : *smax;
+    const int shift = (int)(kb % 32);
+    uint64_t refused = g[0].refused, special = g[0].special;
+    gemm_panel_group span = {0, 0, g[0].smin, g[0].smax};
+    if (shift + nblk > 32) {
+        refused |= (uint64_t)g[1].refused << 32, special |= (uint64_t)g[1].special << 32;
+        span.smin = g[1].smin < span.smin ? g[1].smin : span.smin;
+        span.smax = g[1].smax > span.smax ? g[1].smax : span.smax;
     }
-    return (uint32_t)((bits >> shift) & ((1ull << nblk) - 1));
+    const uint64_t mask = (1ull << nblk) - 1;
+    span.refused = (uint32_t)((refused >> shift) & mask), span.special = (uint32_t)((special >> shift) & mask);
+    return span;
 }
 
 /*
@@ -241,11 +243,10 @@ static int panel_needs_exact(const gemm_b *b, const a_block *blk, int64_t kb, in
                              int pair_hi, int *clean)
 {
     /* The common case in one or two reads: every A block's range against the panel's groups' range. */
-    int smin, smax;
-    const uint32_t refused = group_bits(b, p, kb, nblk, 0, &smin, &smax);
-    if (blk->min_all + smin >= pair_lo && blk->max_all + smax <= pair_hi) {
+    const gemm_panel_group span = span_of(b, p, kb, nblk);
+    if (blk->min_all + span.smin >= pair_lo && blk->max_all + span.smax <= pair_hi) {
         *clean = 1;
-        return refused != 0;
+        return span.refused != 0;
     }
     const gemm_panel_info *info = b->info + kb * b->npanels + p;
     int unfoldable = 0;
@@ -325,9 +326,8 @@ static inline const char *panel_at(const gemm_b *b, int small, int64_t p, int64_
  */
 static void block_bits(const gemm_b *b, int64_t p, int64_t kb, int64_t nblk, uint32_t *refused, uint32_t *special)
 {
-    int smin, smax;
-    *refused = group_bits(b, p, kb, nblk, 0, &smin, &smax);
-    *special = group_bits(b, p, kb, nblk, 1, &smin, &smax);
+    const gemm_panel_group span = span_of(b, p, kb, nblk);
+    *refused = span.refused, *special = span.special;
 }
 
 /* K of the chunk that starts kc0 into a call's klen. */

@@ -64,7 +64,9 @@ typedef struct gemm_panel_info {
  * Panel p's info over 32 K-blocks at once (group g: blocks 32 g .. 32 g +
  * 31), so that the driver reads a panel's chunk in one or two of these,
  * not block by block: the blocks not ok and not normal as bits, and the
- * scale range over the ok blocks (255, 0 if none).
+ * scale range over the ok blocks (255, 0 if none). The driver's span_of
+ * gives the same of any run of at most 32 blocks (its scale range that of
+ * the groups holding them).
  */
 typedef struct gemm_panel_group {
     uint32_t refused, special;
