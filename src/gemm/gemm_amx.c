@@ -302,10 +302,11 @@ widen_block(const gemm_tile *t, int i, int64_t j, int h0, int halves, const wide
  * for the stores that made it and the tiles multiply while the next block
  * is widened: the same bits. The tiles do 32 rows whatever the call's are.
  */
-AMX_WIDEN_TARGET static void amx_block8(const gemm_tile *t, float *c_out, int64_t ldc_out)
+AMX_WIDEN_TARGET static inline __attribute__((always_inline)) void
+amx_block8_of(const gemm_tile *t, float *c_out, int64_t ldc_out, const a2amm_fp8_type type)
 {
     const int64_t a_stride = BF16_A_LD * 4;
-    const widen_consts w = widen_consts_of(t->b_type);
+    const widen_consts w = widen_consts_of(type);
     uint32_t buf[2][16 * 32] __attribute__((aligned(64)));
     const char *prefetch = t->prefetch;
     const int64_t per_step = prefetch_per_step(t, 2);
@@ -343,10 +344,11 @@ AMX_WIDEN_TARGET static void amx_block8(const gemm_tile *t, float *c_out, int64_
  * products do not depend on the tile's other rows): the same bits. Rows
  * 16-31 of C are left as they are.
  */
-AMX_WIDEN_TARGET static void amx_block8_half(const gemm_tile *t, float *c_out, int64_t ldc_out)
+AMX_WIDEN_TARGET static inline __attribute__((always_inline)) void
+amx_block8_half_of(const gemm_tile *t, float *c_out, int64_t ldc_out, const a2amm_fp8_type type)
 {
     const int64_t a_stride = BF16_A_LD * 4, in_stride = t->ldc_in * 4, out_stride = ldc_out * 4;
-    const widen_consts w = widen_consts_of(t->b_type);
+    const widen_consts w = widen_consts_of(type);
     uint32_t buf[2][16 * 64] __attribute__((aligned(64)));
     const char *prefetch = t->prefetch;
     const int64_t per_step = prefetch_per_step(t, 1);
@@ -388,6 +390,23 @@ AMX_WIDEN_TARGET static void amx_block8_half(const gemm_tile *t, float *c_out, i
     _tile_stored(2, c_out + 32, out_stride);
     _tile_stored(3, c_out + 48, out_stride);
     _tile_loadconfig(&CONFIG); /* the other kernels' tiles */
+}
+
+/*
+ * The small-M blocks, a copy for each type of B: the type a constant, so
+ * the widening's shifts take an immediate (a shift by a register is two
+ * uops on Intel, where an immediate's is one), as the avx512 level's.
+ */
+AMX_WIDEN_TARGET static void amx_block8(const gemm_tile *t, float *c_out, int64_t ldc_out)
+{
+    if (t->b_type == A2AMM_E5M2) amx_block8_of(t, c_out, ldc_out, A2AMM_E5M2);
+    else amx_block8_of(t, c_out, ldc_out, A2AMM_E4M3);
+}
+
+AMX_WIDEN_TARGET static void amx_block8_half(const gemm_tile *t, float *c_out, int64_t ldc_out)
+{
+    if (t->b_type == A2AMM_E5M2) amx_block8_half_of(t, c_out, ldc_out, A2AMM_E5M2);
+    else amx_block8_half_of(t, c_out, ldc_out, A2AMM_E4M3);
 }
 
 /* Whole 32-row tiles only (the context says so): to C straight, or through a buffer rounded to out. */
