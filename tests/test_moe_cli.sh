@@ -187,7 +187,22 @@ p = '$d/input/0/input_topk_idx.bin'; b = bytearray(open(p, 'rb').read()); b[4 * 
 expect_fail "an expert id out of range: refused naming token and slot" "token 2, slot 0" "$A2AMM" run 12 96 64 1 --op moe --dir "$d"
 check "... and the outputs are as they were" same_outputs "$d" 1 "$SCRATCH/c0.want"
 check "... and nothing temporary left" test -z "$(find "$d" -name '*.tmp.*')"
+expect_fail "verify: an id out of range is refused as run refuses it" "token 2, slot 0: expert 7 is out of range" \
+    "$A2AMM" verify 12 96 64 1 --op moe --dir "$d"
 cp "$SCRATCH/idx.bin" "$d/input/0/input_topk_idx.bin"
+# (verify sized its reference by an expert at most once a token: twice, it wrote past its buffers)
+c5="$SCRATCH/c5/input/1/input_topk_idx.bin"
+cp "$c5" "$SCRATCH/idx5.bin"
+/usr/bin/python3 -c "
+p = '$c5'; b = bytearray(open(p, 'rb').read()); b[4:8] = b[0:4]; open(p, 'wb').write(b)"
+expect_fail "verify: an expert twice in a token is refused, naming the file" \
+    "rank 1: token 0, slot 1: expert $(od -An -tu4 -N4 "$c5" | tr -d ' ') is already in slot 0: an expert at most once a token (in input/1/input_topk_idx.bin" \
+    "$A2AMM" verify 12 96 64 3 --op moe --dir "$SCRATCH/c5"
+cp "$SCRATCH/idx5.bin" "$c5"
+expect_ok "verify: without the golden (gen --no-golden) the outputs are still checked" \
+    bash -c "mv '$d/output/0/cpu_output.bin' '$SCRATCH/golden0' && '$A2AMM' verify 12 96 64 1 --op moe --dir '$d'"
+expect_output "... and says the golden is not compared" "cpu_output.bin not compared"
+mv "$SCRATCH/golden0" "$d/output/0/cpu_output.bin"
 sed -i 's/^topk .*/topk x/' "$d/input/a2amm-meta.txt"
 expect_fail "a broken meta file: the line and the rule" "a2amm-meta.txt:8: the value must be a whole number" "$A2AMM" run 12 96 64 1 --op moe --dir "$d"
 

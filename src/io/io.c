@@ -97,8 +97,10 @@ int io_read_exact(const char *path, void *buf, size_t bytes, a2amm_error *err)
     struct stat st;
     int fd = io_open_regular(path, &st, err);
     if (fd < 0) {
-        size_t n = strlen(err->msg);
-        snprintf(err->msg + n, sizeof err->msg - n, " (expected a file of %zu bytes)", bytes);
+        if (err) {
+            size_t n = strlen(err->msg);
+            snprintf(err->msg + n, sizeof err->msg - n, " (expected a file of %zu bytes)", bytes);
+        }
         return fd;
     }
     if ((uint64_t)st.st_size != (uint64_t)bytes) {

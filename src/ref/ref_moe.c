@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "mx/mx.h"
+#include "op/moe.h"
 
 /* One expert's routed rows over every rank: pair p is (rank, token, slot). */
 typedef struct routed {
@@ -51,6 +52,14 @@ int ref_moe(const moe_io_shape *s, const moe_io_rank *data, double *const *ref, 
     const int64_t H = s->H, In = s->I, sh = moe_io_scale_row(H), si = moe_io_scale_row(In);
     int64_t total = 0;
     for (int r = 0; r < R; r++) total += s->tokens[r];
+    /* the sizes below assume what the op checks: an expert at most once a token, every id in range */
+    for (int r = 0; r < R; r++) {
+        const moe_shape ms = {R, r, E, L, K, H, In, s->a_type, s->b_type};
+        a2amm_error why = {0, ""};
+        if (moe_check_routing(&ms, s->tokens[r], data[r].idx, data[r].w, &why))
+            return a2amm_fail(err, why.code, "%s (in input/%d/input_topk_idx.bin and input_topk_w.bin), as run "
+                              "refuses it: no reference for such a routing", why.msg, r);
+    }
     const int64_t most = total * K > 0 ? total : 1; /* an expert appears once a token */
     double **tol1 = calloc((size_t)R, sizeof *tol1), **tol2 = calloc((size_t)R, sizeof *tol2);
     routed rt = {0, malloc(sizeof(int) * (size_t)most), malloc(sizeof(int64_t) * (size_t)most),
