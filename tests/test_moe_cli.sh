@@ -198,6 +198,13 @@ p = '$c5'; b = bytearray(open(p, 'rb').read()); b[4:8] = b[0:4]; open(p, 'wb').w
 expect_fail "verify: an expert twice in a token is refused, naming the file" \
     "rank 1: token 0, slot 1: expert $(od -An -tu4 -N4 "$c5" | tr -d ' ') is already in slot 0: an expert at most once a token (in input/1/input_topk_idx.bin" \
     "$A2AMM" verify 12 96 64 3 --op moe --dir "$SCRATCH/c5"
+expect_fail "run: the same routing is refused" "is already in slot 0" "$A2AMM" run 12 96 64 3 --op moe --dir "$SCRATCH/c5"
+expect_output "... the rank that failed, and why" "[Rank 1] FAILED (invalid argument) while: "
+expect_output "... every other rank stopped for it" "[Rank 0] stopped: another rank failed (it was: "
+expect_output "... every other rank stopped for it" "[Rank 2] stopped: another rank failed (it was: "
+check "... the message said once, with one 'rank 1: '" \
+    test "$(grep -c 'already in slot 0' "$SCRATCH/out")" = 1 -a "$(grep -c 'rank 1: rank 1' "$SCRATCH/out")" = 0
+check "... and no rank said to be writing (none got there)" bash -c "! grep -q 'writing its output' '$SCRATCH/out'"
 cp "$SCRATCH/idx5.bin" "$c5"
 expect_ok "verify: without the golden (gen --no-golden) the outputs are still checked" \
     bash -c "mv '$d/output/0/cpu_output.bin' '$SCRATCH/golden0' && '$A2AMM' verify 12 96 64 1 --op moe --dir '$d'"

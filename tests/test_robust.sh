@@ -83,6 +83,8 @@ for sig in INT TERM; do
     want=$([ $sig = INT ] && echo 130 || echo 143)
     check "SIG$sig: exit $want (got $rc)" test $rc -eq $want
     check "SIG$sig: says it was interrupted" grep -q "interrupted by signal" "$SCRATCH/sig"
+    check "SIG$sig: each rank reported as it was (in the call, waiting for rank 1), none at the end barrier" \
+        bash -c "grep -q 'Rank 0\] stopped: another rank failed (it was: a2amm_op_run call' '$SCRATCH/sig' && ! grep -q 'end barrier' '$SCRATCH/sig'"
     for k in $kids; do check "SIG$sig: rank pid $k gone" bash -c "! kill -0 $k 2>/dev/null"; done
     check "SIG$sig: outputs untouched" outputs_untouched
     check "SIG$sig: no temporary left" no_temporaries

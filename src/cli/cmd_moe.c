@@ -16,6 +16,7 @@
 #include "cli/out_path.h"
 #include "cli/perf_report.h"
 #include "cli/progress.h"
+#include "cli/rank_report.h"
 #include "common/error.h"
 #include "gen/gen_moe.h"
 #include "io/io.h"
@@ -536,12 +537,7 @@ int cmd_run_moe(int argc, char **argv)
     double wall = cli_now() - t0;
     if (o.transport == RUN_MPI) run_mpi_finalize();
     if (rc) {
-        for (int r = 0; res.ranks && r < s.R; r++) {
-            const a2amm_rank_report *k = &res.ranks[r];
-            if (k->started && k->status && k->status != A2AMM_E_PEER)
-                printf("  [Rank %d] FAILED (%s) while: %s\n", r, a2amm_strerror(k->status), k->doing);
-            else if (k->signal) printf("  [Rank %d] killed by signal %d while: %s\n", r, k->signal, k->doing);
-        }
+        for (int r = 0; res.ranks && r < s.R; r++) rank_report_print(r, &res.ranks[r]);
         cli_print_error("run", &err);
         printf("All workers finished. Status: FAILURE\n");
         moe_run_result_free(&res);

@@ -15,6 +15,7 @@
 #include "cli/op_args.h"
 #include "cli/out_path.h"
 #include "cli/perf_report.h"
+#include "cli/rank_report.h"
 
 static void run_usage(FILE *f)
 {
@@ -97,33 +98,6 @@ static void run_usage(FILE *f)
             "  a2amm verify 700 96 2 --dir /tmp/a2amm-demo-reverse\n");
 }
 
-/* How one rank ended, in a line: never started, ok, what failed first, or stopped for another's failure. */
-static void print_rank(int r, const a2amm_rank_report *k)
-{
-    if (!k->started) printf("  [Rank %d] never started (the launcher stopped before forking it)\n", r);
-    else if (k->status == 0) printf("  [Rank %d] ok\n", r);
-    else if (k->signal && k->killed_by_launcher)
-        printf("  [Rank %d] killed by the launcher (it did not stop after the failure) while: %s\n", r, k->doing);
-    else if (k->signal)
-        printf("  [Rank %d] FAILED: killed by signal %d (%s) while: %s\n", r, k->signal, strsignal(k->signal),
-               k->doing);
-    else if (k->failed_first && k->status == A2AMM_E_PEER)
-        printf("  [Rank %d] FAILED: exited with code %d before finishing, while: %s\n", r, k->exit_code, k->doing);
-    else if (k->failed_first) printf("  [Rank %d] FAILED (%s) while: %s\n", r, a2amm_strerror(k->status), k->doing);
-    else if (k->status == A2AMM_E_PEER) printf("  [Rank %d] stopped: another rank failed (it was: %s)\n", r, k->doing);
-    else printf("  [Rank %d] FAILED (%s) while: %s\n", r, a2amm_strerror(k->status), k->doing);
-}
-
-/* One word for how a rank ended, for the JSON. */
-static const char *rank_word(const a2amm_rank_report *k)
-{
-    if (!k->started) return "never started";
-    if (k->status == 0) return "ok";
-    if (k->killed_by_launcher) return "killed by the launcher";
-    if (k->failed_first) return "failed";
-    return k->status == A2AMM_E_PEER && !k->signal ? "stopped: another rank failed" : "failed";
-}
-
 /* --json in precision mode: the run as one object (shape, each rank, time, the outputs). */
 static void print_precision_json(const char *dir, const op_shape *s, const run_options *o, const run_result *res,
                                  int rc, const a2amm_error *err, double wall)
@@ -144,7 +118,7 @@ static void print_precision_json(const char *dir, const op_shape *s, const run_o
     for (int r = 0; res->ranks && r < s->R; r++) {
         const a2amm_rank_report *k = &res->ranks[r];
         printf("%s{\"rank\":%d", r ? "," : "", r);
-        cli_json_key_str("status", rank_word(k));
+        cli_json_key_str("status", rank_report_word(k));
         cli_json_key_str("doing", k->status ? k->doing : NULL);
         printf(",\"signal\":%d}", k->signal);
     }
@@ -257,7 +231,7 @@ static int run_command(int argc, char **argv, int seed_form)
         if (res.ranks) {
             printf("  %lld tiles, %d compute thread%s per rank, kernel %s\n", (long long)res.ntiles, res.threads,
                    res.threads == 1 ? "" : "s", res.kernel);
-            for (int r = 0; r < s.R; r++) print_rank(r, &res.ranks[r]);
+            for (int r = 0; r < s.R; r++) rank_report_print(r, &res.ranks[r]);
         }
     }
     if (rc) {

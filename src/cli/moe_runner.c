@@ -15,6 +15,7 @@
 
 #include "cli/args.h"
 #include "cli/guard.h"
+#include "cli/rank_report.h"
 #include "cli/run_trace.h"
 #include "cli/time_map.h"
 #include "cli/trace.h"
@@ -225,11 +226,11 @@ static int rank_work(moe_rank *k, a2amm_error *err)
     trace_rank *trace = rn->mpi_trace ? rn->mpi_trace : &k->trace;
     if (!rc && rn->o.trace_path) rc = trace_rank_init(trace, k->me, s->R, 1, err);
     if (!rc && rn->o.trace_path) rc = a2amm_moe_set_observer(k->m, trace_observe, trace, err);
+    if (!rc && rn->o.mode == RUN_PRECISION) rc = call_op(k, k->m, err);
     if (!rc && rn->o.mode == RUN_PRECISION) {
-        rc = call_op(k, k->m, err);
         char path[IO_PATH_MAX];
         a2amm_comm_say(k->comm, "writing its output");
-        if (!rc) rc = io_rank_path(path, sizeof path, rn->dir, "output", k->me, "npu_out.bin", err);
+        rc = io_rank_path(path, sizeof path, rn->dir, "output", k->me, "npu_out.bin", err);
         if (!rc) rc = io_write_staged(path, rn->tag, k->out, sizeof *k->out * (size_t)(k->d.T * s->H), err);
     }
     for (int it = -rn->o.warmup; !rc && rn->o.mode == RUN_PERF && it < rn->o.iters; it++) {
@@ -242,6 +243,7 @@ static int rank_work(moe_rank *k, a2amm_error *err)
         rc = run_trace_save_part(&k->trace, rn->o.trace_path, rn->tag, err);
     }
     /* every rank has written before any launcher commits */
+    if (!rc) a2amm_comm_say(k->comm, "waiting at the end barrier");
     if (!rc) rc = a2amm_comm_barrier(k->comm, rn->o.timeout_s, err);
     return rc;
 }
@@ -251,7 +253,8 @@ static int rank_main(a2amm_comm *comm, void *arg)
     moe_rank k = {.rn = arg, .comm = comm, .me = a2amm_comm_rank(comm)};
     a2amm_error err = {0, ""};
     int rc = rank_work(&k, &err);
-    if (rc && rc != A2AMM_E_PEER) fprintf(stderr, "a2amm run: rank %d: %s\n", k.me, err.msg);
+    if (rc) rank_report_fail(comm, k.me, rc, &err);
+    else a2amm_comm_say(comm, "done");
     a2amm_moe_destroy(k.m);
     a2amm_moe_destroy(k.other);
     for (int le = 0; k.y && le < k.rn->s.E / k.rn->s.R; le++) free(k.y[le]);

@@ -11,6 +11,7 @@
 
 #include "cli/fault.h"
 #include "cli/measure.h"
+#include "cli/rank_report.h"
 #include "cli/run_rank.h"
 #include "cli/run_trace.h"
 #include "cli/trace.h"
@@ -90,19 +91,10 @@ static int rank_precision(rank_state *st, a2amm_error *err)
         trace_span(rn->trace, TRACE_WRITE, t0, trace_now_ns(), -1);
         if (!rc) fault_pause("staged", st->me);
     }
-    a2amm_comm_say(st->comm, "waiting at the end barrier");
-    if (!rc) rc = run_traced_barrier(st, err);
-    return rc;
-}
-
-/* Reports this rank's failure to every rank (the first report wins), without a doubled "rank N: ". */
-static int rank_failed(rank_state *st, int rc, const a2amm_error *err)
-{
-    char prefix[32];
-    int n = snprintf(prefix, sizeof prefix, "rank %d: ", st->me);
-    const char *msg = err->msg[0] ? err->msg : a2amm_strerror(rc);
-    if (!strncmp(msg, prefix, (size_t)n)) msg += n;
-    if (rc != A2AMM_E_PEER) a2amm_comm_fail(st->comm, rc, msg);
+    if (!rc) { /* a rank that failed says what it was doing when it failed, not this */
+        a2amm_comm_say(st->comm, "waiting at the end barrier");
+        rc = run_traced_barrier(st, err);
+    }
     return rc;
 }
 
@@ -138,7 +130,7 @@ int run_rank_main(a2amm_comm *comm, void *arg)
         a2amm_comm_say(comm, "saving the trace's spans");
         rc = run_trace_save_part(rn->trace, rn->o.trace_path, rn->tag, &err);
     }
-    if (rc) rank_failed(&st, rc, &err);
+    if (rc) rank_report_fail(comm, st.me, rc, &err);
     else a2amm_comm_say(comm, "done");
     rank_state_free(&st);
     return rc;

@@ -158,6 +158,14 @@ static void supervise(struct comm_world_header *hdr, struct rank_watch *w, int n
     for (int r = 0; r < nranks; r++)
         running += w[r].running;
     while (running > 0) {
+        /* Before reaping: a Ctrl-C reaches the ranks too (one process group), and a rank it ended
+         * must not be reported as the failure the user's interrupt was. */
+        if (grace_end == INT64_MAX && stop && *stop) {
+            char reason[64];
+            snprintf(reason, sizeof reason, "interrupted by signal %d (%s)", (int)*stop, strsignal((int)*stop));
+            comm_mark_failed(hdr, -1, A2AMM_E_INTERRUPTED, reason);
+            grace_s = grace_s < 0.2 ? grace_s : 0.2; /* the user is waiting: stop the ranks now */
+        }
         for (int r = 0; r < nranks; r++) {
             if (!w[r].running)
                 continue;
@@ -173,12 +181,6 @@ static void supervise(struct comm_world_header *hdr, struct rank_watch *w, int n
             fail_for_timeout(hdr, w, nranks, timeout_s);
         if (grace_end == INT64_MAX && stall_s > 0)
             watch_stalls(hdr, w, nranks, stall_s, now);
-        if (grace_end == INT64_MAX && stop && *stop) {
-            char reason[64];
-            snprintf(reason, sizeof reason, "interrupted by signal %d (%s)", (int)*stop, strsignal((int)*stop));
-            comm_mark_failed(hdr, -1, A2AMM_E_INTERRUPTED, reason);
-            grace_s = grace_s < 0.2 ? grace_s : 0.2; /* the user is waiting: stop the ranks now */
-        }
         if (grace_end == INT64_MAX && comm_world_failed(hdr, NULL, NULL, NULL, 0))
             grace_end = comm_deadline_after(grace_s);
         if (running > 0 && now >= grace_end) {
