@@ -171,6 +171,10 @@ expect_fail "a contradicting --experts" "--experts contradicts" "$A2AMM" run 12 
 expect_fail "a contradicting T" "T contradicts" "$A2AMM" run 13 96 64 1 --op moe --dir "$d"
 expect_fail "a contradicting --tokens" "--tokens contradicts" "$A2AMM" verify 12 96 64 1 --op moe --tokens 5 --dir "$d"
 expect_fail "another op on MoE data" "the data is for --op moe" "$A2AMM" run 12 96 64 1 --op alltoall-matmul --dir "$d"
+"$A2AMM" gen 64 64 32 2 --dir "$SCRATCH/mm" --quiet >/dev/null
+expect_fail "--op moe on a matmul op's data: run names the op it is for" "the data is for a matmul op, not --op moe" \
+    "$A2AMM" run 64 64 32 2 --op moe --dir "$SCRATCH/mm"
+expect_fail "... verify too" "the data is for a matmul op, not --op moe" "$A2AMM" verify 64 64 32 2 --op moe --dir "$SCRATCH/mm"
 expect_fail "H not a multiple of 32" "H and I must be positive multiples of 32" "$A2AMM" gen 4 100 64 2 --op moe --dir "$SCRATCH/bad"
 expect_fail "E not a multiple of R" "--experts must be a positive multiple of R" "$A2AMM" gen 4 64 64 3 --op moe --experts 4 --dir "$SCRATCH/bad"
 expect_fail "K over E" "--topk must be 1 to min(E, 32)" "$A2AMM" gen 4 64 64 1 --op moe --experts 2 --topk 3 --dir "$SCRATCH/bad"

@@ -207,6 +207,9 @@ static const char *meta_line(const char *line, size_t len, moe_io_meta *m, unsig
     if (vlen == 0 || memchr(sp + 1, ' ', vlen)) return "expected 'key value' (one space between)";
     int k = 0;
     while (k < MM_COUNT && !(strlen(MOE_KEYS[k]) == klen && !memcmp(line, MOE_KEYS[k], klen))) k++;
+    if (k == MM_COUNT && klen == 1 && (line[0] == 'M' || line[0] == 'N'))
+        return "the data is for a matmul op, not --op moe (its meta file has M, K and N: run and verify it "
+               "without --op moe, or gen --op moe into another folder)";
     if (k == MM_COUNT)
         return "unknown key (a MoE meta file has op, T, H, I, R, experts, topk, tokens, a_type, b_type, route, "
                "scale_mode and seed)";
@@ -219,7 +222,11 @@ static const char *meta_line(const char *line, size_t len, moe_io_meta *m, unsig
     uint64_t u = 0;
     moe_io_shape *s = &m->shape;
     switch (k) {
-    case MM_OP: return strcmp(v, "moe") ? "op must be moe in a MoE meta file" : NULL;
+    case MM_OP:
+        if (!strcmp(v, "alltoall-matmul") || !strcmp(v, "matmul-alltoall"))
+            return "the data is for a matmul op, not --op moe (its meta file says op alltoall-matmul or "
+                   "matmul-alltoall: run and verify it without --op moe)";
+        return strcmp(v, "moe") ? "op must be moe in a MoE meta file" : NULL;
     case MM_T: case MM_H: case MM_I: case MM_R: case MM_E: case MM_K:
         if (parse_u64(v, &u) != PARSE_OK || u > (UINT64_C(1) << 40) || (u == 0 && k != MM_T))
             return "the value must be a whole number (at least 1; T at least 0) in decimal digits";
