@@ -71,6 +71,16 @@ expect_fail "short output" "expected 134400 bytes, found 1000 bytes" "$A2AMM" ve
 expect_output "short output names the file" "output/0/npu_out.bin"
 rm "$d/output/0/npu_out.bin"
 expect_fail "missing output" "output/0/npu_out.bin is missing" "$A2AMM" verify 700 96 2 --dir "$d"
+expect_output "... the summary counts it as not compared, not as differing" \
+    "[ERROR] 1 of 2 ranks differ from the golden; 1 of 2 ranks could not be compared"
+# an output older than the golden (a run before the last gen) is said to be so where it differs
+touch -d '1 hour ago' "$d/output/1/npu_out.bin"
+expect_fail "an old output" "[FAIL] Rank 1" "$A2AMM" verify 700 96 2 --dir "$d"
+expect_output "... is said to be older than the golden" "npu_out.bin is older than cpu_output.bin"
+mv "$d/input/a2amm-meta.txt" "$SCRATCH/meta.saved"
+expect_fail "no meta file and a failure" "[FAIL] Rank 1" "$A2AMM" verify 700 96 2 --dir "$d"
+expect_output "... the missing meta file is named" "input/a2amm-meta.txt is missing (a gen that did not finish"
+mv "$SCRATCH/meta.saved" "$d/input/a2amm-meta.txt"
 expect_fail "wrong shape given to verify" "says the data was made for M=700 K=256 N=96 R=2: refused" "$A2AMM" verify 70 96 2 --dir "$d"
 
 # --- determinism: same seed, same bytes; another seed, other bytes

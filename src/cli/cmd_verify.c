@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -56,11 +57,25 @@ static int load_pair(const char *dir, int r, size_t bytes, uint16_t *golden, uin
     return rc;
 }
 
-/* Rank r's output [M, N] (the op's rows and columns: M = R*M and N = N/R for matmul-alltoall). */
+/* Whether rank r's npu_out.bin is older than its cpu_output.bin: a run's output from before the last gen. */
+static int output_older(const char *dir, int r)
+{
+    char out[IO_PATH_MAX], golden[IO_PATH_MAX];
+    struct stat so, sg;
+    if (io_rank_path(out, sizeof out, dir, "output", r, "npu_out.bin", NULL) ||
+        io_rank_path(golden, sizeof golden, dir, "output", r, "cpu_output.bin", NULL) || stat(out, &so) ||
+        stat(golden, &sg))
+        return 0;
+    return so.st_mtim.tv_sec < sg.st_mtim.tv_sec ||
+           (so.st_mtim.tv_sec == sg.st_mtim.tv_sec && so.st_mtim.tv_nsec < sg.st_mtim.tv_nsec);
+}
+
+/* Rank r's output [M, N] (the op's rows and columns: M = R*M and N = N/R for matmul-alltoall): 1 it
+ * passes, 0 it differs, -1 its files could not be compared (said). */
 static int verify_rank(const char *dir, int r, int64_t M, int64_t N, double rtol, double atol,
                        uint16_t *golden, uint16_t *out)
 {
-    if (load_pair(dir, r, (size_t)(M * N) * 2, golden, out)) return 0;
+    if (load_pair(dir, r, (size_t)(M * N) * 2, golden, out)) return -1;
     verify_stats st;
     verify_compare(golden, out, M * N, rtol, atol, &st);
     printf("\n[Rank %d] [verify] shape=(%lld, %lld), elements=%lld\n", r, (long long)M, (long long)N,
@@ -82,6 +97,9 @@ static int verify_rank(const char *dir, int r, int64_t M, int64_t N, double rtol
                "column %lld: golden %.8g (0x%04x), output %.8g (0x%04x)\n",
                r, (long long)st.not_close, rtol, atol, (long long)(i / N), (long long)(i % N),
                (double)mx_bf16_to_f32(golden[i]), golden[i], (double)mx_bf16_to_f32(out[i]), out[i]);
+        if (output_older(dir, r))
+            printf("  note: npu_out.bin is older than cpu_output.bin: it is a run's output from before the last gen "
+                   "(run again)\n");
     }
     return st.pass;
 }
@@ -173,17 +191,31 @@ int cmd_verify(int argc, char **argv)
     else
         printf("Matrix shape: M=%lld, N=%lld\n", (long long)M, (long long)N);
     printf("============================================================\n");
-    int npass = 0;
-    char *status = calloc((size_t)R, 1);
+    int npass = 0, nmissing = 0;
+    signed char *status = calloc((size_t)R, 1);
     for (int r = 0; r < R; r++) {
         int ok = verify_rank(dir, r, rows, cols, rtol, atol, golden, out);
-        npass += ok;
-        if (status) status[r] = (char)ok;
+        npass += ok == 1, nmissing += ok < 0;
+        if (status) status[r] = (signed char)ok;
     }
     printf("\n============================================================\nVerification Summary:\n");
-    for (int r = 0; status && r < R; r++) printf("  Rank %d: %s\n", r, status[r] ? "PASS" : "FAIL");
+    for (int r = 0; status && r < R; r++)
+        printf("  Rank %d: %s\n", r, status[r] > 0 ? "PASS" : status[r] ? "FAIL (its files: see above)" : "FAIL");
     if (npass == R) printf("\n[ALL PASS] All %lld ranks passed verification!\n", (long long)R);
-    else printf("\n[ERROR] %lld of %lld ranks differ from the golden.\n", (long long)(R - npass), (long long)R);
+    else {
+        const long long differ = (long long)(R - npass - nmissing);
+        printf("\n[ERROR] ");
+        if (differ) printf("%lld of %lld ranks differ from the golden%s", differ, (long long)R, nmissing ? "; " : "");
+        if (nmissing)
+            printf("%d of %lld ranks could not be compared (a file missing or of another size: see above)", nmissing,
+                   (long long)R);
+        printf(".\n");
+    }
+    char meta[IO_PATH_MAX];
+    struct stat sm;
+    if (npass != R && !io_meta_path(meta, sizeof meta, dir, NULL) && lstat(meta, &sm) != 0)
+        printf("  note: %s is missing (a gen that did not finish, or files put there by hand): the inputs and the "
+               "golden may not belong together; a2amm gen makes a matching set\n", meta);
     free(status), free(golden), free(out);
     return npass == R ? 0 : 1;
 }
