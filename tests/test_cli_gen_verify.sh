@@ -19,7 +19,16 @@ check "refused gen wrote nothing" test ! -e "$SCRATCH/x"
 expect_fail "K not divisible by R" "K must be divisible by R" "$A2AMM" gen 64 96 8 5 --dir "$SCRATCH/x"
 expect_fail "zero M" "must all be at least 1" "$A2AMM" gen 0 64 8 1 --dir "$SCRATCH/x"
 expect_fail "negative N" "must all be at least 1" "$A2AMM" gen 8 64 -3 1 --dir "$SCRATCH/x"
-expect_fail "not a number" "M must be a whole number" "$A2AMM" gen 8x 64 8 1
+expect_fail "not a number" "M must be a whole number (at least 1) in decimal digits, got '8x'" "$A2AMM" gen 8x 64 8 1
+expect_fail "more ranks than a run takes: refused by gen too" "R must be at most 1024, the most ranks a run takes" \
+    "$A2AMM" gen 2 65536 2 2048 --no-golden --dir "$SCRATCH/x"
+check "... nothing written" test ! -e "$SCRATCH/x"
+# data larger than the free space (a few hundred terabytes) is refused before a byte is written
+expect_fail "data larger than the file system's free space" "GB free: refused (nothing written)" \
+    "$A2AMM" gen 65536 65536 65536 1024 --no-golden --dir "$SCRATCH/x/y"
+check "... nothing written" test ! -e "$SCRATCH/x"
+expect_fail "... the MoE op's too" "GB free: refused (nothing written)" \
+    "$A2AMM" gen 64 65536 65536 16 --op moe --experts 1024 --dir "$SCRATCH/x"
 expect_fail "overflowing sizes" "overflow" "$A2AMM" gen 4611686018427387904 4611686018427387904 1 1 --dir "$SCRATCH/x"
 expect_fail "missing arguments" "expected M K N R" "$A2AMM" gen 8 64
 expect_fail "unknown option" "unknown option '--bogus'" "$A2AMM" gen 8 64 8 1 --bogus

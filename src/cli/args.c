@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <time.h>
 
+#include "cli/runner.h"
 #include "util/parse.h"
 #include "mx/mx.h"
 
@@ -117,9 +118,17 @@ int cli_parse_shape(const char *cmd, char **mknr, op_shape *shape, op_sizes *siz
     static const char *names[4] = {"M", "K", "N", "R"};
     int64_t v[4];
     for (int i = 0; i < 4; i++)
-        if (cli_parse_i64(cmd, names[i], mknr[i], -(INT64_C(1) << 62), INT64_C(1) << 62, &v[i]))
+        if (parse_i64(mknr[i], &v[i]) != PARSE_OK) { /* the ranges are op_shape_check's, below */
+            fprintf(stderr, "a2amm %s: %s must be a whole number (at least 1) in decimal digits, got '%s'\n", cmd,
+                    names[i], mknr[i]);
             return -1;
+        }
     shape->M = v[0], shape->K = v[1], shape->N = v[2], shape->R = v[3];
+    if (shape->R > RUN_MAX_R) {
+        fprintf(stderr, "a2amm %s: R must be at most %d, the most ranks a run takes (got %lld)\n", cmd, RUN_MAX_R,
+                (long long)shape->R);
+        return -1;
+    }
     a2amm_error err;
     if (op_shape_check(shape, sizes, &err) != A2AMM_OK) {
         cli_print_error(cmd, &err);

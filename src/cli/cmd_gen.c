@@ -151,6 +151,11 @@ int cmd_gen(int argc, char **argv)
     op_sizes z;
     if (cli_parse_shape("gen", pos, &s, &z)) return 2;
     if (cli_dir_check("gen", dir)) return 2;
+    char what[96];
+    snprintf(what, sizeof what, "the data (%lld ranks' inputs%s)", (long long)s.R, golden ? " and golden" : "");
+    if (cli_space_check("gen", dir, (double)s.R * (double)(z.a_bytes + z.sa_bytes + z.b_bytes + z.sb_bytes +
+                                                             (golden ? z.out_bytes : 0)), what))
+        return 1;
 
     a2amm_error err = {0, ""};
     io_meta meta = {.shape = s, .seed = opt.seed};

@@ -300,6 +300,14 @@ int cmd_gen_moe(int argc, char **argv)
     if (shape_from_args("gen", &a, meta.route, &meta.shape) || cli_dir_check("gen", dir)) return 2;
     snprintf(meta.scale_mode, sizeof meta.scale_mode, "%s", mx_scale_mode_name(opt.scale_mode));
     const moe_io_shape *s = &meta.shape;
+    double need = 0;
+    for (int r = 0; r < s->R; r++) {
+        size_t b[MOE_IO_INPUTS];
+        moe_io_rank_bytes(s, r, b);
+        for (int i = 0; i < MOE_IO_INPUTS; i++) need += (double)b[i];
+        if (golden) need += 2.0 * (double)s->tokens[r] * (double)s->H;
+    }
+    if (cli_space_check("gen", dir, need, golden ? "the data (inputs and golden)" : "the data (inputs)")) return 1;
     char meta_file[IO_PATH_MAX];
     a2amm_error err = {0, ""};
     if (io_meta_path(meta_file, sizeof meta_file, dir, &err)) {

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <fcntl.h>
 #include <unistd.h>
 #include <signal.h>
@@ -18,6 +19,26 @@ int cli_dir_check(const char *cmd, const char *dir)
 {
     if (dir && dir[0]) return 0;
     fprintf(stderr, "a2amm %s: --dir is empty: name a folder (. for this one)\n", cmd);
+    return -1;
+}
+
+int cli_space_check(const char *cmd, const char *dir, double bytes, const char *what)
+{
+    char at[4096];
+    snprintf(at, sizeof at, "%s", dir);
+    struct statvfs fs;
+    while (statvfs(at, &fs) != 0) { /* a folder gen makes: its nearest existing parent's file system */
+        if (errno != ENOENT) return 0;
+        char *slash = strrchr(at, '/');
+        if (!slash) { snprintf(at, sizeof at, "."); continue; }
+        if (slash == at) slash[1] = '\0';
+        else *slash = '\0';
+        if (!strcmp(at, "/") && statvfs(at, &fs) != 0) return 0;
+    }
+    const double avail = (double)fs.f_bavail * (double)fs.f_frsize;
+    if (bytes <= avail) return 0;
+    fprintf(stderr, "a2amm %s: %s needs %.3g GB, and %s's file system has %.3g GB free: refused (nothing written)\n",
+            cmd, what, bytes / 1e9, at, avail / 1e9);
     return -1;
 }
 

@@ -13,6 +13,10 @@
 /* A usable --dir: not empty. Prints why not; 0 or -1. */
 int cli_dir_check(const char *cmd, const char *dir);
 
+/* Room for bytes more in dir's file system (dir, or the nearest folder above it that exists): prints why
+ * not, naming both sizes; 0 or -1. Where the free space cannot be read, 0 (the writes will say). */
+int cli_space_check(const char *cmd, const char *dir, double bytes, const char *what);
+
 /* What a command needs of the element types when there is no meta file. */
 typedef enum cli_types_rule {
     CLI_TYPES_UNUSED, /* verify: it needs none */
