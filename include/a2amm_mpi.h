@@ -22,8 +22,11 @@
  * so a program that cannot go on calls MPI_Abort itself (the a2amm command
  * prints the message and does). A rank that dies is reported by mpirun,
  * which ends the others; one that leaves (a2amm_comm_destroy) while others
- * still wait for it in a collective call is not told to them: their calls
- * end at the timeout. Every wait ends at the op's timeout_s.
+ * still wait for it in a collective call tells them: their calls return
+ * A2AMM_E_PEER within 0.2 s (a grace for a call the leaver did complete),
+ * naming it. a2amm_comm_destroy waits up to 5 s for the other ranks' own
+ * destroys, so that nothing of the communicator is left in flight. Every
+ * wait ends at the op's timeout_s.
  */
 #ifndef A2AMM_MPI_H
 #define A2AMM_MPI_H

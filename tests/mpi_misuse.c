@@ -10,6 +10,8 @@
  *                               a good call on the others
  *   mpi_misuse swapped          two identical ops, called in swapped order
  *                               on odd ranks
+ *   mpi_misuse leave            the last rank destroys its communicator at
+ *                               once; the others call a2amm_comm_alltoall
  *
  * Each rank prints "rank R: CALL: status S after T s: MESSAGE" per call and
  * "rank R: finished" once it has destroyed what it made and finalized MPI.
@@ -90,12 +92,25 @@ int main(int argc, char **argv)
         say("a2amm_op_create", rc, t0, &err);
         t0 = now_s();
         if (!rc) say("a2amm_op_run", a2amm_op_run(me % 2 ? y : x, M, a, sa, out, &err), t0, &err);
+    } else if (!rc && !strcmp(mode, "leave")) {
+        t0 = now_s();
+        if (me == R - 1) {
+            a2amm_comm_destroy(comm);
+            comm = NULL;
+            say("a2amm_comm_destroy", 0, t0, &err);
+        } else {
+            rc = a2amm_comm_alltoall(comm, send, recv, 64, TIMEOUT_S, &err);
+            say("a2amm_comm_alltoall", rc, t0, &err);
+        }
     } else if (!rc) {
-        fprintf(stderr, "mpi_misuse: unknown mode '%s' (alltoall-sizes, run-arg, config-differs or swapped)\n", mode);
+        fprintf(stderr, "mpi_misuse: unknown mode '%s' (alltoall-sizes, run-arg, config-differs, swapped or leave)\n",
+                mode);
     }
     t0 = now_s();
-    rc = a2amm_comm_status(comm, &err);
-    say("a2amm_comm_status", rc, t0, &err);
+    if (comm) {
+        rc = a2amm_comm_status(comm, &err);
+        say("a2amm_comm_status", rc, t0, &err);
+    }
     a2amm_op_destroy(x);
     a2amm_op_destroy(y);
     a2amm_comm_destroy(comm);

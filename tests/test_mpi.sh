@@ -204,6 +204,15 @@ expect_ok "misuse: two ops called in swapped order" mpirun_hosts 2 "$P-h1,$P-h2"
 named_on_both "swapped" a2amm_op_run 'on op 1' 'on op 2'
 check "swapped: both ranks went on to the end" finished_both
 
+# a rank that leaves (destroys its communicator) while another is in a call that needs it: that call ends
+# with A2AMM_E_PEER naming the rank that left, at once (a grace of 0.2 s), not at its 30 s deadline
+expect_ok "misuse: rank 1 destroys its communicator while rank 0 calls an alltoall" mpirun_hosts 2 "$P-h1,$P-h2" "$misuse" leave
+check "leave: rank 0's call returns A2AMM_E_PEER, naming rank 1 as the one that left" \
+    bash -c "grep '^rank 0: a2amm_comm_alltoall: status -8 ' '$SCRATCH/out' | grep -q 'rank 1 left the communicator'"
+check "leave: at once" quick 0 a2amm_comm_alltoall
+check "leave: rank 1's destroy returned at once too" quick 1 a2amm_comm_destroy
+check "leave: both ranks went on to the end" finished_both
+
 # the uneven AllToAll (a2amm_comm_alltoallv) across hosts, over MPI messages: the cases of
 # tests/alltoallv_cases.h (sizes by pair and round, zeros, scattered blocks, the even AllToAll between,
 # last a block over its room refused on every rank before a byte moves), as test_alltoallv does over shm

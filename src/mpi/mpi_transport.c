@@ -21,6 +21,14 @@
  * communicator sends every other rank a notice on a fourth duplicate,
  * which their waits look for between tests (they end with A2AMM_E_PEER,
  * naming it). Nothing here prints or calls MPI_Abort.
+ *
+ * A rank that destroys its communicator tells the others too (a "left"
+ * notice), and waits a little for theirs: a rank still in a call that needs
+ * it then fails with A2AMM_E_PEER once a short grace has passed (the call
+ * may be one the leaver completed: MPI finishes it in that time), not after
+ * its whole timeout. Every notice carries the communicator's id, agreed at
+ * creation, so that one arriving after its communicator is gone is never
+ * taken for a later one's.
  */
 #include "a2amm_mpi.h"
 
@@ -29,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "api/api_internal.h"
 #include "comm/channel.h"
@@ -48,19 +57,26 @@ typedef struct peer_sends {
     int head, n, qcap;
 } peer_sends;
 
-/* A failure, as one rank tells the others. */
+/* A failure, or a rank's leaving, as one rank tells the others. */
 typedef struct fail_notice {
+    uint64_t comm_id; /* the communicator's (mpi_state.id) */
     int32_t rank, code;
     char reason[COMM_FAIL_CHARS];
 } fail_notice;
 
 #define TAG_FAILED 1
+#define TAG_LEFT 2
 #define NOTICE_PUSH_NS 1000000000LL /* how long a failing rank helps its notices out before returning */
+#define LEFT_GRACE_NS 200000000LL   /* how long a wait goes on after a rank left, for a call it completed */
+#define LEFT_DRAIN_NS 5000000000LL  /* how long a destroy waits for the other ranks' left notices */
 
 typedef struct mpi_state {
     MPI_Comm tiles, exchange, coll, notices;
+    uint64_t id;            /* the communicator's, the same on every rank */
     comm_ctx *ctx;          /* whose failure record a notice fills */
     int failed;             /* this rank failed, or heard of another's failure */
+    int nleft, left_rank;   /* ranks that left (destroyed theirs), the first of them */
+    int64_t left_at_ns;     /* when the first left notice came (0: none) */
     fail_notice sent;       /* the notice this rank sent (kept until its sends complete) */
     MPI_Request *sent_req;  /* [size] */
     int rank, size;
@@ -161,19 +177,37 @@ static int any_sending(const mpi_state *s)
     return 0;
 }
 
-/* Takes in any failure notice that has come; returns whether the communicator failed. */
-static int heard_of_failure(mpi_state *s)
+/* Takes in the notices that have come (of this communicator: others are stale, and dropped). */
+static void take_notices(mpi_state *s)
 {
     int flag = 0;
     MPI_Status st;
-    while (MPI_Iprobe(MPI_ANY_SOURCE, TAG_FAILED, s->notices, &flag, &st) == MPI_SUCCESS && flag) {
+    while (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, s->notices, &flag, &st) == MPI_SUCCESS && flag) {
         fail_notice n;
         memset(&n, 0, sizeof n);
-        if (MPI_Recv(&n, (int)sizeof n, MPI_BYTE, st.MPI_SOURCE, TAG_FAILED, s->notices, MPI_STATUS_IGNORE) !=
-            MPI_SUCCESS)
-            snprintf(n.reason, sizeof n.reason, "rank %d failed (its notice could not be read)", st.MPI_SOURCE);
+        int read = MPI_Recv(&n, (int)sizeof n, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, s->notices, MPI_STATUS_IGNORE) ==
+                   MPI_SUCCESS;
+        if (read && n.comm_id != s->id) continue;
+        if (st.MPI_TAG == TAG_LEFT) {
+            if (!s->nleft++) s->left_rank = st.MPI_SOURCE, s->left_at_ns = comm_now_ns();
+            continue;
+        }
+        if (!read) snprintf(n.reason, sizeof n.reason, "rank %d failed (its notice could not be read)", st.MPI_SOURCE);
         n.reason[sizeof n.reason - 1] = '\0';
         if (!s->failed) comm_peer_failed(s->ctx, (int)n.rank, (int)n.code, n.reason);
+        s->failed = 1;
+    }
+}
+
+/* Takes in the notices; returns whether the communicator failed: a rank failed, or one left a grace ago. */
+static int heard_of_failure(mpi_state *s)
+{
+    take_notices(s);
+    if (!s->failed && s->nleft && comm_now_ns() - s->left_at_ns > LEFT_GRACE_NS) {
+        char reason[128];
+        snprintf(reason, sizeof reason, "rank %d left the communicator (destroyed it) while this rank still needed it",
+                 s->left_rank);
+        comm_peer_failed(s->ctx, s->left_rank, A2AMM_E_PEER, reason);
         s->failed = 1;
     }
     return s->failed;
@@ -431,7 +465,7 @@ static void tp_tell_failure(comm_ctx *ctx, int rank, int code, const char *reaso
     s->failed = 1;
     if (s->sent_req) return; /* told them already */
     if (!(s->sent_req = malloc((size_t)s->size * sizeof *s->sent_req))) return;
-    s->sent = (fail_notice){.rank = rank, .code = code};
+    s->sent = (fail_notice){.comm_id = s->id, .rank = rank, .code = code};
     snprintf(s->sent.reason, sizeof s->sent.reason, "%s", reason);
     for (int p = 0; p < s->size; p++) {
         s->sent_req[p] = MPI_REQUEST_NULL;
@@ -459,11 +493,38 @@ static const comm_transport MPI_TRANSPORT = {
     .tell_failure = tp_tell_failure, .poll_failure = tp_poll_failure, .channel = &MPI_CHANNEL,
 };
 
+/* Tells every other rank this one leaves, and waits (a while) for all of theirs: then no notice of this
+ * communicator is in flight when it is freed, and a rank still in a call hears at once. */
+static void say_left(mpi_state *s)
+{
+    if (s->size < 2) return;
+    MPI_Request *req = malloc((size_t)s->size * sizeof *req);
+    if (!req) return;
+    fail_notice n = {.comm_id = s->id, .rank = s->rank, .code = 0};
+    for (int p = 0; p < s->size; p++) {
+        req[p] = MPI_REQUEST_NULL;
+        if (p != s->rank) MPI_Isend(&n, (int)sizeof n, MPI_BYTE, p, TAG_LEFT, s->notices, &req[p]);
+    }
+    int64_t end = comm_now_ns() + LEFT_DRAIN_NS;
+    int sent = 0;
+    for (long spins = 0; comm_now_ns() < end; spins++) {
+        if (!sent && MPI_Testall(s->size, req, &sent, MPI_STATUSES_IGNORE) != MPI_SUCCESS) break;
+        take_notices(s);
+        if (sent && s->nleft >= s->size - 1) break;
+        back_off(spins);
+    }
+    for (int p = 0; p < s->size; p++)
+        if (req[p] != MPI_REQUEST_NULL) MPI_Cancel(&req[p]), MPI_Request_free(&req[p]);
+    free(req);
+}
+
 static void mpi_comm_destroy(a2amm_comm *comm)
 {
     mpi_state *s = comm_transport_state(comm->ctx);
+    if (s) say_left(s); /* (a failure notice it takes in goes to the record, still there) */
     comm_private_ctx_destroy(comm->ctx);
     if (s) {
+        s->ctx = NULL, s->failed = 1; /* the record is gone: notices below are only taken in */
         for (int i = 0; s->cap && i < s->size * s->cap * 2; i++) {
             if (s->recv_req[i] != MPI_REQUEST_NULL) MPI_Cancel(&s->recv_req[i]), MPI_Request_free(&s->recv_req[i]);
             if (s->send_req[i] != MPI_REQUEST_NULL) MPI_Request_free(&s->send_req[i]);
@@ -499,7 +560,15 @@ int a2amm_mpi_comm_create(MPI_Comm mpi_comm, size_t heap_bytes, a2amm_comm **out
         MPI_Comm_dup(mpi_comm, dups[i]);
         MPI_Comm_set_errhandler(*dups[i], MPI_ERRORS_RETURN); /* an MPI error is a status here, not an abort */
     }
-    int rc = comm_private_ctx_create(s->rank, s->size, heap_bytes ? heap_bytes : (size_t)1 << 30, &MPI_TRANSPORT, s,
+    /* the communicator's id: rank 0's clock and process, so a notice of an earlier one is told apart */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    s->id = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 40);
+    int rc = MPI_Bcast(&s->id, 1, MPI_UINT64_T, 0, s->notices) == MPI_SUCCESS
+                 ? A2AMM_OK
+                 : a2amm_fail(err, A2AMM_E_SYS, "a2amm_mpi_comm_create: MPI_Bcast of the communicator's id failed");
+    if (!rc)
+        rc = comm_private_ctx_create(s->rank, s->size, heap_bytes ? heap_bytes : (size_t)1 << 30, &MPI_TRANSPORT, s,
                                      &comm->ctx, err);
     if (rc) {
         for (size_t i = 0; i < sizeof dups / sizeof dups[0]; i++) MPI_Comm_free(dups[i]);
