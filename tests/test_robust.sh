@@ -77,6 +77,10 @@ for sig in INT TERM; do
     launcher=$!
     for _ in $(seq 100); do [ "$(rank_pids $launcher | wc -l)" -eq 4 ] && break; sleep 0.05; done
     kids=$(pgrep -P $launcher) # the ranks and the guard
+    # (the command runs itself again once, without OpenBLAS threads: by /proc/self/exe the kernel named
+    # every process of the run "exe", which pgrep/pkill a2amm did not find)
+    check "SIG$sig: the launcher and its ranks are named a2amm" \
+        bash -c "for p in $launcher $(rank_pids $launcher | tr '\n' ' '); do [ \"\$(cat /proc/\$p/comm)\" = a2amm ] || exit 1; done"
     sleep 0.5
     kill -$sig $launcher
     wait $launcher; rc=$?

@@ -151,6 +151,14 @@ void cli_without_blas_threads(char **argv)
     if (n && !strcmp(n, "1")) return;
     if (setenv("OPENBLAS_NUM_THREADS", "1", 1) != 0) return;
     fflush(NULL);
+    /* by its own path, so the process keeps its name (a2amm, as ps and pkill know it; by /proc/self/exe
+     * the kernel names it "exe"); where that path is gone, by /proc/self/exe */
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len > 0) {
+        self[len] = '\0';
+        execv(self, argv);
+    }
     execv("/proc/self/exe", argv);
     /* no /proc: go on as we are */
 }
