@@ -241,6 +241,9 @@ assert j['op'] == 'moe' and j['R'] == 4 and j['tokens'] == 48, j
 assert j['schedule'] == 'fused', j
 assert all(j[k]['median'] > 0 for k in ('call_s', 'other_schedule_s', 'experts_alone_s', 'exchange_alone_s')), j"
 expect_fail "--route is gen's" "--route is gen's" "$A2AMM" run 12 96 64 4 --op moe --route hot --dir "$d"
+expect_fail "--iters in precision mode is refused, not ignored" "--iters is for perf mode" \
+    "$A2AMM" run 12 96 64 4 --op moe --iters 2 --dir "$d"
+expect_fail "both modes" "precision and perf both given" "$A2AMM" run 12 96 64 4 --op moe precision perf --dir "$d"
 expect_ok "gen --op moe --help" "$A2AMM" gen --op moe --help
 expect_output "gen's help shows the layout" "input_topk_idx.bin"
 expect_ok "a2amm --help" "$A2AMM" --help

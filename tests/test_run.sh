@@ -151,6 +151,11 @@ assert 'exposed_comm_s' in o and o['run_with_prepare_s'] >= o['run']['median_s']
 
 # --- bad arguments
 expect_fail "bad mode" "after M K N R comes precision or perf" "$A2AMM" run 150 192 70 3 fast --dir "$d"
+expect_fail "both modes" "precision and perf both given" "$A2AMM" run 150 192 70 3 perf precision --dir "$d"
+for opt in "--iters 3" "--warmup=2" "--baseline"; do
+    expect_fail "$opt in precision mode is refused, not ignored" "${opt%%[ =]*} is for perf mode" \
+        "$A2AMM" run 150 192 70 3 $opt --dir "$d"
+done
 expect_fail "bad path" "--path must be direct or put" "$A2AMM" run 150 192 70 3 --path udma --dir "$d"
 expect_fail "zero tile" "--tile-m must be a whole number from 1" "$A2AMM" run 150 192 70 3 --tile-m 0 --dir "$d"
 expect_fail "seed example refused" "K / R must be a multiple of 32" "$A2AMM" 100 200 64 4

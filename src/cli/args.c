@@ -137,6 +137,32 @@ int cli_parse_shape(const char *cmd, char **mknr, op_shape *shape, op_sizes *siz
     return 0;
 }
 
+int cli_mode_word(const char *cmd, const char *word, int *given, int *mode)
+{
+    const int perf = !strcmp(word, "perf");
+    if (*given && perf != (*mode == RUN_PERF)) {
+        fprintf(stderr, "a2amm %s: precision and perf both given: a run is one or the other\n", cmd);
+        return -1;
+    }
+    ++*given;
+    *mode = perf ? RUN_PERF : RUN_PRECISION;
+    return 0;
+}
+
+int cli_perf_only_options(const char *cmd, int argc, char **argv, int perf)
+{
+    static const char *const only[] = {"--iters", "--warmup", "--baseline"};
+    for (int i = 1; !perf && i < argc; i++)
+        for (size_t k = 0; k < sizeof only / sizeof only[0]; k++) {
+            size_t n = strlen(only[k]);
+            if (strncmp(argv[i], only[k], n) || (argv[i][n] != '\0' && argv[i][n] != '=')) continue;
+            fprintf(stderr, "a2amm %s: %s is for perf mode (precision mode runs once): add perf after M K N R, "
+                    "or leave %s out\n", cmd, only[k], only[k]);
+            return -1;
+        }
+    return 0;
+}
+
 /*
  * Commands that fork rank processes must fork before any library has
  * threads of its own: OpenBLAS starts its pool when it is loaded, and fork

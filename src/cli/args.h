@@ -54,4 +54,11 @@ double cli_now(void);
 /* Parses M K N R from four strings and checks the shape's rules (printing
  * the rule that fails). Types are left as they are in *shape. */
 int cli_parse_shape(const char *cmd, char **mknr, op_shape *shape, op_sizes *sizes);
+
+/* run's mode word after M K N R ("precision" or "perf"), into *mode; a second one that contradicts the
+ * first (*given counts them) is refused, saying so: 0 or -1. */
+int cli_mode_word(const char *cmd, const char *word, int *given, int *mode);
+/* The options that only perf mode uses (--iters, --warmup, --baseline) given in precision mode: refused,
+ * saying so (they would be ignored): 0 or -1. */
+int cli_perf_only_options(const char *cmd, int argc, char **argv, int perf);
 #endif

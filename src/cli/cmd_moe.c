@@ -455,7 +455,7 @@ int cmd_run_moe(int argc, char **argv)
     moe_run_options o = {.mode = RUN_PRECISION, .iters = 10, .warmup = 1, .timeout_s = 60};
     moe_args a = {0};
     const char *dir = ".";
-    int json = 0;
+    int json = 0, modes = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         int m;
@@ -494,8 +494,11 @@ int cmd_run_moe(int argc, char **argv)
             }
             o.schedule = asked;
         }
-        else if (!strcmp(argv[i], "precision") && a.npos == 4) o.mode = RUN_PRECISION;
-        else if (!strcmp(argv[i], "perf") && a.npos == 4) o.mode = RUN_PERF;
+        else if ((!strcmp(argv[i], "precision") || !strcmp(argv[i], "perf")) && a.npos == 4) {
+            int mode = (int)o.mode;
+            if (cli_mode_word("run", argv[i], &modes, &mode)) return 2;
+            o.mode = (run_mode)mode;
+        }
         else if (argv[i][0] == '-' && argv[i][1] && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             fprintf(stderr, "a2amm run: unknown option '%s' for --op moe (see a2amm run --op moe --help)\n", argv[i]);
             return 2;
@@ -505,6 +508,7 @@ int cmd_run_moe(int argc, char **argv)
             return 2;
         }
     }
+    if (cli_perf_only_options("run", argc, argv, o.mode == RUN_PERF)) return 2;
     if (a.npos != 4) {
         fprintf(stderr, "a2amm run: --op moe: expected T H I R, got %d of them\n", a.npos);
         run_usage(stderr);

@@ -141,7 +141,7 @@ static int run_command(int argc, char **argv, int seed_form)
     o.path = (a2amm_path)-1; /* not given yet: its default follows --transport */
     const char *dir = ".", *at = NULL, *bt = NULL, *op = NULL;
     char *pos[4];
-    int npos = 0, json = 0, quiet = 0;
+    int npos = 0, json = 0, quiet = 0, modes = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         int m;
@@ -162,8 +162,11 @@ static int run_command(int argc, char **argv, int seed_form)
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else if (!strcmp(argv[i], "--baseline")) o.baseline = 1;
-        else if (!strcmp(argv[i], "precision") && npos == 4) o.mode = RUN_PRECISION;
-        else if (!strcmp(argv[i], "perf") && npos == 4) o.mode = RUN_PERF;
+        else if ((!strcmp(argv[i], "precision") || !strcmp(argv[i], "perf")) && npos == 4) {
+            int mode = (int)o.mode;
+            if (cli_mode_word("run", argv[i], &modes, &mode)) return 2;
+            o.mode = (run_mode)mode;
+        }
         else if (argv[i][0] == '-' && argv[i][1] != '\0' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             fprintf(stderr, "a2amm run: unknown option '%s' (see a2amm run --help)\n", argv[i]);
             return 2;
@@ -173,6 +176,7 @@ static int run_command(int argc, char **argv, int seed_form)
             return 2;
         }
     }
+    if (cli_perf_only_options("run", argc, argv, o.mode == RUN_PERF)) return 2;
     if (npos != 4) {
         fprintf(stderr, "a2amm run: expected M K N R, got %d of them\n", npos);
         run_usage(stderr);
