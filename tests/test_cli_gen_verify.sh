@@ -31,6 +31,9 @@ expect_fail "... the MoE op's too" "GB free: refused (nothing written)" \
     "$A2AMM" gen 64 65536 65536 16 --op moe --experts 1024 --dir "$SCRATCH/x"
 expect_fail "overflowing sizes" "overflow" "$A2AMM" gen 4611686018427387904 4611686018427387904 1 1 --dir "$SCRATCH/x"
 expect_fail "missing arguments" "expected M K N R" "$A2AMM" gen 8 64
+expect_fail "an option without its value: the command named" "a2amm gen: option --dir needs a value" "$A2AMM" gen 8 64 8 1 --dir
+expect_fail "standard output on a full disk: an error, not exit 0" "writing the standard output failed: No space left on device" \
+    bash -c "'$A2AMM' cpu --json >/dev/full"
 expect_fail "unknown option" "unknown option '--bogus'" "$A2AMM" gen 8 64 8 1 --bogus
 expect_fail "bad type" "--a-type must be e4m3 or e5m2" "$A2AMM" gen 8 64 8 1 --a-type e3m4
 expect_fail "bad dist" "--dist must be one of" "$A2AMM" gen 8 64 8 1 --dist gauss

@@ -28,6 +28,7 @@ bad_meta() {
 # --- a meta file present but bad is refused, naming the line and the rule
 sed -i '1s/.*/junk/' "$meta"; bad_meta "first line junk" "a2amm-meta.txt:1: expected 'a2amm-meta 1'"
 head -c 200 /dev/urandom > "$meta"; printf 'a2amm-meta 1\nM 64\0\n' > "$meta"; bad_meta "binary junk" "NUL byte"
+sed -i 's/$/\r/' "$meta"; bad_meta "Windows line endings" "a2amm-meta.txt:1: the line ends in a carriage return (Windows line endings"
 sed -i 's/^a_type e5m2$/a_type e9m9/' "$meta"; bad_meta "unknown type" "a2amm-meta.txt:6: the type must be e4m3 or e5m2"
 sed -i 's/^op alltoall-matmul$/op reverse/' "$meta"; bad_meta "unknown op" "a2amm-meta.txt:11: op must be alltoall-matmul or matmul-alltoall"
 sed -i 's/^M 64$/M 64x/' "$meta"; bad_meta "number with trailing junk" "a2amm-meta.txt:2: the value must be a whole number"

@@ -14,6 +14,10 @@
 #include "util/parse.h"
 #include "mx/mx.h"
 
+static const char *option_command = "";
+
+void cli_set_command(const char *name) { option_command = name ? name : ""; }
+
 int cli_option(int argc, char **argv, int *i, const char *name, const char **value)
 {
     const char *arg = argv[*i];
@@ -25,7 +29,7 @@ int cli_option(int argc, char **argv, int *i, const char *name, const char **val
     }
     if (arg[n] != '\0') return 0;
     if (*i + 1 >= argc) {
-        fprintf(stderr, "a2amm: option %s needs a value\n", name);
+        fprintf(stderr, "a2amm%s%s: option %s needs a value\n", *option_command ? " " : "", option_command, name);
         return -1;
     }
     *value = argv[++*i];

@@ -12,6 +12,8 @@
  * it and returns 1; returns 0 when argv[*i] is another argument, -1 (after
  * printing) when the value is missing. */
 int cli_option(int argc, char **argv, int *i, const char *name, const char **value);
+/* The command whose options are parsed, named in cli_option's messages (main sets it). */
+void cli_set_command(const char *name);
 
 /* Parses a whole decimal integer within [min, max]; `what` names it in the
  * message ("M", "--seed"). */

@@ -1,4 +1,5 @@
 /* The a2amm command: dispatches to the subcommands. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,12 +36,13 @@ static void main_usage(FILE *f)
             "  a2amm verify 700 96 2 --dir /tmp/a2amm-demo\n");
 }
 
-int main(int argc, char **argv)
+static int dispatch(int argc, char **argv)
 {
     if (argc < 2 || cli_is_help(argv[1])) {
         main_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    cli_set_command(argv[1][0] >= '0' && argv[1][0] <= '9' ? "run" : argv[1]);
     if (!strcmp(argv[1], "gen")) return cmd_gen(argc - 1, argv + 1);
     if (!strcmp(argv[1], "verify")) return cmd_verify(argc - 1, argv + 1);
     if (!strcmp(argv[1], "timeline")) return cmd_timeline(argc - 1, argv + 1);
@@ -54,4 +56,15 @@ int main(int argc, char **argv)
     if (argv[1][0] >= '0' && argv[1][0] <= '9') return cmd_run_seed(argc, argv);
     fprintf(stderr, "a2amm: unknown command '%s' (try a2amm --help)\n", argv[1]);
     return 2;
+}
+
+int main(int argc, char **argv)
+{
+    int rc = dispatch(argc, argv);
+    /* what was printed must have reached its file: a full disk or a closed pipe is a failure too */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "a2amm: writing the standard output failed%s%s\n", errno ? ": " : "", errno ? strerror(errno) : "");
+        return rc ? rc : 1;
+    }
+    return rc;
 }

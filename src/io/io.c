@@ -728,6 +728,15 @@ int io_meta_read(const char *dir, io_meta *m, a2amm_error *err)
     return io_meta_parse(text, (size_t)n, path, m, err);
 }
 
+const char *io_text_line_problem(const char *line, size_t len)
+{
+    if (memchr(line, '\0', len)) return "a NUL byte (this is not a text file)";
+    if (len && line[len - 1] == '\r')
+        return "the line ends in a carriage return (Windows line endings; gen writes Unix ones): convert the file "
+               "(dos2unix) or run gen again";
+    return NULL;
+}
+
 int io_meta_parse(const char *text, size_t len, const char *path, io_meta *m, a2amm_error *err)
 {
     memset(m, 0, sizeof *m);
@@ -738,11 +747,11 @@ int io_meta_parse(const char *text, size_t len, const char *path, io_meta *m, a2
         const char *nl = memchr(line, '\n', len - at);
         size_t ll = nl ? (size_t)(nl - line) : len - at;
         at += ll + (nl ? 1 : 0);
-        const char *why = NULL;
-        if (memchr(line, '\0', ll)) why = "a NUL byte (this is not a text file)";
-        else if (lineno == 1) why = ll == 12 && !memcmp(line, "a2amm-meta 1", 12) ? NULL : "expected 'a2amm-meta 1'";
-        else why = meta_line(line, ll, m, &seen);
+        const char *why = io_text_line_problem(line, ll);
+        if (!why && lineno == 1) why = ll == 12 && !memcmp(line, "a2amm-meta 1", 12) ? NULL : "expected 'a2amm-meta 1'";
+        else if (!why) why = meta_line(line, ll, m, &seen);
         if (why) {
+            if (ll && line[ll - 1] == '\r') ll--; /* shown without it */
             int cut = ll > 60 ? 60 : (int)ll;
             return a2amm_fail(err, A2AMM_E_FORMAT, "%s:%d: %s; the line is '%.*s%s'", shown(path), lineno, why, cut,
                               memchr(line, '\0', ll) ? "" : line, ll > 60 ? "..." : "");

@@ -154,6 +154,9 @@ int io_load_rank_inputs(const char *dir, int rank, const op_sizes *sz,
 int io_save_rank_inputs(const char *dir, int rank, const op_sizes *sz,
                         const io_rank_inputs *in, a2amm_error *err);
 
+/* What makes a line of a meta file unreadable as text (a NUL byte, a carriage return at its end), or NULL. */
+const char *io_text_line_problem(const char *line, size_t len);
+
 /*
  * DIR/input/a2amm-meta.txt. io_meta_read parses it strictly: the first line
  * 'a2amm-meta 1', then one 'key value' line for each of M, K, N, R,

@@ -265,11 +265,11 @@ int moe_io_meta_parse(const char *text, size_t len, const char *path, moe_io_met
         const char *line = text + at, *nl = memchr(line, '\n', len - at);
         size_t ll = nl ? (size_t)(nl - line) : len - at;
         at += ll + (nl ? 1 : 0);
-        const char *why = NULL;
-        if (memchr(line, '\0', ll)) why = "a NUL byte (this is not a text file)";
-        else if (lineno == 1) why = ll == 12 && !memcmp(line, "a2amm-meta 1", 12) ? NULL : "expected 'a2amm-meta 1'";
-        else why = meta_line(line, ll, m, &seen, &ntok);
+        const char *why = io_text_line_problem(line, ll);
+        if (!why && lineno == 1) why = ll == 12 && !memcmp(line, "a2amm-meta 1", 12) ? NULL : "expected 'a2amm-meta 1'";
+        else if (!why) why = meta_line(line, ll, m, &seen, &ntok);
         if (why) {
+            if (ll && line[ll - 1] == '\r') ll--; /* shown without it */
             int cut = ll > 60 ? 60 : (int)ll;
             return a2amm_fail(err, A2AMM_E_FORMAT, "%s:%d: %s; the line is '%.*s%s'", path, lineno, why, cut,
                               memchr(line, '\0', ll) ? "" : line, ll > 60 ? "..." : "");
