@@ -31,6 +31,12 @@ expect_fail "... the MoE op's too" "GB free: refused (nothing written)" \
     "$A2AMM" gen 64 65536 65536 16 --op moe --experts 1024 --dir "$SCRATCH/x"
 expect_fail "overflowing sizes" "overflow" "$A2AMM" gen 4611686018427387904 4611686018427387904 1 1 --dir "$SCRATCH/x"
 expect_fail "missing arguments" "expected M K N R" "$A2AMM" gen 8 64
+expect_fail "run on a folder that does not exist: said so" "--dir $SCRATCH/nowhere: no such folder" \
+    "$A2AMM" run 8 64 8 1 --dir "$SCRATCH/nowhere"
+expect_fail "verify on a folder that does not exist: said so" "--dir $SCRATCH/nowhere: no such folder" \
+    "$A2AMM" verify 8 8 1 --dir "$SCRATCH/nowhere"
+expect_fail "verify: M*N too large, said so (not a K that was never given)" "M*N = 1000000000*1000000000 is too large" \
+    "$A2AMM" verify 1000000000 1000000000 2
 expect_fail "an option without its value: the command named" "a2amm gen: option --dir needs a value" "$A2AMM" gen 8 64 8 1 --dir
 expect_fail "standard output on a full disk: an error, not exit 0" "writing the standard output failed: No space left on device" \
     bash -c "'$A2AMM' cpu --json >/dev/full"

@@ -519,7 +519,7 @@ int cmd_run_moe(int argc, char **argv)
         return 2;
     }
     moe_io_shape s;
-    if (cli_dir_check("run", dir)) return 2;
+    if (cli_dir_existing("run", dir)) return 2;
     int held = shape_of_dir("run", dir, &a, &s);
     if (held) return held;
     if (o.transport == RUN_MPI && !run_under_mpirun()) {
@@ -670,7 +670,7 @@ int cmd_verify_moe(int argc, char **argv)
         return 2;
     }
     moe_io_shape s;
-    if (cli_dir_check("verify", dir)) return 2;
+    if (cli_dir_existing("verify", dir)) return 2;
     int held = shape_of_dir("verify", dir, &a, &s);
     if (held) return held;
     char marker[IO_PATH_MAX];

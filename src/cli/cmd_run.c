@@ -184,7 +184,7 @@ static int run_command(int argc, char **argv, int seed_form)
     }
     if ((int)o.path == -1) o.path = o.transport == RUN_MPI ? A2AMM_PATH_PUT : A2AMM_PATH_DIRECT;
     op_shape s = {0, 0, 0, 0, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
-    if (cli_dir_check("run", dir)) return 2;
+    if (cli_dir_existing("run", dir)) return 2;
     int held = cli_op_hold("run", dir, op, &s.kind); /* the shape's rules are the op's */
     if (held) return held;
     op_sizes z;

@@ -143,7 +143,12 @@ int cmd_verify(int argc, char **argv)
         cli_parse_i64("verify", "N", pos[1], 1, INT64_C(1) << 40, &N) ||
         cli_parse_i64("verify", "R", pos[2], 1, 1 << 20, &R))
         return 2;
-    if (cli_dir_check("verify", dir)) return 2;
+    if (M > (INT64_C(1) << 40) / N) {
+        fprintf(stderr, "a2amm verify: M*N = %lld*%lld is too large (each output is M*N bf16 values)\n", (long long)M,
+                (long long)N);
+        return 2;
+    }
+    if (cli_dir_existing("verify", dir)) return 2;
     op_shape held_shape = {M, 0, N, R, A2AMM_E4M3, A2AMM_E4M3, OP_ALLTOALL_MATMUL};
     int held = cli_op_hold("verify", dir, op, &held_shape.kind);
     if (held) return held;
@@ -170,10 +175,6 @@ int cmd_verify(int argc, char **argv)
                 "killed with its guard), so the outputs may not all be one run's: wait for the run, or let the next "
                 "a2amm run or gen on %s remove it\n", marker, dir);
         return 1;
-    }
-    if (M > (INT64_C(1) << 40) / N) {
-        fprintf(stderr, "a2amm verify: M*N = %lld*%lld is too large\n", (long long)M, (long long)N);
-        return 2;
     }
     /* each rank's output: [M, N], or [R*M, N/R] (the same count of values) */
     int64_t rows = kind->out_blocks_per_rank ? R * M : M, cols = kind->out_cols_split ? N / R : N;

@@ -22,6 +22,21 @@ int cli_dir_check(const char *cmd, const char *dir)
     return -1;
 }
 
+int cli_dir_existing(const char *cmd, const char *dir)
+{
+    if (cli_dir_check(cmd, dir)) return -1;
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        int e = errno;
+        if (e == ENOENT) fprintf(stderr, "a2amm %s: --dir %s: no such folder (a2amm gen makes one with the data)\n", cmd, dir);
+        else fprintf(stderr, "a2amm %s: --dir %s: %s\n", cmd, dir, strerror(e));
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) return 0;
+    fprintf(stderr, "a2amm %s: --dir %s: not a folder\n", cmd, dir);
+    return -1;
+}
+
 int cli_space_check(const char *cmd, const char *dir, double bytes, const char *what)
 {
     char at[4096];

@@ -12,6 +12,8 @@
 
 /* A usable --dir: not empty. Prints why not; 0 or -1. */
 int cli_dir_check(const char *cmd, const char *dir);
+/* cli_dir_check, and the folder exists (what run and verify read): prints why not; 0 or -1. */
+int cli_dir_existing(const char *cmd, const char *dir);
 
 /* Room for bytes more in dir's file system (dir, or the nearest folder above it that exists): prints why
  * not, naming both sizes; 0 or -1. Where the free space cannot be read, 0 (the writes will say). */
