@@ -82,6 +82,13 @@ def _torch_tensor(x):
     return t is not None and isinstance(x, t.Tensor)
 
 
+def _fail_collective(obj, e):
+    """A bad argument to a collective call of obj (an Op or a MoE) fails its communicator, as the library's
+    own checks do: the other ranks are in the call, and get PeerError at once instead of a timeout."""
+    if not obj.closed and not obj.comm.closed:
+        obj.comm.fail("%s: %s" % (type(e).__name__, e))
+
+
 def _array(x, name):
     """x as what the extension reads (a numpy view of a torch tensor: no copy)."""
     if _torch_tensor(x):
@@ -309,17 +316,17 @@ class Op(_a2amm.Op):
         """
         if type(a_codes) is _ndarray and type(a_scales) is _ndarray and (out is None or type(out) is _ndarray):
             return self._run(a_codes, a_scales, out, m)  # numpy: straight to the extension
-        if out is None and not _torch_tensor(a_codes):
-            return self._run(_array(a_codes, "a_codes") if a_codes is not None else None,
-                             _array(a_scales, "a_scales") if a_scales is not None else None, None, m)
-        a = _array(a_codes, "a_codes") if a_codes is not None else None
-        sa = _array(a_scales, "a_scales") if a_scales is not None else None
-        if out is None:
-            out = _bf16_out(*self._out_shape(self._m_of_call(m, a)))
-        if _torch_tensor(out):
-            self._run(a, sa, _array(out, "out"), m)
-            return out
-        return self._run(a, sa, out, m)
+        try:
+            a = _array(a_codes, "a_codes") if a_codes is not None else None
+            sa = _array(a_scales, "a_scales") if a_scales is not None else None
+            if out is None and _torch_tensor(a_codes):
+                out = _bf16_out(*self._out_shape(self._m_of_call(m, a)))
+            view = _array(out, "out") if _torch_tensor(out) else out
+        except BaseException as e:
+            _fail_collective(self, e)
+            raise
+        result = self._run(a, sa, view, m)
+        return out if _torch_tensor(out) else result
 
     def _m_of_call(self, m, a):
         """The m a call's result is made for: m, or the input array's; a bad m (the extension refuses it,
@@ -505,12 +512,15 @@ class MoE(_a2amm.MoE):
                 and topk_idx.dtype == _np.int32 and type(topk_w) is _ndarray and (out is None or type(out) is _ndarray)):
             return self._run(x, self.mode, topk_idx, topk_w, out)  # numpy float32 x: quantized in the C call
         codes, scales, ids, w, torch_in = self._tokens(x, topk_idx, topk_w)
-        if out is None and torch_in:
-            out = _bf16_out(codes.shape[0], self.hidden)
-        if _torch_tensor(out):
-            self._run(codes, scales, ids, w, _array(out, "out"))
-            return out
-        return self._run(codes, scales, ids, w, out)
+        try:
+            if out is None and torch_in:
+                out = _bf16_out(codes.shape[0], self.hidden)
+            view = _array(out, "out") if _torch_tensor(out) else out
+        except BaseException as e:
+            _fail_collective(self, e)
+            raise
+        result = self._run(codes, scales, ids, w, view)
+        return out if _torch_tensor(out) else result
 
     def _tokens(self, x, topk_idx, topk_w):
         """The call's arrays as the extension takes them: x's codes and scales (an MX pair), or x's values
@@ -535,8 +545,7 @@ class MoE(_a2amm.MoE):
                 ids = _np.ascontiguousarray(ids, dtype=_np.int32)
             w = _np.ascontiguousarray(_np.asarray(_array(topk_w, "topk_w")), dtype=_np.float32)
         except BaseException as e:
-            if not self.closed and not self.comm.closed:
-                self.comm.fail("%s: %s" % (type(e).__name__, e))
+            _fail_collective(self, e)
             raise
         return codes, scales, ids, w, _torch_tensor(first)
 
@@ -585,14 +594,17 @@ class MoE(_a2amm.MoE):
         dispatch gave it, float32 (or bfloat16) [n, hidden] (None for none). Returns bf16 [T, hidden] on
         each token's rank as a call does (w * y summed over a token's slots per owner rank, rounded once,
         then over owners in rank order, rounded once): a torch.bfloat16 tensor when dispatch took torch."""
-        arrays = [None if y is None else _np.ascontiguousarray(_np.asarray(
-            y.float() if _torch_tensor(y) else _array(y, "ys")), dtype=_np.float32) for y in ys]
-        if out is None and getattr(handle, "torch", False):
-            out = _bf16_out(handle.tokens, self.hidden)
-        if _torch_tensor(out):
-            self._combine(handle, arrays, _array(out, "out"))
-            return out
-        return self._combine(handle, arrays, out)
+        try:
+            arrays = [None if y is None else _np.ascontiguousarray(_np.asarray(
+                _array(y.float(), "ys") if _torch_tensor(y) else _array(y, "ys")), dtype=_np.float32) for y in ys]
+            if out is None and getattr(handle, "torch", False):
+                out = _bf16_out(handle.tokens, self.hidden)
+            view = _array(out, "out") if _torch_tensor(out) else out
+        except BaseException as e:
+            _fail_collective(self, e)
+            raise
+        result = self._combine(handle, arrays, view)
+        return out if _torch_tensor(out) else result
 
 
 from ._launch import launch  # noqa: E402

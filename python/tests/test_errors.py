@@ -226,6 +226,55 @@ def test_bad_arguments_of_the_reverse_op_fail_every_rank(name, bad, exc, text):
     bad_argument_fails_every_rank(name, bad, exc, text, "matmul-alltoall")
 
 
+@needs_torch
+@pytest.mark.parametrize("call", ["op", "moe", "combine"])
+def test_a_tensor_without_a_numpy_view_fails_the_communicator_too(call):
+    """A tensor the package cannot read (on the meta device) is a bad argument like a wrong dtype: the
+    communicator fails, so a rank that catches the error cannot go on as if nothing happened, and the
+    other rank hears why at once (before, only the library's own checks failed it: a retry then ran)."""
+    import torch
+    R = 2
+    said, when = shared_text(R), shared_floats(R)
+
+    def rank(comm):
+        t0 = time.monotonic()
+        if call == "op":
+            op = a2amm.Op(comm, max_m=4, k=K, n=N)
+            op.set_weights(np.zeros((N, K), np.uint8), np.full((N, K // 32), 127, np.uint8))
+            a, sa = torch.zeros((R * 4, K // R), dtype=torch.uint8), torch.full((R * 4, 1), 127, dtype=torch.uint8)
+            bad = lambda: op(a.to("meta"), sa)  # noqa: E731
+            good = lambda: op(a, sa)  # noqa: E731
+        else:
+            moe = a2amm.MoE(comm, experts=2, topk=1, hidden=32, inter=32, max_tokens=4)
+            w13 = a2amm.quantize(np.ones((2 * 32, 32), np.float32))  # one expert a rank: [1, 2I, H], [1, H, I]
+            w2 = a2amm.quantize(np.ones((32, 32), np.float32))
+            moe.set_weights(tuple(v[None] for v in w13), tuple(v[None] for v in w2))
+            x, idx, w = torch.ones((4, 32)), torch.zeros((4, 1), dtype=torch.int32), torch.ones((4, 1))
+            if call == "moe":
+                bad = lambda: moe(x, idx, w, out=torch.empty((4, 32), dtype=torch.bfloat16, device="meta"))  # noqa: E731
+                good = lambda: moe(x, idx, w)  # noqa: E731
+            else:
+                rows, handle = moe.dispatch(x, idx, w, dequantize="float32")
+                bad = lambda: moe.combine(handle, [r.to("meta") for r in rows])  # noqa: E731
+                good = lambda: moe.combine(handle, rows)  # noqa: E731
+        if comm.rank == 0:
+            with pytest.raises(ValueError, match="is on meta: a2amm takes CPU tensors"):
+                bad()
+            return "caught"
+        try:
+            good()
+        except BaseException as e:
+            when[1] = time.monotonic() - t0
+            said.put(1, "%s|%s" % (type(e).__name__, e))
+            raise
+
+    with pytest.raises(a2amm.Error):
+        a2amm.launch(R, rank)
+    kind, text = said.get(1).split("|", 1)
+    assert kind == "PeerError" and "a2amm takes CPU tensors" in text, said.get(1)
+    assert when[1] < 10, "rank 1 waited %.1f s" % when[1]
+
+
 def test_op_input_and_closed_comm():
     def rank(comm):
         op = a2amm.Op(comm, max_m=4, k=K, n=N)
