@@ -130,6 +130,16 @@ static int launch(const agree_case *k)
     return rc;
 }
 
+/* The name the message gives the changed value of an enum field (a2amm.h's), or NULL for a number. */
+static const char *value_name(const char *field)
+{
+    if (!strcmp(field, "a_type") || !strcmp(field, "b_type")) return "(e5m2)";
+    if (!strcmp(field, "path")) return "(put)";
+    if (!strcmp(field, "schedule")) return "(unfused)";
+    if (!strcmp(field, "kind")) return "(matmul-alltoall)";
+    return NULL;
+}
+
 static void test_each_field(int moe)
 {
     const char *const *fields = moe ? MOE_FIELDS : OP_FIELDS;
@@ -158,6 +168,10 @@ static void test_each_field(int moe)
                       strstr(rep[r].msg, was) && strstr(rep[r].msg, now),
                   "%s, %s %s on rank 2, %s elsewhere: rank %d names the field and both values (got %d: %s)", op,
                   fields[i], now, was, r, rep[r].rc, rep[r].msg);
+            const char *named = value_name(fields[i]);
+            if (named)
+                CHECK(strstr(rep[r].msg, named), "%s, %s differs: rank %d names the enum's values, %s (got: %s)", op,
+                      fields[i], r, named, rep[r].msg);
         }
     }
 }

@@ -30,7 +30,14 @@ import sys as _sys
 import numpy as _np
 from numpy import ndarray as _ndarray
 
-from . import _a2amm
+try:
+    from . import _a2amm
+except ImportError as _e:  # the source folder (python/a2amm) has no built extension: say so, not "circular import"
+    if "_a2amm" not in str(_e):
+        raise
+    raise ImportError("a2amm's C extension (a2amm._a2amm) is not built in %s: this looks like the package's "
+                      "source folder. Install the package (make, then pip install ./python; see README's "
+                      "Python section) and import it from another folder" % __path__[0]) from None
 from ._a2amm import Comm, Event, kernel, strerror  # noqa: F401  (the public names)
 from ._a2amm import (E_FORMAT, E_INTERRUPTED, E_INVAL, E_IO, E_MISMATCH, E_NOMEM, E_OVERFLOW,  # noqa: F401
                      E_PEER, E_SIZE, E_SYS, E_TIMEOUT)

@@ -86,8 +86,13 @@ typedef struct api_field {
     const char *name;
     size_t offset;
     api_field_type type;
+    const char *const *values; /* an enum's value names by value, NULL-ended (messages say both); or NULL */
 } api_field;
-#define API_FIELD(type_, field, kind) {#field, offsetof(type_, field), kind}
+#define API_FIELD(type_, field, kind) {#field, offsetof(type_, field), kind, NULL}
+#define API_FIELD_NAMED(type_, field, names) {#field, offsetof(type_, field), API_FIELD_INT, names}
+/* The value names of the configs' enums (a2amm.h's values, in order). */
+extern const char *const API_FP8_NAMES[], *const API_PATH_NAMES[], *const API_SCHEDULE_NAMES[],
+    *const API_KIND_NAMES[];
 
 /* The words of a create (call, op, a hash of every field of `fields` (ended by a NULL name) with its value
  * in config, a hash of the names, their count). */

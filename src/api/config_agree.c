@@ -43,12 +43,21 @@ static int64_t field_value(const void *config, const api_field *f)
     return v;
 }
 
+const char *const API_FP8_NAMES[] = {"e4m3", "e5m2", NULL};
+const char *const API_PATH_NAMES[] = {"direct", "put", NULL};
+const char *const API_SCHEDULE_NAMES[] = {"fused", "unfused", "overlap", NULL};
+const char *const API_KIND_NAMES[] = {"alltoall-matmul", "matmul-alltoall", NULL};
+
 static void describe(const api_field *f, int64_t v, char *buf, size_t size)
 {
+    int known = 0;
+    for (int i = 0; f->values && f->values[i]; i++) known += i == v;
     if (f->type == API_FIELD_DOUBLE) {
         double d;
         memcpy(&d, &v, sizeof d);
         snprintf(buf, size, "%g", d);
+    } else if (known) {
+        snprintf(buf, size, "%lld (%s)", (long long)v, f->values[v]);
     } else {
         snprintf(buf, size, "%lld", (long long)v);
     }

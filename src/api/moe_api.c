@@ -148,12 +148,14 @@ static int check_config(const a2amm_moe_config *c, int R, a2amm_error *err)
 
 /* Every field each rank must pass alike (threads is each rank's own): compared as a hash at create. */
 #define FIELD(f, t) API_FIELD(a2amm_moe_config, f, t)
+#define NAMED(f, names) API_FIELD_NAMED(a2amm_moe_config, f, names)
 static const api_field CREATE_FIELDS[] = {
     FIELD(experts, API_FIELD_INT), FIELD(topk, API_FIELD_INT), FIELD(hidden, API_FIELD_I64),
     FIELD(inter, API_FIELD_I64), FIELD(max_tokens, API_FIELD_I64), FIELD(max_recv, API_FIELD_I64),
-    FIELD(a_type, API_FIELD_INT), FIELD(b_type, API_FIELD_INT), FIELD(timeout_s, API_FIELD_DOUBLE),
-    FIELD(schedule, API_FIELD_INT), {NULL, 0, API_FIELD_INT}};
+    NAMED(a_type, API_FP8_NAMES), NAMED(b_type, API_FP8_NAMES), FIELD(timeout_s, API_FIELD_DOUBLE),
+    NAMED(schedule, API_SCHEDULE_NAMES), {NULL, 0, API_FIELD_INT, NULL}};
 #undef FIELD
+#undef NAMED
 
 int a2amm_moe_create(a2amm_comm *comm, const a2amm_moe_config *config, a2amm_moe **out, a2amm_error *err)
 {

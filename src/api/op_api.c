@@ -191,12 +191,14 @@ int a2amm_op_geometry_of(const a2amm_op_config *config, int nranks, int64_t m, a
 
 /* The config every rank must pass alike (threads is each rank's own): compared as a hash at create. */
 #define FIELD(f, t) API_FIELD(a2amm_op_config, f, t)
+#define NAMED(f, names) API_FIELD_NAMED(a2amm_op_config, f, names)
 static const api_field CREATE_FIELDS[] = {
-    FIELD(max_m, API_FIELD_I64), FIELD(k, API_FIELD_I64), FIELD(n, API_FIELD_I64), FIELD(a_type, API_FIELD_INT),
-    FIELD(b_type, API_FIELD_INT), FIELD(tile_m, API_FIELD_I64), FIELD(depth, API_FIELD_INT),
-    FIELD(path, API_FIELD_INT), FIELD(schedule, API_FIELD_INT), FIELD(timeout_s, API_FIELD_DOUBLE),
-    FIELD(kind, API_FIELD_INT), {NULL, 0, API_FIELD_INT}};
+    FIELD(max_m, API_FIELD_I64), FIELD(k, API_FIELD_I64), FIELD(n, API_FIELD_I64), NAMED(a_type, API_FP8_NAMES),
+    NAMED(b_type, API_FP8_NAMES), FIELD(tile_m, API_FIELD_I64), FIELD(depth, API_FIELD_INT),
+    NAMED(path, API_PATH_NAMES), NAMED(schedule, API_SCHEDULE_NAMES), FIELD(timeout_s, API_FIELD_DOUBLE),
+    NAMED(kind, API_KIND_NAMES), {NULL, 0, API_FIELD_INT, NULL}};
 #undef FIELD
+#undef NAMED
 _Static_assert(sizeof(a2amm_path) == sizeof(int) && sizeof(a2amm_schedule) == sizeof(int) &&
                    sizeof(a2amm_op_kind) == sizeof(int) && sizeof(a2amm_fp8_type) == sizeof(int),
                "the config's enums are read as ints");
