@@ -11,6 +11,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* b as a buffer-protocol object (a new reference): itself, or a torch CPU tensor's numpy view through the
+ * package's own _array (its bytes; bf16 as its bits), as every other call takes tensors. */
+static PyObject *readable(PyObject *b, int i)
+{
+    if (PyObject_CheckBuffer(b)) return Py_INCREF(b), b;
+    PyObject *mod = PyImport_ImportModule("a2amm");
+    if (!mod) return NULL;
+    char name[32];
+    snprintf(name, sizeof name, "blocks[%d]", i);
+    PyObject *r = PyObject_CallMethod(mod, "_array", "Os", b, name);
+    Py_DECREF(mod);
+    return r;
+}
+
 /* The blocks of `seq` (R buffers, C-contiguous) copied into one buffer; their sizes and offsets. */
 static int gather_blocks(PyObject *seq, int R, uint8_t **send, size_t *bytes, size_t *offsets)
 {
@@ -26,10 +40,16 @@ static int gather_blocks(PyObject *seq, int R, uint8_t **send, size_t *bytes, si
     int rc = views ? 0 : (PyErr_NoMemory(), -1), got = 0;
     size_t total = 0;
     for (; !rc && got < R; got++) {
-        PyObject *b = PySequence_Fast_GET_ITEM(fast, got);
-        if (PyObject_GetBuffer(b, &views[got], PyBUF_C_CONTIGUOUS) < 0) {
+        PyObject *b = PySequence_Fast_GET_ITEM(fast, got), *r = readable(b, got);
+        if (!r) {
+            rc = -1;
+            break;
+        }
+        int bad = PyObject_GetBuffer(r, &views[got], PyBUF_C_CONTIGUOUS) < 0; /* the view holds r */
+        Py_DECREF(r);
+        if (bad) {
             PyErr_Format(PyExc_TypeError, "alltoallv: blocks[%d] must be a C-contiguous buffer (a numpy array, bytes, "
-                         "a torch CPU tensor's .numpy()); got a %.100s", got, Py_TYPE(b)->tp_name);
+                         "a torch CPU tensor); got a %.100s", got, Py_TYPE(b)->tp_name);
             rc = -1;
             break;
         }

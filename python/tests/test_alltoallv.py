@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import a2amm
-from conftest import mpirun_cmd, needs_mpi, shared_text
+from conftest import mpirun_cmd, needs_mpi, needs_torch, shared_text
 
 
 def uneven_blocks(me, R, round_):
@@ -35,6 +35,32 @@ def test_comm_alltoallv_under_launch(R):
             for i in range(R):
                 np.testing.assert_array_equal(results[j][round_][i], uneven_blocks(i, R, round_)[j],
                                               "rank %d, round %d, from rank %d" % (j, round_, i))
+
+
+@needs_torch
+def test_comm_alltoallv_takes_torch_tensors():
+    """torch CPU tensors as blocks, as every other call takes them (float32, and bf16 by its bits); the
+    rows arrive as uint8 bytes. A tensor on another device is refused, naming the block."""
+    import torch
+
+    def rank(comm):
+        blocks = [torch.full((comm.rank + 1, 3), 10.0 * comm.rank + j) for j in range(2)]
+        blocks[1] = blocks[1].to(torch.bfloat16)
+        recv = comm.alltoallv(blocks)
+        return [r.tobytes() for r in recv]
+
+    got = a2amm.launch(2, rank)
+    for j in range(2):
+        for i in range(2):
+            sent = torch.full((i + 1, 3), 10.0 * i + j)
+            want = (sent.to(torch.bfloat16).view(torch.int16) if j == 1 else sent).numpy().tobytes()
+            assert got[j][i] == want, (j, i)
+
+    def meta(comm):
+        comm.alltoallv([torch.zeros(2), torch.zeros(2, device="meta")])
+
+    with pytest.raises(a2amm.Error, match=r"blocks\[1\] is on meta: a2amm takes CPU tensors"):
+        a2amm.launch(2, meta)
 
 
 def test_comm_alltoallv_refuses_bad_blocks_and_fails_the_others():
