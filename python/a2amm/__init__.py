@@ -96,6 +96,17 @@ def _fail_collective(obj, e):
         obj.comm.fail("%s: %s" % (type(e).__name__, e))
 
 
+def _whole_numbers(comm, what, **values):
+    """Each of values a whole number (an int, a numpy integer; not a bool, str or float), else a TypeError
+    naming it; a create is collective, so the communicator fails too, as for the library's own checks."""
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, (int, _np.integer)):
+            why = "%s: %s must be a whole number; got %r" % (what, name, v)
+            if not getattr(comm, "closed", True):
+                comm.fail(why)
+            raise TypeError(why)
+
+
 def _array(x, name):
     """x as what the extension reads (a numpy view of a torch tensor: no copy)."""
     if _torch_tensor(x):
@@ -275,6 +286,7 @@ class Op(_a2amm.Op):
 
     def __init__(self, comm, kind="alltoall-matmul", *, max_m, k, n, a_fmt="e4m3", b_fmt="e4m3", tile_m=0,
                  depth=0, threads=0, path=None, timeout=0, schedule="fused"):
+        _whole_numbers(comm, "Op", max_m=max_m, k=k, n=n, tile_m=tile_m, depth=depth, threads=threads)
         super().__init__(comm, kind, max_m=max_m, k=k, n=n, a_fmt=a_fmt, b_fmt=b_fmt, tile_m=tile_m, depth=depth,
                          threads=threads, path=path, timeout=float(timeout), schedule=schedule)
         self._size = comm.size
@@ -460,6 +472,8 @@ class MoE(_a2amm.MoE):
 
     def __init__(self, comm, *, experts, topk, hidden, inter, max_tokens, max_recv=0, a_fmt="e4m3",
                  w_fmt="e4m3", mode="rceil", schedule="fused", threads=0, timeout=0):
+        _whole_numbers(comm, "MoE", experts=experts, topk=topk, hidden=hidden, inter=inter, max_tokens=max_tokens,
+                       max_recv=max_recv, threads=threads)
         for name, value, choices in (("mode", mode, ("rceil", "floor")),
                                      ("schedule", schedule, ("fused", "unfused", "overlap"))):
             if value not in choices:

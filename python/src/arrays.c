@@ -104,9 +104,9 @@ int matrix_get(PyObject *obj, const char *name, elem_kind kind, int flags, matri
     }
     Py_ssize_t rows = v->shape[0], cols = v->shape[1], isz = v->itemsize;
     Py_ssize_t rs = v->strides ? v->strides[0] : cols * isz, cs = v->strides ? v->strides[1] : isz;
-    /* a dimension of one element may have any stride */
-    int rows_ok = cols <= 1 || cs == isz;
-    int ld_ok = rows <= 1 || (rs > 0 && rs % isz == 0 && rs / isz >= cols);
+    /* a dimension of one element may have any stride, and an empty array any strides */
+    int rows_ok = cols <= 1 || rows == 0 || cs == isz;
+    int ld_ok = rows <= 1 || cols == 0 || (rs > 0 && rs % isz == 0 && rs / isz >= cols);
     int contiguous = rows_ok && (rows <= 1 || rs == cols * isz);
     if ((flags & MAT_CONTIGUOUS) && !contiguous) {
         PyErr_Format(PyExc_ValueError, "%s must be C-contiguous (strides (%zd, %zd) bytes for shape %s; got (%zd, "

@@ -66,6 +66,9 @@ int64_t seed_scale_width(int64_t cols);
 int check_scales(const char *name, const matrix *s, int64_t rows, int64_t cols, const char *rows_what);
 /* Whether obj is a buffer of 2-byte elements (bf16 bits to quantize; else float32 is expected). */
 int ext_holds_bf16(PyObject *obj);
+/* A 2-D array of float32 or bf16 values (*bf16 says which; rows contiguous): 0, or -1 with an exception that
+ * names both choices where the element type is neither. */
+int ext_values_get(PyObject *obj, const char *name, matrix *m, int *bf16);
 /* "uint8", "float32", ... of a buffer's format (for messages). */
 const char *ext_format_name(const char *format, Py_ssize_t itemsize);
 

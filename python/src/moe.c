@@ -227,8 +227,8 @@ static int quantize_tokens(const MoEObject *self, PyObject *xo, PyObject *modeo,
         PyErr_Format(PyExc_ValueError, "mode must be \"rceil\" or \"floor\"; got %R", modeo);
         return -1;
     }
-    const int bf16 = ext_holds_bf16(xo);
-    if (matrix_get(xo, "x", bf16 ? EL_BF16 : EL_F32, MAT_ROWS, &in->x) < 0) return -1;
+    int bf16;
+    if (ext_values_get(xo, "x", &in->x, &bf16) < 0) return -1;
     if (in->x.cols != H) return matrix_shape_error("x", &in->x, "[tokens, hidden] = [tokens, %lld]", (long long)H);
     const int64_t T = in->T = in->x.rows;
     in->owned = malloc((size_t)(T * (H + sw)) + 1);

@@ -18,6 +18,23 @@ int check_scales(const char *name, const matrix *s, int64_t rows, int64_t cols, 
                               (long long)w, (long long)rows, (long long)seed);
 }
 
+int ext_values_get(PyObject *obj, const char *name, matrix *m, int *bf16)
+{
+    *bf16 = ext_holds_bf16(obj);
+    if (matrix_get(obj, name, *bf16 ? EL_BF16 : EL_F32, MAT_ROWS, m) == 0) return 0;
+    if (PyErr_ExceptionMatches(PyExc_TypeError) && PyObject_CheckBuffer(obj)) {
+        Py_buffer v;
+        PyErr_Clear(); /* say both choices */
+        if (PyObject_GetBuffer(obj, &v, PyBUF_STRIDES | PyBUF_FORMAT) == 0) {
+            PyErr_Format(PyExc_TypeError, "%s must be float32 or bfloat16 (numpy.float32, torch.float32, "
+                         "torch.bfloat16, or numpy.uint16 holding bf16 bits); got %s elements", name,
+                         ext_format_name(v.format, v.itemsize));
+            PyBuffer_Release(&v);
+        }
+    }
+    return -1;
+}
+
 int ext_holds_bf16(PyObject *obj)
 {
     int bf16 = 0;
@@ -48,22 +65,9 @@ PyObject *ext_quantize(PyObject *self, PyObject *args, PyObject *kw)
             return NULL;
         }
     }
-    /* float32, or bf16 bits (uint16) */
     matrix x;
-    int bf16 = ext_holds_bf16(xo);
-    if (matrix_get(xo, "x", bf16 ? EL_BF16 : EL_F32, MAT_ROWS, &x) < 0) {
-        if (!bf16 && PyErr_ExceptionMatches(PyExc_TypeError) && PyObject_CheckBuffer(xo)) {
-            PyErr_Clear(); /* say both choices */
-            Py_buffer v;
-            if (PyObject_GetBuffer(xo, &v, PyBUF_STRIDES | PyBUF_FORMAT) == 0) {
-                PyErr_Format(PyExc_TypeError, "x must be float32 or bfloat16 (numpy.float32, torch.float32, "
-                             "torch.bfloat16, or numpy.uint16 holding bf16 bits); got %s elements",
-                             ext_format_name(v.format, v.itemsize));
-                PyBuffer_Release(&v);
-            }
-        }
-        return NULL;
-    }
+    int bf16;
+    if (ext_values_get(xo, "x", &x, &bf16) < 0) return NULL;
     int64_t rows = x.rows, cols = x.cols, sw = scale_width(cols);
     PyObject *codes = ext_new_array(ext_np_u8, rows, cols), *scales = codes ? ext_new_array(ext_np_u8, rows, sw) : NULL;
     matrix c, s;

@@ -24,6 +24,10 @@ f32 = np.ones((4, 64), np.float32)
     (lambda: a2amm.quantize(f32.astype(np.float64)), TypeError, "x must be float32 or bfloat16 (numpy.float32, "
                                                                 "torch.float32, torch.bfloat16, or numpy.uint16 "
                                                                 "holding bf16 bits); got float64"),
+    (lambda: a2amm.quantize(f32.astype(np.float16)), TypeError, "x must be float32 or bfloat16 (numpy.float32, "
+                                                                "torch.float32, torch.bfloat16, or numpy.uint16 "
+                                                                "holding bf16 bits); got float16"),
+    (lambda: a2amm.quantize(f32.astype(np.int16)), TypeError, "x must be float32 or bfloat16"),
     (lambda: a2amm.quantize(np.ones(64, np.float32)), ValueError, "x must be a 2-D array; got 1-D, shape (64,)"),
     (lambda: a2amm.quantize(np.ones((2, 2, 64), np.float32)), ValueError, "x must be a 2-D array; got 3-D"),
     (lambda: a2amm.quantize(f32[:, ::2]), ValueError, "x must have contiguous rows"),
@@ -75,6 +79,27 @@ def read_only(shape):
     a = np.zeros(shape, np.uint16)
     a.flags.writeable = False
     return a
+
+
+def test_empty_arrays_and_argument_names():
+    """No columns is an empty result, not a stride complaint; a create's argument of the wrong kind is named;
+    a full symmetric heap says which setting to raise."""
+    codes, scales = a2amm.quantize(f32[:, :0])
+    assert codes.shape == (4, 0) and scales.shape == (4, 0)
+
+    def rank(comm):
+        with pytest.raises(TypeError, match="Op: k must be a whole number; got '128'"):
+            a2amm.Op(comm, max_m=8, k="128", n=64)
+        return "named"
+
+    with pytest.raises(a2amm.Error, match="Op: k must be a whole number"):  # and the communicator failed
+        a2amm.launch(1, rank)
+
+    def small(comm):
+        a2amm.Op(comm, max_m=64, k=4096, n=64)
+
+    with pytest.raises(a2amm.Error, match="symmetric heap full.*heap_bytes: make it larger"):
+        a2amm.launch(1, small, heap_bytes=65536)
 
 
 @needs_torch

@@ -21,7 +21,9 @@ int comm_alloc(comm_ctx *ctx, size_t bytes, size_t align, void **out, a2amm_erro
     if (start > ctx->heap_bytes || bytes > ctx->heap_bytes - start)
         return comm_report(ctx, err, A2AMM_E_NOMEM,
                            "rank %d: symmetric heap full: %zu bytes asked for at offset %zu, "
-                           "heap is %zu bytes", ctx->rank, bytes, start, ctx->heap_bytes);
+                           "heap is %zu bytes (the communicator's heap_bytes: make it larger; "
+                           "a2amm_op_heap_bytes, in Python Op.heap_bytes, says what an op needs)",
+                           ctx->rank, bytes, start, ctx->heap_bytes);
     ctx->heap_used = start + bytes;
     *out = ctx->my_heap + start;
     return A2AMM_OK;
