@@ -51,6 +51,11 @@ for spec in "amx:avx512" "avx512bf16:avx2" "avx512:avx2" "amx,avx512:avx2" "avx2
             expect_fail "A2AMM_CPU_HIDE=$hide: A2AMM_ISA=$l refused" "cannot run the $l kernels (" \
                 env A2AMM_CPU_HIDE=$hide A2AMM_ISA=$l "$A2AMM" run 130 192 40 3 --dir "$d"
             if cpu_runs $l; then expect_output "A2AMM_CPU_HIDE=$hide: the refusal of $l says it is hidden" "A2AMM_CPU_HIDE hides"; fi
+            # a level refused for what the CPU lacks keeps that reason, not a feature hidden besides
+            unhidden=$("$A2AMM" cpu | sed -n "s/^  $l *no: //p")
+            case $unhidden in "this CPU lacks"*)
+                expect_output "A2AMM_CPU_HIDE=$hide: the refusal of $l still says '$unhidden'" "$unhidden" ;;
+            esac
         fi
         [ $l = "$cap" ] && past=1
     done

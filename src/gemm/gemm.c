@@ -73,13 +73,15 @@ const char *gemm_isa_why_not(gemm_isa isa)
     static __thread char why[160];
     if ((unsigned)isa >= GEMM_ISA_COUNT) return "no such level";
     const gemm_level *L = LEVELS[isa];
-    for (int i = 0; i < L->nneeds; i++) {
-        cpu_feature f = L->needs[i];
-        if (cpu_has(f)) continue;
-        snprintf(why, sizeof why, "%s %s", cpu_detected(f) ? "A2AMM_CPU_HIDE hides" : "this CPU lacks",
-                 cpu_feature_name(f));
-        return why;
-    }
+    /* what the CPU lacks first (hiding it too changes nothing), then what A2AMM_CPU_HIDE hides */
+    for (int lacking = 1; lacking >= 0; lacking--)
+        for (int i = 0; i < L->nneeds; i++) {
+            cpu_feature f = L->needs[i];
+            if (cpu_has(f) || (cpu_detected(f) ? 0 : 1) != lacking) continue;
+            snprintf(why, sizeof why, "%s %s", lacking ? "this CPU lacks" : "A2AMM_CPU_HIDE hides",
+                     cpu_feature_name(f));
+            return why;
+        }
     if (L->why_not) return L->why_not();
     return NULL;
 }
