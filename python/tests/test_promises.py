@@ -272,7 +272,7 @@ def test_a_launch_rank_that_returns_with_a_thread_in_a_call(what):
 
 def test_int16_is_not_bf16():
     x = np.zeros((4, 64), np.int16)
-    with pytest.raises(TypeError, match="x must be bfloat16 .*got int16"):
+    with pytest.raises(TypeError, match="x must be float32 or bfloat16 .*got int16"):
         a2amm.quantize(x)
     codes, scales = a2amm.quantize(np.ones((4, 64), np.float32))
     with a2amm.Weights(codes, scales) as w:
@@ -293,7 +293,7 @@ def test_int16_is_not_bf16():
 @needs_torch
 def test_int16_tensors_are_not_bf16():
     import torch
-    with pytest.raises(TypeError, match="x must be bfloat16 .*got int16"):
+    with pytest.raises(TypeError, match="x must be float32 or bfloat16 .*got int16"):
         a2amm.quantize(torch.zeros(4, 64, dtype=torch.int16))
     codes, scales = a2amm.quantize(torch.ones(4, 64, dtype=torch.bfloat16))
     with a2amm.Weights(codes, scales) as w:
