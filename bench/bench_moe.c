@@ -471,10 +471,14 @@ int cmd_bench_moe(int argc, char **argv)
     for (int i = 0; i < 6; i++)
         if (cli_parse_i64("bench moe", names[i], pos[i], lo[i], hi[i], &v[i])) return 2;
     b.R = (int)v[0], b.T = v[1], b.H = v[2], b.I = v[3], b.E = (int)v[4], b.K = (int)v[5];
-    if (b.H % 32 || b.I % 32 || b.E % b.R || b.K > b.E || b.E / b.R > 1024) {
-        fprintf(stderr, "a2amm bench moe: H and I must be multiples of 32, E a multiple of R (at most 1024 a rank) "
-                        "and K at most E (got H=%lld I=%lld E=%d R=%d K=%d)\n", (long long)b.H, (long long)b.I, b.E,
-                b.R, b.K);
+    const char *broken = b.H % 32 || b.I % 32 ? "H and I must be multiples of 32"
+                         : b.E % b.R          ? "E must be a multiple of R"
+                         : b.E / b.R > 1024   ? "E must be at most 1024 a rank"
+                         : b.K > b.E          ? "K (experts a token) must be at most E"
+                                              : NULL;
+    if (broken) {
+        fprintf(stderr, "a2amm bench moe: %s (got H=%lld I=%lld E=%d R=%d K=%d)\n", broken, (long long)b.H,
+                (long long)b.I, b.E, b.R, b.K);
         return 2;
     }
     size_t tbytes = sizeof(double) * (size_t)WAYS * (size_t)b.iters * (size_t)b.R;

@@ -343,6 +343,10 @@ expect_output "bench gemm --help names --sweep" "--sweep"
 #     experts (2), a read of the experts
 expect_ok "bench moe --help" "$A2AMM" bench moe --help
 expect_output "bench moe --help has an example" "a2amm bench moe 2 16 2048 1408 64 6"
+expect_fail "bench moe: K over E names that rule alone" "bench moe: K (experts a token) must be at most E (got" \
+    "$A2AMM" bench moe 2 16 64 64 8 9
+expect_fail "bench moe: E not a multiple of R names that rule alone" "bench moe: E must be a multiple of R (got" \
+    "$A2AMM" bench moe 3 16 64 64 8 2
 for args in "2 6 64 32 4 2" "3 5 96 64 6 3 --skew" "1 4 64 32 2 1 --uniform-codes"; do
     # shellcheck disable=SC2086
     expect_ok "bench moe $args" "$A2AMM" bench moe $args --iters 2
