@@ -360,7 +360,7 @@ for args in "2 6 64 32 4 2" "3 5 96 64 6 3 --skew" "1 4 64 32 2 1 --uniform-code
     # (2) rounds g, u and y to bf16: near the op's output (the bench fails past 5%), and says what it ran
     expect_output "bench moe $args: baseline (2) says what it ran" "(2) runs oneDNN"
 done
-expect_fail "bench moe: E not a multiple of R" "E a multiple of R" "$A2AMM" bench moe 3 4 64 32 4 2
+expect_fail "bench moe: E not a multiple of R" "E must be a multiple of R" "$A2AMM" bench moe 3 4 64 32 4 2
 expect_fail "bench moe: H not a multiple of 32" "H and I must be multiples of 32" "$A2AMM" bench moe 2 4 48 32 4 2
 expect_fail "bench moe: too few arguments" "expected R T H I E K, got 3" "$A2AMM" bench moe 2 4 64
 expect_fail "bench moe: unknown option" "unknown option '--bogus'" "$A2AMM" bench moe 2 4 64 32 4 2 --bogus
