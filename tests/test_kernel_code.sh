@@ -43,13 +43,19 @@ kernel_code() {
         END { for (f in p) print f, p[f], m[f], s[f] + 0 }'
 }
 
-for spec in "op/moe_down.o:^(panels(256|512)|many(256|512))_" "op/moe_down_pairs.o:^pairs_[0-9]" \
-            "gemm/gemm_avx2.o:^avx2_kernel8?_" "gemm/gemm_avx512.o:^avx512_kernel8?_"; do
-    obj="$OBJ/${spec%%:*}" re="${spec#*:}"
-    check "$obj exists" test -f "$obj" || continue
+# kernels_of SPEC (OBJECT:REGEX): kernel_code of them into $SCRATCH/code, $obj, $re and $kernels set; fails
+# (a check failed) where the object is missing
+kernels_of() {
+    obj="$OBJ/${1%%:*}" re="${1#*:}"
+    check "$obj exists" test -f "$obj" || return 1
     kernel_code "$obj" "$re" >"$SCRATCH/code"
     kernels=$(wc -l <"$SCRATCH/code")
     check "$obj: kernels named /$re/ found (got $kernels)" test "$kernels" -gt 0
+}
+
+for spec in "op/moe_down.o:^(panels(256|512)|many(256|512))_" "op/moe_down_pairs.o:^pairs_[0-9]" \
+            "gemm/gemm_avx2.o:^avx2_kernel8?_" "gemm/gemm_avx512.o:^avx512_kernel8?_"; do
+    kernels_of "$spec" || continue
     while read -r fn prefetches memsets _; do
         case $fn in many*) ;; # the many-rows kernels read a block widened into L1: no prefetch of their own
         *) check "$obj: $fn holds $prefetches prefetch instructions, expected at least 1" test "$prefetches" -gt 0 ;;
@@ -67,11 +73,7 @@ for spec in "gemm/gemm_amx.o:^amx_(block8|block8_half|kernel8)$" "gemm/gemm_avx5
             "gemm/gemm_avx2.o:^avx2_kernel8?_" "op/moe_down.o:^(panels(256|512)|many(256|512))_" \
             "op/moe_down_pairs.o:^pairs_[0-9]" "op/moe_down_amx.o:^(tiles_over_panels|moe_down_amx)$" \
             "mx/mx_quantize_simd.o:^quantize_blocks_"; do
-    obj="$OBJ/${spec%%:*}" re="${spec#*:}"
-    check "$obj exists" test -f "$obj" || continue
-    kernel_code "$obj" "$re" >"$SCRATCH/code"
-    kernels=$(wc -l <"$SCRATCH/code")
-    check "$obj: kernels named /$re/ found (got $kernels)" test "$kernels" -gt 0
+    kernels_of "$spec" || continue
     while read -r fn _ _ shifts; do
         check "$obj: $fn holds $shifts vector shifts by a register, expected none" test "$shifts" -eq 0
     done <"$SCRATCH/code"

@@ -56,12 +56,12 @@ version=$(sed -n 's/^#define A2AMM_VERSION_STRING "\(.*\)"/\1/p' "$root/include/
 cd "$SCRATCH" || exit 1
 expect_ok "import a2amm" run_py -c "import a2amm; print(a2amm.__version__); print(a2amm.library_path)"
 check "a2amm.__version__ is the library's, $version" test "$(head -1 "$SCRATCH/out")" = "$version"
+check "the extension runs $build's library ($(tail -1 "$SCRATCH/out"))" \
+    test "$(dirname "$(realpath "$(tail -1 "$SCRATCH/out")")")" = "$build"
 # from the source folder (python/, where `import a2amm` finds the sources, no extension): said so, not
 # Python's "partially initialized module ... circular import"
 expect_fail "import a2amm in the source folder: the extension is said to be missing" \
     "C extension (a2amm._a2amm) is not built in" bash -c "cd '$SCRATCH/repo/python' && '$PY' -c 'import a2amm'"
-check "the extension runs $build's library ($(tail -1 "$SCRATCH/out"))" \
-    test "$(dirname "$(realpath "$(tail -1 "$SCRATCH/out")")")" = "$build"
 
 # two namespace hosts for the tests that cross machines (root; else those tests are skipped, saying so)
 hosts="$root/scripts/netns-hosts.sh"

@@ -33,7 +33,7 @@ from numpy import ndarray as _ndarray
 try:
     from . import _a2amm
 except ImportError as _e:  # the source folder (python/a2amm) has no built extension: say so, not "circular import"
-    if "_a2amm" not in str(_e):
+    if "cannot import name '_a2amm'" not in str(_e):  # an extension that is there and failed to load says why
         raise
     raise ImportError("a2amm's C extension (a2amm._a2amm) is not built in %s: this looks like the package's "
                       "source folder. Install the package (make, then pip install ./python; see README's "
