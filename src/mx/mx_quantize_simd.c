@@ -36,7 +36,7 @@ typedef struct encode_consts {
     float subnormal_scale;          /* 2^(bias - 1 + mbits) */
 } encode_consts;
 
-static inline encode_consts encode_consts_of(a2amm_fp8_type type)
+static encode_consts encode_consts_of(a2amm_fp8_type type)
 {
     const int e4m3 = type == A2AMM_E4M3, mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
     return (encode_consts){23 - mbits,
@@ -77,9 +77,8 @@ static inline __attribute__((always_inline)) AVX512_TARGET __m512 load16(const v
     return _mm512_loadu_ps((const float *)x + i);
 }
 
-static inline __attribute__((always_inline)) AVX512_TARGET void
-quantize_blocks_avx512_of(const void *x, int bf16, size_t blocks, const a2amm_fp8_type type, mx_scale_mode mode,
-                          uint8_t *codes, uint8_t *scales)
+static AVX512_TARGET void quantize_blocks_avx512(const void *x, int bf16, size_t blocks, a2amm_fp8_type type,
+                                                 mx_scale_mode mode, uint8_t *codes, uint8_t *scales)
 {
     const encode_consts k = encode_consts_of(type);
     const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
@@ -97,14 +96,6 @@ quantize_blocks_avx512_of(const void *x, int bf16, size_t blocks, const a2amm_fp
         _mm_storeu_si128((__m128i *)codes, encode16(_mm512_mul_ps(x0, inv), &k));
         _mm_storeu_si128((__m128i *)(codes + 16), encode16(_mm512_mul_ps(x1, inv), &k));
     }
-}
-
-/* A copy for each type: its shifts by an immediate (by a register they are two uops on Intel). */
-static AVX512_TARGET void quantize_blocks_avx512(const void *x, int bf16, size_t blocks, a2amm_fp8_type type,
-                                                 mx_scale_mode mode, uint8_t *codes, uint8_t *scales)
-{
-    if (type == A2AMM_E5M2) quantize_blocks_avx512_of(x, bf16, blocks, A2AMM_E5M2, mode, codes, scales);
-    else quantize_blocks_avx512_of(x, bf16, blocks, A2AMM_E4M3, mode, codes, scales);
 }
 
 /* ---- avx2 --------------------------------------------------------------------------------------- */
@@ -135,9 +126,8 @@ static inline __attribute__((always_inline)) AVX2_TARGET __m256 load8(const void
     return _mm256_loadu_ps((const float *)x + i);
 }
 
-static inline __attribute__((always_inline)) AVX2_TARGET void
-quantize_blocks_avx2_of(const void *x, int bf16, size_t blocks, const a2amm_fp8_type type, mx_scale_mode mode,
-                        uint8_t *codes, uint8_t *scales)
+static AVX2_TARGET void quantize_blocks_avx2(const void *x, int bf16, size_t blocks, a2amm_fp8_type type,
+                                             mx_scale_mode mode, uint8_t *codes, uint8_t *scales)
 {
     const encode_consts k = encode_consts_of(type);
     const __m256i magnitude = _mm256_set1_epi32(0x7FFFFFFF);
@@ -165,14 +155,6 @@ quantize_blocks_avx2_of(const void *x, int bf16, size_t blocks, const a2amm_fp8_
         _mm256_storeu_si256((__m256i *)codes,
                             _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
     }
-}
-
-/* A copy for each type: its shifts by an immediate (by a register they are two uops on Intel). */
-static AVX2_TARGET void quantize_blocks_avx2(const void *x, int bf16, size_t blocks, a2amm_fp8_type type,
-                                             mx_scale_mode mode, uint8_t *codes, uint8_t *scales)
-{
-    if (type == A2AMM_E5M2) quantize_blocks_avx2_of(x, bf16, blocks, A2AMM_E5M2, mode, codes, scales);
-    else quantize_blocks_avx2_of(x, bf16, blocks, A2AMM_E4M3, mode, codes, scales);
 }
 
 /* ---- levels ------------------------------------------------------------------------------------- */
