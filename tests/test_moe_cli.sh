@@ -154,6 +154,9 @@ check "--trace: the picture names the MoE op and its spans in its title and lege
 check "--trace: the same bits as without" same_outputs "$d" 3 "$SCRATCH/sched.want"
 expect_fail "--trace onto a data file is refused" "one of the data's files" \
     "$A2AMM" run 150 64 32 3 --op moe --dir "$d" --trace "$d/input/1/input_topk_w.bin"
+expect_fail "--trace '' is refused before the run" "--trace: an empty file name" \
+    "$A2AMM" run 150 64 32 3 --op moe --dir "$d" --trace ""
+check "... and the outputs are as they were" same_outputs "$d" 3 "$SCRATCH/sched.want"
 
 # --- without a meta file the arguments give the shape, and the bits are the same
 d="$SCRATCH/c5"

@@ -230,6 +230,13 @@ expect_ok "timeline --call 2 --width 900" "$A2AMM" timeline "$SCRATCH/perf.json"
 check "timeline --call: well-formed" svg_ok "$SCRATCH/call2.svg" 3
 expect_ok "timeline's default output name" "$A2AMM" timeline "$SCRATCH/put.json"
 check "TRACE.json -> TRACE.svg" test -s "$SCRATCH/put.svg"
+expect_ok "timeline replaces its own earlier picture" "$A2AMM" timeline "$SCRATCH/put.json" -o "$SCRATCH/put.svg"
+head -c 4096 /dev/urandom >"$SCRATCH/data.bin"
+cp "$SCRATCH/data.bin" "$SCRATCH/data.keep"
+expect_fail "timeline -o onto a file that is not a picture (a data file): refused" "is there and is not an SVG picture" \
+    "$A2AMM" timeline "$SCRATCH/put.json" -o "$SCRATCH/data.bin"
+check "... and the file is as it was" cmp -s "$SCRATCH/data.bin" "$SCRATCH/data.keep"
+expect_fail "timeline -o '': refused before drawing" "-o: an empty file name" "$A2AMM" timeline "$SCRATCH/put.json" -o ""
 
 # a trace's strings are anyone's bytes: raw bytes that are not UTF-8, and lone surrogate escapes
 # (Python's json writes one for each byte it could not decode), in otherData still give well-formed XML

@@ -35,6 +35,20 @@ static void timeline_usage(FILE *f)
             "  a2amm timeline /tmp/t.json -o /tmp/t.svg --call 3\n");
 }
 
+/* Whether path is absent, empty, or an SVG picture (what -o may replace): "<svg" in its first bytes. */
+static int looks_like_svg(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return 1;
+    char head[513];
+    size_t n = fread(head, 1, sizeof head - 1, f);
+    fclose(f);
+    head[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (!head[i]) head[i] = ' '; /* a binary file's NULs end no search early */
+    return n == 0 || strstr(head, "<svg") != NULL;
+}
+
 int cmd_timeline(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *v;
@@ -81,6 +95,9 @@ int cmd_timeline(int argc, char **argv)
     if (!cli_check_output("-o", out, NULL, 0, &err) && cli_same_file(out, in))
         a2amm_fail(&err, A2AMM_E_INVAL, "-o: %s would replace %s, the trace it draws: refused; name another file",
                    out, in);
+    if (!err.code && !looks_like_svg(out))
+        a2amm_fail(&err, A2AMM_E_INVAL, "-o: %s is there and is not an SVG picture (a data file?): refused; name "
+                   "another file, or remove it first", out);
     if (err.code) {
         cli_print_error("timeline", &err);
         return 2;

@@ -254,6 +254,7 @@ int io_write_atomic(const char *path, const void *buf, size_t bytes, a2amm_error
 int io_check_destination(const char *path, a2amm_error *err)
 {
     struct stat st;
+    if (!path[0]) return a2amm_fail(err, A2AMM_E_INVAL, "an empty file name: name a file");
     if (stat(path, &st) == 0) {
         if (S_ISDIR(st.st_mode))
             return a2amm_fail(err, A2AMM_E_INVAL, "%s is a folder, not a file: name a file (in it, or elsewhere)",
