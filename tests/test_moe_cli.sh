@@ -94,7 +94,15 @@ cp "$SCRATCH/c1.want.1" "$d/output/1/npu_out.bin"
 /usr/bin/python3 -c "
 p = '$d/output/0/npu_out.bin'; b = bytearray(open(p, 'rb').read()); b[2 * 7 + 1] ^= 0x80; open(p, 'wb').write(b)"
 expect_fail "verify: a flipped sign is out of the bound" "[FAIL] Rank 0" "$A2AMM" verify 12 96 64 2 --op moe --dir "$d"
+cp "$SCRATCH/c1.want.0" "$d/output/0/npu_out.bin"
+/usr/bin/python3 -c "
+p = '$d/output/0/npu_out.bin'; b = bytearray(open(p, 'rb').read()); b[2 * 5:2 * 6] = (0x7fc0).to_bytes(2, 'little'); open(p, 'wb').write(b)"
+expect_fail "verify: a NaN where the value is finite is out of the bound" "[FAIL] Rank 0: 1 values out of the contract's bound" \
+    "$A2AMM" verify 12 96 64 2 --op moe --dir "$d"
+expect_output "... and it is the worst value, not a later one (a NaN ratio compared false)" \
+    "worst |out - ref| / bound: inf at token 0, column 5"
 expect_fail "verify: a missing output is named" "npu_out.bin is missing" bash -c "rm '$d/output/0/npu_out.bin' && '$A2AMM' verify 12 96 64 2 --op moe --dir '$d'"
+expect_output "... and counted as not compared, not as out of the bound" "[ERROR] 1 of 2 ranks could not be compared"
 
 # --- the same bits whatever the threads; run and verify find the op in the meta file
 d="$SCRATCH/c5"

@@ -549,7 +549,8 @@ int cmd_run_moe(int argc, char **argv)
     double wall = cli_now() - t0;
     if (o.transport == RUN_MPI) run_mpi_finalize();
     if (rc) {
-        for (int r = 0; res.ranks && r < s.R; r++) rank_report_print(r, &res.ranks[r]);
+        /* (over MPI each rank is mpirun's process: the launcher's reports are of shared memory's ranks) */
+        for (int r = 0; o.transport != RUN_MPI && res.ranks && r < s.R; r++) rank_report_print(r, &res.ranks[r]);
         cli_print_error("run", &err);
         printf("All workers finished. Status: FAILURE\n");
         moe_run_result_free(&res);
@@ -593,7 +594,7 @@ static void verify_usage(FILE *f)
             "  a2amm verify 64 256 128 2 --op moe --dir /tmp/a2amm-moe\n");
 }
 
-/* Rank r's check; 1 pass, 0 fail (said). */
+/* Rank r's check; 1 pass, 0 fail, -1 its output could not be read (said). */
 static int verify_rank(const char *dir, const moe_io_shape *s, int r, const double *ref, const double *bound)
 {
     const int64_t n = s->tokens[r] * s->H;
@@ -606,15 +607,16 @@ static int verify_rank(const char *dir, const moe_io_shape *s, int r, const doub
     if (rc) {
         printf("[FAIL] Rank %d: %s\n", r, err.msg);
         free(out), free(golden);
-        return 0;
+        return -1;
     }
     int64_t off = 0, first = -1, worst_at = -1;
     double worst = 0;
     for (int64_t i = 0; i < n; i++) {
         int ok = ref_moe_close(out[i], ref[i], bound[i]);
         double ratio = isfinite(ref[i]) ? fabs((double)mx_bf16_to_f32(out[i]) - ref[i]) / bound[i] : ok ? 0 : INFINITY;
+        if (isnan(ratio)) ratio = INFINITY; /* a NaN output where the value is finite: the worst there is */
         if (!ok && off++ == 0) first = i;
-        if (!(ratio <= worst)) worst = ratio, worst_at = i;
+        if (ratio > worst || worst_at < 0) worst = ratio, worst_at = i;
     }
     printf("\n[Rank %d] [verify] tokens=%lld, H=%lld, values=%lld\n", r, (long long)s->tokens[r], (long long)s->H,
            (long long)n);
@@ -697,17 +699,26 @@ int cmd_verify_moe(int argc, char **argv)
     printf("============================================================\n");
     printf("Verifying the MoE op's outputs for %d ranks in %s/output\n", s.R, dir);
     printf("============================================================\n");
-    int npass = 0;
-    char *status = calloc((size_t)s.R, 1);
+    int npass = 0, nmissing = 0;
+    signed char *status = calloc((size_t)s.R, 1);
     for (int r = 0; r < s.R; r++) {
         int ok = verify_rank(dir, &s, r, ref[r], bound[r]);
-        npass += ok;
-        if (status) status[r] = (char)ok;
+        npass += ok == 1, nmissing += ok < 0;
+        if (status) status[r] = (signed char)ok;
     }
     printf("\n============================================================\nVerification Summary:\n");
-    for (int r = 0; status && r < s.R; r++) printf("  Rank %d: %s\n", r, status[r] ? "PASS" : "FAIL");
+    for (int r = 0; status && r < s.R; r++)
+        printf("  Rank %d: %s\n", r, status[r] > 0 ? "PASS" : status[r] ? "FAIL (its output: see above)" : "FAIL");
     if (npass == s.R) printf("\n[ALL PASS] All %d ranks passed verification!\n", s.R);
-    else printf("\n[ERROR] %d of %d ranks are out of the contract's bound.\n", s.R - npass, s.R);
+    else {
+        const int out_of_bound = s.R - npass - nmissing;
+        printf("\n[ERROR] ");
+        if (out_of_bound) printf("%d of %d ranks are out of the contract's bound%s", out_of_bound, s.R, nmissing ? "; " : "");
+        if (nmissing)
+            printf("%d of %d ranks could not be compared (an output missing or of another size: see above)", nmissing,
+                   s.R);
+        printf(".\n");
+    }
     free(status);
     free_refs(ref, bound, s.R);
     return npass == s.R ? 0 : 1;
