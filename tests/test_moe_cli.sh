@@ -155,6 +155,30 @@ for want in ('dispatch chunk 0', 'dispatch chunk 1', 'combine chunk 0', 'combine
              'experts chunk 1 ('):
     assert sum(n.startswith(want) for n in names) == 3, (want, names)
 assert any(n.startswith('expert ') for n in names), names"
+check "--trace, overlap: the spans of each track nest or follow one another (the exchanges on a track of their own)" \
+    /usr/bin/python3 -c "
+import json; j = json.load(open('$SCRATCH/moe.json'))
+tracks = {}
+for e in j['traceEvents']:
+    if e.get('ph') == 'X': tracks.setdefault((e['pid'], e['tid']), []).append((e['ts'], e['ts'] + e['dur'], e['name']))
+for key, spans in tracks.items():
+    spans.sort(key=lambda s: (s[0], -s[1]))
+    open_ends = []
+    for a, b, name in spans:
+        while open_ends and open_ends[-1][0] <= a + 1e-3: open_ends.pop()
+        assert not open_ends or b <= open_ends[-1][0] + 1e-3, (key, name, a, b, open_ends[-1])
+        open_ends.append((b, name))
+# (whether the overlap crosses depends on timing: that the exchanges have a track apart does not)
+x = {(e['pid'], e['tid']) for e in j['traceEvents'] if e.get('ph') == 'X' and e['name'].startswith(('dispatch chunk', 'combine chunk'))}
+ex = {(e['pid'], e['tid']) for e in j['traceEvents'] if e.get('ph') == 'X' and e['name'].startswith('experts chunk')}
+assert x and ex and not x & ex, (x, ex)"
+check "--trace: each expert's span named by its number among all E (rank r's are r*E/R and on)" /usr/bin/python3 -c "
+import json, re; j = json.load(open('$SCRATCH/moe.json'))
+meta = dict(l.split() for l in open('$d/input/a2amm-meta.txt').read().splitlines()[1:])
+local = int(meta['experts']) // int(meta['R'])
+seen = [(e['pid'], int(re.match(r'expert (\d+) ', e['name']).group(1))) for e in j['traceEvents']
+        if e.get('ph') == 'X' and e['name'].startswith('expert ')]
+assert seen and all(r * local <= x < (r + 1) * local for r, x in seen), seen"
 expect_ok "--trace: the timeline draws it" "$A2AMM" timeline "$SCRATCH/moe.json" -o "$SCRATCH/moe.svg"
 check "--trace: the picture names the MoE op and its spans in its title and legend" \
     bash -c "grep -q 'a2amm: MoE op T=150 H=64 I=32' '$SCRATCH/moe.svg' && grep -q 'dispatch / combine' '$SCRATCH/moe.svg' \

@@ -54,6 +54,7 @@ typedef struct tl_picture {
     tl_span *spans;
     size_t n;
     int ranks;
+    int moe;         /* the MoE op's trace: its exchanges overlap its experts, so they get the tiles' band */
     double from, to; /* us */
     int width, height, left, top, row_h;
     FILE *f;
@@ -199,7 +200,7 @@ static void rect(tl_picture *p, double x0, double x1, double y, double h, const 
  * pixel wide alone, the narrower ones merged with their neighbours. */
 static void draw_run(tl_picture *p, const tl_span *s, size_t a, size_t b)
 {
-    int kind = s[a].kind, band = KIND[kind].band;
+    int kind = s[a].kind, band = p->moe && kind == TL_EXCHANGE ? 1 : KIND[kind].band;
     double y = p->top + s[a].rank * p->row_h + BAND_Y[band] * p->row_h, h = BAND_H[band] * p->row_h;
     double mx0 = 0, mx1 = -1; /* the pending merged rectangle */
     for (size_t i = a; i < b; i++) {
@@ -345,7 +346,8 @@ static int draw(tl_picture *p, const json_value *meta, const char *json_path, do
             p->width, p->height, p->width, p->height);
     draw_title(p, meta, json_path);
     const char *op = json_string(json_get(meta, "op"));
-    draw_legend(p, stall_us, op && !strcmp(op, "moe"));
+    p->moe = op && !strcmp(op, "moe");
+    draw_legend(p, stall_us, p->moe);
     int label_every = p->row_h >= 12 ? 1 : (int)ceil(12.0 / p->row_h);
     for (int r = 0; r < p->ranks; r++) {
         double y = p->top + r * p->row_h;

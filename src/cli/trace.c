@@ -171,9 +171,12 @@ int trace_load(const char *path, trace_rec **recs, size_t *n, size_t *dropped, a
 
 /* ---- the JSON ---------------------------------------------------------------- */
 
+/* The MoE op's track of exchanges (after any compute thread's). */
+enum { MOE_EXCHANGE_TID = 1000 };
+
 /* The span's name, as a person reads it in a timeline. */
-/* The MoE op's spans (a2amm_moe_set_observer's events), or 0 for a kind it does not make. */
-static int moe_span_name(char *buf, size_t size, const trace_rec *r)
+/* The MoE op's spans (a2amm_moe_set_observer's events) on rank `rank`, or 0 for a kind it does not make. */
+static int moe_span_name(char *buf, size_t size, const trace_rec *r, const moe_io_shape *moe, int rank)
 {
     switch ((trace_kind)r->kind) {
     case TRACE_CALL: snprintf(buf, size, "call %lld (%lld tokens)", (long long)r->call, (long long)r->rows); return 1;
@@ -183,16 +186,18 @@ static int moe_span_name(char *buf, size_t size, const trace_rec *r)
     case TRACE_MATMUL:
         snprintf(buf, size, "experts chunk %lld (%lld rows)", (long long)r->tile, (long long)r->rows);
         return 1;
-    case TRACE_WORK: snprintf(buf, size, "expert %d (%lld rows)", r->slot, (long long)r->rows); return 1;
+    case TRACE_WORK: /* the event's slot is the rank's local expert: named by its number among all E */
+        snprintf(buf, size, "expert %d (%lld rows)", rank * (moe->E / moe->R) + r->slot, (long long)r->rows);
+        return 1;
     default: return 0;
     }
 }
 
-static void span_name(char *buf, size_t size, const trace_rec *r, const trace_meta *m)
+static void span_name(char *buf, size_t size, const trace_rec *r, const trace_meta *m, int rank)
 {
     const op_kind_row *op = m->s ? op_kind_row_of(m->s->kind) : NULL;
     const char *arrow = op ? op->matmul_arrow : "<-"; /* matmul-alltoall's matmul makes the block for its peer */
-    if (m->moe && moe_span_name(buf, size, r)) return;
+    if (m->moe && moe_span_name(buf, size, r, m->moe, rank)) return;
     switch ((trace_kind)r->kind) {
     case TRACE_CALL: snprintf(buf, size, "call %lld (m %lld)", (long long)r->call, (long long)r->rows); break;
     case TRACE_TILE: snprintf(buf, size, "tile %lld", (long long)r->tile); break;
@@ -302,9 +307,16 @@ static int write_events(FILE *f, void *arg)
     for (int r = 0; r < R; r++) {
         fprintf(f, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n", r, r);
         fprintf(f, "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"args\":{\"sort_index\":%d}},\n", r, r);
-        fprintf(f, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d's "
-                   "thread: waits, matmul calls (and its share of them), sends\"}}",
-                r, r);
+        if (m->moe) /* the exchanges on a track of their own: the overlap schedule runs them beside the experts */
+            fprintf(f, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":"
+                       "\"rank %d's thread: the calls, the experts' chunks (and its share of them)\"}},\n"
+                       "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":"
+                       "\"rank %d's exchanges: the chunks' dispatch and combine\"}}",
+                    r, r, r, MOE_EXCHANGE_TID, r);
+        else
+            fprintf(f, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d's "
+                       "thread: waits, matmul calls (and its share of them), sends\"}}",
+                    r, r);
         int64_t off = m->offset_ns ? m->offset_ns[r] : 0, received = 0;
         /* a track named for each compute thread the rank has, and any seen beyond: which thread takes
          * which piece of a matmul is first come, first served, so a busy host may leave one idle */
@@ -316,9 +328,9 @@ static int write_events(FILE *f, void *arg)
                        "\"rank %d's compute thread %d\"}}", r, th, r, th);
         for (size_t i = 0; i < n[r]; i++) {
             const trace_rec *s = &recs[r][i];
-            int tid = s->kind == TRACE_WORK ? s->variant : 0;
+            int tid = s->kind == TRACE_WORK ? s->variant : m->moe && s->kind == TRACE_EXCHANGE ? MOE_EXCHANGE_TID : 0;
             char name[96];
-            span_name(name, sizeof name, s, m);
+            span_name(name, sizeof name, s, m, r);
             double ts = (double)(s->t0_ns - off - origin) / 1e3, dur = (double)(s->t1_ns - s->t0_ns) / 1e3;
             if (s->kind == TRACE_SIGNAL)
                 fprintf(f, ",\n{\"ph\":\"i\",\"s\":\"t\",\"name\":\"%s\",\"cat\":\"signal\",\"pid\":%d,\"tid\":0,"
