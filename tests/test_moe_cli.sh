@@ -275,6 +275,13 @@ import json; j = json.load(open('$SCRATCH/out'))
 assert j['op'] == 'moe' and j['R'] == 4 and j['tokens'] == 48, j
 assert j['schedule'] == 'fused', j
 assert all(j[k]['median'] > 0 for k in ('call_s', 'other_schedule_s', 'experts_alone_s', 'exchange_alone_s')), j"
+expect_ok "precision mode --json" "$A2AMM" run 12 96 64 4 --op moe --json --dir "$d"
+check "precision --json: one object with the shape, each rank and the outputs (it printed nothing once)" \
+    /usr/bin/python3 -c "
+import json; j = json.load(open('$SCRATCH/out'))
+assert j['mode'] == 'precision' and j['op'] == 'moe' and j['R'] == 4 and j['status'] == 'SUCCESS', j
+assert [r['status'] for r in j['ranks']] == ['ok'] * 4 and len(j['outputs']) == 4, j
+assert all(p.endswith('/output/%d/npu_out.bin' % r) for r, p in enumerate(j['outputs'])), j"
 expect_fail "--route is gen's" "--route is gen's" "$A2AMM" run 12 96 64 4 --op moe --route hot --dir "$d"
 expect_fail "--iters in precision mode is refused, not ignored" "--iters is for perf mode" \
     "$A2AMM" run 12 96 64 4 --op moe --iters 2 --dir "$d"

@@ -417,6 +417,42 @@ static void run_usage(FILE *f)
             "  a2amm run 64 256 128 2 --op moe perf --iters 5 --dir /tmp/a2amm-moe\n");
 }
 
+/* --json in precision mode: the run as one object (shape, schedule, each rank, time, the outputs). */
+static void print_precision_json(const char *dir, const moe_io_shape *s, const moe_run_options *o,
+                                 const moe_run_result *res, int rc, const a2amm_error *err, double wall)
+{
+    printf("{\"command\":\"run\",\"mode\":\"precision\",\"op\":\"moe\",\"T\":%lld,\"H\":%lld,\"I\":%lld,\"R\":%d,"
+           "\"experts\":%d,\"topk\":%d,\"tokens\":[", (long long)s->T, (long long)s->H, (long long)s->I, s->R, s->E,
+           s->K);
+    for (int r = 0; r < s->R; r++) printf("%s%lld", r ? "," : "", (long long)s->tokens[r]);
+    printf("]");
+    cli_json_key_str("a_type", a2amm_fp8_type_name(s->a_type));
+    cli_json_key_str("b_type", a2amm_fp8_type_name(s->b_type));
+    cli_json_key_str("schedule", moe_schedule_name(o->schedule));
+    cli_json_key_str("transport", o->transport == RUN_MPI ? "mpi" : "shm");
+    cli_json_key_str("status", rc ? "FAILURE" : "SUCCESS");
+    cli_json_key_str("error", rc ? err->msg : NULL);
+    cli_json_key_str("kernel", rc ? NULL : res->kernel);
+    if (!rc) printf(",\"threads\":%d", res->threads);
+    cli_json_key_num("wall_s", "%.6f", wall);
+    printf(",\"ranks\":[");
+    for (int r = 0; o->transport != RUN_MPI && res->ranks && r < s->R; r++) {
+        const a2amm_rank_report *k = &res->ranks[r];
+        printf("%s{\"rank\":%d", r ? "," : "", r);
+        cli_json_key_str("status", rank_report_word(k));
+        cli_json_key_str("doing", k->status ? k->doing : NULL);
+        printf(",\"signal\":%d}", k->signal);
+    }
+    printf("],\"outputs\":[");
+    for (int r = 0; !rc && r < s->R; r++) {
+        char path[IO_PATH_MAX];
+        if (io_rank_path(path, sizeof path, dir, "output", r, "npu_out.bin", NULL)) continue;
+        printf("%s", r ? "," : "");
+        cli_json_str(path);
+    }
+    printf("]}\n");
+}
+
 static void print_perf(const moe_io_shape *s, const moe_run_result *res, a2amm_schedule schedule, int json)
 {
     cli_summary sum[MOE_VARIANTS];
@@ -548,6 +584,12 @@ int cmd_run_moe(int argc, char **argv)
     int rc = moe_run_files(dir, &s, &o, &res, &err);
     double wall = cli_now() - t0;
     if (o.transport == RUN_MPI) run_mpi_finalize();
+    if (json && o.mode == RUN_PRECISION) { /* one object, as the matmul ops' run --json prints */
+        print_precision_json(dir, &s, &o, &res, rc, &err, wall);
+        moe_run_result_free(&res);
+        if (rc == A2AMM_E_INTERRUPTED && cli_exit_code_for_stop()) return cli_exit_code_for_stop();
+        return rc ? 1 : 0;
+    }
     if (rc) {
         /* (over MPI each rank is mpirun's process: the launcher's reports are of shared memory's ranks) */
         for (int r = 0; o.transport != RUN_MPI && res.ranks && r < s.R; r++) rank_report_print(r, &res.ranks[r]);
