@@ -404,7 +404,7 @@ static void run_usage(FILE *f)
             "  --transport shm|mpi  shm: fork R ranks here (default); mpi: this process is one\n"
             "                     rank of an MPI job:\n"
             "                       mpirun -np R a2amm run T H I R --op moe --transport mpi --dir D\n"
-            "  --json             perf mode: one JSON object of the figures\n"
+            "  --json             one JSON object: the run (precision mode) or its figures (perf mode)\n"
             "  --trace FILE       every rank's calls as a Chrome trace (Perfetto, chrome://tracing, or\n"
             "                     a2amm timeline FILE): each chunk's dispatch and combine, its experts,\n"
             "                     each expert on its thread; perf mode: every repetition. Over\n"
