@@ -283,6 +283,7 @@ assert j['mode'] == 'precision' and j['op'] == 'moe' and j['R'] == 4 and j['stat
 assert [r['status'] for r in j['ranks']] == ['ok'] * 4 and len(j['outputs']) == 4, j
 assert all(p.endswith('/output/%d/npu_out.bin' % r) for r, p in enumerate(j['outputs'])), j"
 expect_fail "--route is gen's" "--route is gen's" "$A2AMM" run 12 96 64 4 --op moe --route hot --dir "$d"
+expect_fail "verify too: --route is gen's" "a2amm verify: --route is gen's" "$A2AMM" verify 12 96 64 4 --op moe --route hot --dir "$d"
 expect_fail "--iters in precision mode is refused, not ignored" "--iters is for perf mode" \
     "$A2AMM" run 12 96 64 4 --op moe --iters 2 --dir "$d"
 expect_fail "both modes" "precision and perf both given" "$A2AMM" run 12 96 64 4 --op moe precision perf --dir "$d"

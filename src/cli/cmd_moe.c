@@ -713,6 +713,10 @@ int cmd_verify_moe(int argc, char **argv)
         verify_usage(stderr);
         return 2;
     }
+    if (a.route) {
+        fprintf(stderr, "a2amm verify: --route is gen's: the routing is in the files\n");
+        return 2;
+    }
     moe_io_shape s;
     if (cli_dir_existing("verify", dir)) return 2;
     int held = shape_of_dir("verify", dir, &a, &s);

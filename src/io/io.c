@@ -697,7 +697,7 @@ static const char *meta_line(const char *line, size_t len, io_meta *m, unsigned 
         return NULL;
     }
     case MK_OP:
-        if (!strcmp(v, "moe")) return "the data is for --op moe (name it: gen, run and verify take it)";
+        if (!strcmp(v, "moe")) return "the data is for --op moe, not this op (give --op moe, or leave --op out)";
         if (op_kind_parse(v, &m->shape.kind)) return "op must be alltoall-matmul or matmul-alltoall";
         return NULL;
     default:
