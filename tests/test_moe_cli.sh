@@ -275,6 +275,10 @@ import json; j = json.load(open('$SCRATCH/out'))
 assert j['op'] == 'moe' and j['R'] == 4 and j['tokens'] == 48, j
 assert j['schedule'] == 'fused', j
 assert all(j[k]['median'] > 0 for k in ('call_s', 'other_schedule_s', 'experts_alone_s', 'exchange_alone_s')), j"
+expect_ok "perf mode --trace" "$A2AMM" run 12 96 64 4 --op moe perf --iters 2 --dir "$d" --trace "$SCRATCH/perf.json"
+check "perf mode's trace carries its figures (the picture's title line)" /usr/bin/python3 -c "
+import json; s = json.load(open('$SCRATCH/perf.json'))['otherData'].get('summary', '')
+assert s.startswith('MoE call ') and 'experts alone' in s and 'call / experts alone = ' in s, s"
 expect_ok "precision mode --json" "$A2AMM" run 12 96 64 4 --op moe --json --dir "$d"
 check "precision --json: one object with the shape, each rank and the outputs (it printed nothing once)" \
     /usr/bin/python3 -c "

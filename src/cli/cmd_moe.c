@@ -605,7 +605,7 @@ int cmd_run_moe(int argc, char **argv)
                "each) in %.3f s (whole run: load, prepare, call, write)\n", res.threads, res.threads == 1 ? "" : "s",
                res.kernel, dir, s.R - 1, (long long)s.H, wall);
     if (!json && o.trace_path)
-        printf("  trace: %s (draw it: a2amm timeline %s -o %s.svg)\n", o.trace_path, o.trace_path, o.trace_path);
+        printf("  trace: %s (draw it: a2amm timeline %s)\n", o.trace_path, o.trace_path);
     if (!json) printf("All workers finished. Status: SUCCESS\n");
     moe_run_result_free(&res);
     return 0;

@@ -248,7 +248,7 @@ static int run_command(int argc, char **argv, int seed_form)
                    "prepare, multiply, write)\n", dir, (long long)s.R - 1,
                    (long long)z.out_rows, (long long)z.out_cols, wall);
         if (!json && o.trace_path)
-            printf("  trace: %s (draw it: a2amm timeline %s -o %s.svg)\n", o.trace_path, o.trace_path, o.trace_path);
+            printf("  trace: %s (draw it: a2amm timeline %s)\n", o.trace_path, o.trace_path);
         if (!json) printf("All workers finished. Status: SUCCESS\n");
     }
     run_result_free(&res);

@@ -15,6 +15,7 @@
 
 #include "cli/args.h"
 #include "cli/guard.h"
+#include "cli/perf_report.h"
 #include "cli/rank_report.h"
 #include "cli/run_trace.h"
 #include "cli/time_map.h"
@@ -324,14 +325,28 @@ static int collect(const moe_runner *rn, moe_run_result *res, a2amm_error *err)
     return A2AMM_OK;
 }
 
+/* Perf mode's figures in a line, for the trace (collected: res->t), or NULL in precision mode. */
+static const char *perf_summary(const moe_runner *rn, const moe_run_result *res, char *buf, size_t size)
+{
+    if (rn->o.mode != RUN_PERF || !res->t[MOE_V_CALL]) return NULL;
+    const double call = cli_summarize(res->t[MOE_V_CALL], res->iters).median,
+                 experts = cli_summarize(res->t[MOE_V_EXPERTS], res->iters).median,
+                 exchange = cli_summarize(res->t[MOE_V_EXCHANGE], res->iters).median;
+    snprintf(buf, size, "MoE call %.3f ms (%s schedule) vs experts alone %.3f ms, exchange alone %.3f ms (medians): "
+             "call / experts alone = %.3f", call * 1e3, moe_schedule_name(rn->o.schedule), experts * 1e3,
+             exchange * 1e3, call / experts);
+    return buf;
+}
+
 /* The trace's part of a run over MPI: each rank's clock offset measured before the run, its spans gathered
  * to rank 0 after, which writes the file. */
 static int trace_mpi_write(const moe_runner *rn, const moe_run_result *res, const int64_t *offsets,
                            a2amm_error *err)
 {
+    char summary[300];
     trace_meta meta = {.moe = &rn->s, .mode = rn->o.mode == RUN_PERF ? "perf" : "precision", .transport = "mpi",
                        .path = "messages", .threads = rn->threads, .schedule = moe_schedule_name(rn->o.schedule),
-                       .offset_ns = offsets};
+                       .offset_ns = offsets, .summary = perf_summary(rn, res, summary, sizeof summary)};
     return run_trace_mpi_write(rn->mpi_trace, rn->o.trace_path, rn->s.R, res->rank, &meta, err);
 }
 
@@ -359,6 +374,7 @@ static int run_mpi(moe_runner *rn, moe_run_result *res, a2amm_error *err)
         if (!rc) rc = io_commit_staged(path, rn->tag, err);
     }
     if (!rc && rn->o.mode == RUN_PERF) rc = run_mpi_share(comm, rn->tm.d, time_map_doubles(&rn->tm), rn->o.timeout_s, err);
+    if (!rc && rn->o.mode == RUN_PERF) rc = collect(rn, res, err); /* the trace carries the figures */
     if (!rc && rn->o.trace_path) rc = trace_mpi_write(rn, res, offsets, err);
     if (comm) a2amm_comm_barrier(comm, rn->o.timeout_s, NULL);
     a2amm_comm_destroy(comm);
@@ -407,15 +423,17 @@ int moe_run_files(const char *dir, const moe_io_shape *s, const moe_run_options 
             if (rc) io_set_discard(dir, "npu_out.bin", s->R, rn.tag);
             else rc = io_set_commit(dir, "npu_out.bin", s->R, rn.tag, NULL, NULL, err);
         }
+        if (!rc && rn.o.mode == RUN_PERF) rc = collect(&rn, res, err); /* the trace carries the figures */
         if (rn.o.trace_path) { /* the ranks' parts into one file; only removed after a failure */
+            char summary[300];
             trace_meta meta = {.moe = s, .mode = rn.o.mode == RUN_PERF ? "perf" : "precision", .transport = "shm",
-                               .path = "stage", .threads = rn.threads, .schedule = moe_schedule_name(rn.o.schedule)};
+                               .path = "stage", .threads = rn.threads, .schedule = moe_schedule_name(rn.o.schedule),
+                               .summary = perf_summary(&rn, res, summary, sizeof summary)};
             int traced = run_trace_merge_parts(rn.o.trace_path, rn.tag, s->R, rc == A2AMM_OK, &meta, err);
             if (!rc) rc = traced;
         }
         cli_guard_stop(&guard);
     }
-    if (!rc && rn.o.mode == RUN_PERF) rc = collect(&rn, res, err);
     time_map_free(&rn.tm);
     return rc;
 }
