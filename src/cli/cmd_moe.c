@@ -435,22 +435,7 @@ static void print_precision_json(const char *dir, const moe_io_shape *s, const m
     cli_json_key_str("kernel", rc ? NULL : res->kernel);
     if (!rc) printf(",\"threads\":%d", res->threads);
     cli_json_key_num("wall_s", "%.6f", wall);
-    printf(",\"ranks\":[");
-    for (int r = 0; o->transport != RUN_MPI && res->ranks && r < s->R; r++) {
-        const a2amm_rank_report *k = &res->ranks[r];
-        printf("%s{\"rank\":%d", r ? "," : "", r);
-        cli_json_key_str("status", rank_report_word(k));
-        cli_json_key_str("doing", k->status ? k->doing : NULL);
-        printf(",\"signal\":%d}", k->signal);
-    }
-    printf("],\"outputs\":[");
-    for (int r = 0; !rc && r < s->R; r++) {
-        char path[IO_PATH_MAX];
-        if (io_rank_path(path, sizeof path, dir, "output", r, "npu_out.bin", NULL)) continue;
-        printf("%s", r ? "," : "");
-        cli_json_str(path);
-    }
-    printf("]}\n");
+    rank_report_json_tail(o->transport != RUN_MPI ? res->ranks : NULL, s->R, dir, rc != 0);
 }
 
 static void print_perf(const moe_io_shape *s, const moe_run_result *res, a2amm_schedule schedule, int json)

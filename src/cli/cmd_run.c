@@ -114,22 +114,7 @@ static void print_precision_json(const char *dir, const op_shape *s, const run_o
     cli_json_key_str("error", rc ? err->msg : NULL);
     cli_json_key_str("kernel", res->ranks ? res->kernel : NULL);
     cli_json_key_num("wall_s", "%.6f", wall);
-    printf(",\"ranks\":[");
-    for (int r = 0; res->ranks && r < s->R; r++) {
-        const a2amm_rank_report *k = &res->ranks[r];
-        printf("%s{\"rank\":%d", r ? "," : "", r);
-        cli_json_key_str("status", rank_report_word(k));
-        cli_json_key_str("doing", k->status ? k->doing : NULL);
-        printf(",\"signal\":%d}", k->signal);
-    }
-    printf("],\"outputs\":[");
-    for (int r = 0; !rc && r < s->R; r++) {
-        char path[IO_PATH_MAX];
-        if (io_rank_path(path, sizeof path, dir, "output", r, "npu_out.bin", NULL)) continue;
-        printf("%s", r ? "," : "");
-        cli_json_str(path);
-    }
-    printf("]}\n");
+    rank_report_json_tail(res->ranks, (int)s->R, dir, rc != 0);
 }
 
 /* run and the seed's form (seed_form: the types default to the seed's where no meta file records them). */

@@ -4,6 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/json.h"
+#include "io/io.h"
+
 int rank_report_fail(a2amm_comm *comm, int me, int rc, const a2amm_error *err)
 {
     char prefix[32];
@@ -37,4 +40,24 @@ const char *rank_report_word(const a2amm_rank_report *k)
     if (k->killed_by_launcher) return "killed by the launcher";
     if (k->failed_first) return "failed";
     return k->status == A2AMM_E_PEER && !k->signal ? "stopped: another rank failed" : "failed";
+}
+
+void rank_report_json_tail(const a2amm_rank_report *ranks, int R, const char *dir, int failed)
+{
+    printf(",\"ranks\":[");
+    for (int r = 0; ranks && r < R; r++) {
+        const a2amm_rank_report *k = &ranks[r];
+        printf("%s{\"rank\":%d", r ? "," : "", r);
+        cli_json_key_str("status", rank_report_word(k));
+        cli_json_key_str("doing", k->status ? k->doing : NULL);
+        printf(",\"signal\":%d}", k->signal);
+    }
+    printf("],\"outputs\":[");
+    for (int r = 0; !failed && r < R; r++) {
+        char path[IO_PATH_MAX];
+        if (io_rank_path(path, sizeof path, dir, "output", r, "npu_out.bin", NULL)) continue;
+        printf("%s", r ? "," : "");
+        cli_json_str(path);
+    }
+    printf("]}\n");
 }

@@ -19,4 +19,8 @@ void rank_report_print(int r, const a2amm_rank_report *k);
 /* The same in a few words, for --json. */
 const char *rank_report_word(const a2amm_rank_report *k);
 
+/* run --json's end of the object: ,"ranks":[each rank's end] (ranks NULL: none),"outputs":[every rank's
+ * DIR/output/<r>/npu_out.bin] (none where the run failed), then the closing brace and a newline. */
+void rank_report_json_tail(const a2amm_rank_report *ranks, int R, const char *dir, int failed);
+
 #endif
