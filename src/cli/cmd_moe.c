@@ -730,27 +730,14 @@ int cmd_verify_moe(int argc, char **argv)
     printf("============================================================\n");
     printf("Verifying the MoE op's outputs for %d ranks in %s/output\n", s.R, dir);
     printf("============================================================\n");
-    int npass = 0, nmissing = 0;
     signed char *status = calloc((size_t)s.R, 1);
-    for (int r = 0; r < s.R; r++) {
-        int ok = verify_rank(dir, &s, r, ref[r], bound[r]);
-        npass += ok == 1, nmissing += ok < 0;
-        if (status) status[r] = (signed char)ok;
-    }
-    printf("\n============================================================\nVerification Summary:\n");
-    for (int r = 0; status && r < s.R; r++)
-        printf("  Rank %d: %s\n", r, status[r] > 0 ? "PASS" : status[r] ? "FAIL (its output: see above)" : "FAIL");
-    if (npass == s.R) printf("\n[ALL PASS] All %d ranks passed verification!\n", s.R);
-    else {
-        const int out_of_bound = s.R - npass - nmissing;
-        printf("\n[ERROR] ");
-        if (out_of_bound) printf("%d of %d ranks are out of the contract's bound%s", out_of_bound, s.R, nmissing ? "; " : "");
-        if (nmissing)
-            printf("%d of %d ranks could not be compared (an output missing or of another size: see above)", nmissing,
-                   s.R);
-        printf(".\n");
-    }
+    int passed = 0;
+    if (!status) fprintf(stderr, "a2amm verify: out of memory\n");
+    for (int r = 0; status && r < s.R; r++) status[r] = (signed char)verify_rank(dir, &s, r, ref[r], bound[r]);
+    if (status)
+        passed = verify_print_summary(status, s.R, "are out of the contract's bound",
+                                      "an output missing or of another size");
     free(status);
     free_refs(ref, bound, s.R);
-    return npass == s.R ? 0 : 1;
+    return passed ? 0 : 1;
 }

@@ -192,31 +192,19 @@ int cmd_verify(int argc, char **argv)
     else
         printf("Matrix shape: M=%lld, N=%lld\n", (long long)M, (long long)N);
     printf("============================================================\n");
-    int npass = 0, nmissing = 0;
     signed char *status = calloc((size_t)R, 1);
-    for (int r = 0; r < R; r++) {
-        int ok = verify_rank(dir, r, rows, cols, rtol, atol, golden, out);
-        npass += ok == 1, nmissing += ok < 0;
-        if (status) status[r] = (signed char)ok;
+    if (!status) {
+        fprintf(stderr, "a2amm verify: out of memory\n");
+        free(golden), free(out);
+        return 1;
     }
-    printf("\n============================================================\nVerification Summary:\n");
-    for (int r = 0; status && r < R; r++)
-        printf("  Rank %d: %s\n", r, status[r] > 0 ? "PASS" : status[r] ? "FAIL (its files: see above)" : "FAIL");
-    if (npass == R) printf("\n[ALL PASS] All %lld ranks passed verification!\n", (long long)R);
-    else {
-        const long long differ = (long long)(R - npass - nmissing);
-        printf("\n[ERROR] ");
-        if (differ) printf("%lld of %lld ranks differ from the golden%s", differ, (long long)R, nmissing ? "; " : "");
-        if (nmissing)
-            printf("%d of %lld ranks could not be compared (a file missing or of another size: see above)", nmissing,
-                   (long long)R);
-        printf(".\n");
-    }
+    for (int r = 0; r < R; r++) status[r] = (signed char)verify_rank(dir, r, rows, cols, rtol, atol, golden, out);
+    const int passed = verify_print_summary(status, (int)R, "differ from the golden", "a file missing or of another size");
     char meta[IO_PATH_MAX];
     struct stat sm;
-    if (npass != R && !io_meta_path(meta, sizeof meta, dir, NULL) && lstat(meta, &sm) != 0)
+    if (!passed && !io_meta_path(meta, sizeof meta, dir, NULL) && lstat(meta, &sm) != 0)
         printf("  note: %s is missing (a gen that did not finish, or files put there by hand): the inputs and the "
                "golden may not belong together; a2amm gen makes a matching set\n", meta);
     free(status), free(golden), free(out);
-    return npass == R ? 0 : 1;
+    return passed ? 0 : 1;
 }

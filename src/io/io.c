@@ -738,6 +738,14 @@ const char *io_text_line_problem(const char *line, size_t len)
     return NULL;
 }
 
+int io_meta_line_fail(a2amm_error *err, const char *path, int lineno, const char *why, const char *line, size_t len)
+{
+    if (len && line[len - 1] == '\r') len--; /* shown without it */
+    int cut = len > 60 ? 60 : (int)len;
+    return a2amm_fail(err, A2AMM_E_FORMAT, "%s:%d: %s; the line is '%.*s%s'", path, lineno, why, cut,
+                      memchr(line, '\0', len) ? "" : line, len > 60 ? "..." : "");
+}
+
 int io_meta_parse(const char *text, size_t len, const char *path, io_meta *m, a2amm_error *err)
 {
     memset(m, 0, sizeof *m);
@@ -751,12 +759,7 @@ int io_meta_parse(const char *text, size_t len, const char *path, io_meta *m, a2
         const char *why = io_text_line_problem(line, ll);
         if (!why && lineno == 1) why = ll == 12 && !memcmp(line, "a2amm-meta 1", 12) ? NULL : "expected 'a2amm-meta 1'";
         else if (!why) why = meta_line(line, ll, m, &seen);
-        if (why) {
-            if (ll && line[ll - 1] == '\r') ll--; /* shown without it */
-            int cut = ll > 60 ? 60 : (int)ll;
-            return a2amm_fail(err, A2AMM_E_FORMAT, "%s:%d: %s; the line is '%.*s%s'", shown(path), lineno, why, cut,
-                              memchr(line, '\0', ll) ? "" : line, ll > 60 ? "..." : "");
-        }
+        if (why) return io_meta_line_fail(err, shown(path), lineno, why, line, ll);
     }
     if (len == 0)
         return a2amm_fail(err, A2AMM_E_FORMAT, "%s: empty (expected 'a2amm-meta 1' and the keys gen writes)", shown(path));

@@ -156,6 +156,9 @@ int io_save_rank_inputs(const char *dir, int rank, const op_sizes *sz,
 
 /* What makes a line of a meta file unreadable as text (a NUL byte, a carriage return at its end), or NULL. */
 const char *io_text_line_problem(const char *line, size_t len);
+/* A2AMM_E_FORMAT for line `lineno` of the meta file at path (why, and the line: its first 60 characters,
+ * without a carriage return at its end, none of a line holding a NUL). */
+int io_meta_line_fail(a2amm_error *err, const char *path, int lineno, const char *why, const char *line, size_t len);
 
 /*
  * DIR/input/a2amm-meta.txt. io_meta_read parses it strictly: the first line

@@ -268,12 +268,7 @@ int moe_io_meta_parse(const char *text, size_t len, const char *path, moe_io_met
         const char *why = io_text_line_problem(line, ll);
         if (!why && lineno == 1) why = ll == 12 && !memcmp(line, "a2amm-meta 1", 12) ? NULL : "expected 'a2amm-meta 1'";
         else if (!why) why = meta_line(line, ll, m, &seen, &ntok);
-        if (why) {
-            if (ll && line[ll - 1] == '\r') ll--; /* shown without it */
-            int cut = ll > 60 ? 60 : (int)ll;
-            return a2amm_fail(err, A2AMM_E_FORMAT, "%s:%d: %s; the line is '%.*s%s'", path, lineno, why, cut,
-                              memchr(line, '\0', ll) ? "" : line, ll > 60 ? "..." : "");
-        }
+        if (why) return io_meta_line_fail(err, path, lineno, why, line, ll);
     }
     for (int k = 0; k < MM_COUNT; k++)
         if (!(seen & (1u << k)))

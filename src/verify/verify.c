@@ -2,6 +2,7 @@
 #include "verify/verify.h"
 
 #include <math.h>
+#include <stdio.h>
 
 #include "mx/mx.h"
 
@@ -60,4 +61,24 @@ void verify_compare(const uint16_t *golden, const uint16_t *output, int64_t coun
         st->rmse = sqrt(sum_sq / (double)finite);
     }
     st->pass = st->not_close == 0;
+}
+
+int verify_print_summary(const signed char *status, int R, const char *failed, const char *unread)
+{
+    int npass = 0, nunread = 0;
+    printf("\n============================================================\nVerification Summary:\n");
+    for (int r = 0; r < R; r++) {
+        npass += status[r] > 0, nunread += status[r] < 0;
+        printf("  Rank %d: %s\n", r, status[r] > 0 ? "PASS" : status[r] ? "FAIL (its files: see above)" : "FAIL");
+    }
+    if (npass == R) {
+        printf("\n[ALL PASS] All %d ranks passed verification!\n", R);
+        return 1;
+    }
+    const int nfailed = R - npass - nunread;
+    printf("\n[ERROR] ");
+    if (nfailed) printf("%d of %d ranks %s%s", nfailed, R, failed, nunread ? "; " : "");
+    if (nunread) printf("%d of %d ranks could not be compared (%s: see above)", nunread, R, unread);
+    printf(".\n");
+    return 0;
 }

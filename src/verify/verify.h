@@ -33,4 +33,14 @@ int verify_close(uint16_t golden, uint16_t output, double rtol, double atol);
 /* Distance between two finite bf16 values in units in the last place. */
 uint32_t verify_bf16_ulp_distance(uint16_t a, uint16_t b);
 
+/*
+ * The end of a verify run, as the seed's script prints it: each rank's
+ * PASS or FAIL (status[r]: 1 passed, 0 failed its check, -1 its files could
+ * not be compared), then ALL PASS, or how
+ * many ranks failed (`failed`: "differ from the golden", say) and how many
+ * could not be compared (`unread`: "a file missing or of another size").
+ * Returns whether every rank passed.
+ */
+int verify_print_summary(const signed char *status, int R, const char *failed, const char *unread);
+
 #endif
