@@ -27,7 +27,8 @@ int cli_parse_double(const char *cmd, const char *what, const char *s, double mi
                      double *out);
 int cli_parse_type(const char *cmd, const char *what, const char *s, a2amm_fp8_type *out);
 
-/* --op's value: alltoall-matmul or matmul-alltoall. */
+/* --op's value: alltoall-matmul or matmul-alltoall into *out; moe is taken too, leaving *out as it is (an
+ * --op moe that a later --op overrides: as for every option given twice, the last one wins). */
 int cli_parse_op(const char *cmd, const char *s, op_kind *out);
 
 /* True for -h / --help. */

@@ -266,7 +266,10 @@ int cmd_gen_moe(int argc, char **argv)
         if (cli_is_help(argv[i])) { gen_usage(stdout); return 0; }
         if ((m = shape_option(argc, argv, &i, &a))) { if (m < 0) return 2; }
         else if ((m = cli_option(argc, argv, &i, "--dir", &v))) { if (m < 0) return 2; dir = v; }
-        else if ((m = cli_option(argc, argv, &i, "--op", &v))) { if (m < 0) return 2; }
+        else if ((m = cli_option(argc, argv, &i, "--op", &v))) { /* each checked, the last one wins */
+            op_kind k;
+            if (m < 0 || cli_parse_op("gen", v, &k)) return 2;
+        }
         else if ((m = cli_option(argc, argv, &i, "--dist", &v))) {
             if (m < 0) return 2;
             if (gen_dist_parse(v, &opt.dist) || (opt.dist != GEN_DIST_NORMAL && opt.dist != GEN_DIST_UNIFORM)) {
@@ -484,7 +487,10 @@ int cmd_run_moe(int argc, char **argv)
         if (cli_is_help(argv[i])) { run_usage(stdout); return 0; }
         if ((m = shape_option(argc, argv, &i, &a))) { if (m < 0) return 2; }
         else if ((m = cli_option(argc, argv, &i, "--dir", &v))) { if (m < 0) return 2; dir = v; }
-        else if ((m = cli_option(argc, argv, &i, "--op", &v))) { if (m < 0) return 2; }
+        else if ((m = cli_option(argc, argv, &i, "--op", &v))) { /* each checked, the last one wins */
+            op_kind k;
+            if (m < 0 || cli_parse_op("run", v, &k)) return 2;
+        }
         else if ((m = cli_option(argc, argv, &i, "--threads", &v))) {
             if (m < 0 || cli_parse_i64("run", "--threads", v, 1, 1024, &x)) return 2;
             o.threads = (int)x;
@@ -682,7 +688,10 @@ int cmd_verify_moe(int argc, char **argv)
         if (cli_is_help(argv[i])) { verify_usage(stdout); return 0; }
         if ((m = shape_option(argc, argv, &i, &a))) { if (m < 0) return 2; }
         else if ((m = cli_option(argc, argv, &i, "--dir", &v))) { if (m < 0) return 2; dir = v; }
-        else if ((m = cli_option(argc, argv, &i, "--op", &v))) { if (m < 0) return 2; }
+        else if ((m = cli_option(argc, argv, &i, "--op", &v))) { /* each checked, the last one wins */
+            op_kind k;
+            if (m < 0 || cli_parse_op("verify", v, &k)) return 2;
+        }
         else if (argv[i][0] == '-' && argv[i][1] && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             fprintf(stderr, "a2amm verify: unknown option '%s' for --op moe (see a2amm verify --op moe --help)\n",
                     argv[i]);
