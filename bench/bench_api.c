@@ -48,7 +48,7 @@ static void bench_api_usage(FILE *f)
             "options:\n"
             "  --iters N          repetitions per round (default 3)\n"
             "  --rounds N         rounds (default 2)\n"
-            "  --threads T        compute threads per rank (default: cores / R)\n"
+            "  --threads T        compute threads per rank, 1 to 1024 (default: cores / R)\n"
             "  --tile-m ROWS      rows per pipeline tile (default 512)\n"
             "  --depth SLOTS      ring slots on the put path (default 4)\n"
             "  --path direct|put  how rows travel (default direct)\n"

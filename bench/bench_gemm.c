@@ -92,7 +92,7 @@ static void gemm_usage(FILE *f)
             "Rules: M, N, K from 1 to 2147483647; K a multiple of 32 (one scale per 32 values).\n"
             "\n"
             "options:\n"
-            "  --threads T   threads for every contender (default: all cores, here %d)\n"
+            "  --threads T   threads for every contender, 1 to 1024 (default: all cores, here %d)\n"
             "  --iters N     rounds: timed calls of each contender (default 10)\n"
             "  --warmup N    untimed runs of each before them (default 1)\n"
             "  --no-flush    do not flush the caches before each repetition\n"

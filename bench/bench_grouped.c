@@ -69,7 +69,7 @@ static void usage(FILE *f)
             "call against the read right after it, which meets the same phase of the host).\n"
             "\n"
             "options:\n"
-            "  --threads T   threads (default: every core)\n"
+            "  --threads T   threads, 1 to 1024 (default: every core)\n"
             "  --iters N     repetitions (default 10)\n"
             "\n"
             "example:\n"
@@ -93,7 +93,7 @@ int cmd_bench_grouped(int argc, char **argv)
             if (m < 0 || cli_parse_i64("bench grouped", "--iters", v, 1, 1000, &x)) return 2;
             iters = (int)x;
         } else if ((m = cli_option(argc, argv, &i, "--threads", &v))) {
-            if (m < 0 || cli_parse_i64("bench grouped", "--threads", v, 1, 256, &x)) return 2;
+            if (m < 0 || cli_parse_i64("bench grouped", "--threads", v, 1, 1024, &x)) return 2;
             threads = (int)x;
         } else if (argv[i][0] == '-' && argv[i][1] && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             fprintf(stderr, "a2amm bench grouped: unknown option '%s' (see a2amm bench grouped --help)\n", argv[i]);

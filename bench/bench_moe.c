@@ -75,7 +75,7 @@ static void moe_bench_usage(FILE *f)
             "\n"
             "options:\n"
             "  --iters N          repetitions (default 5)\n"
-            "  --threads T        compute threads a rank (default: cores / R)\n"
+            "  --threads T        compute threads a rank, 1 to 1024 (default: cores / R)\n"
             "  --skew             route most tokens to the first experts (default: uniform)\n"
             "  --uniform-codes    weights and x as fp8 codes 0..63 drawn uniformly, zeros and\n"
             "                     subnormals in nearly every block (the small-M widening's\n"

@@ -42,7 +42,7 @@ static void bench_op_usage(FILE *f)
             "options:\n"
             "  --op alltoall-matmul|matmul-alltoall  which op (default alltoall-matmul)\n"
             "  --iters N          repetitions (default 10)\n"
-            "  --threads T        compute threads per rank (default: cores / R)\n"
+            "  --threads T        compute threads per rank, 1 to 1024 (default: cores / R)\n"
             "  --tile-m ROWS      rows per pipeline tile (default 512)\n"
             "  --depth SLOTS      ring slots on the put path (default 4)\n"
             "  --path direct|put  how rows travel (default direct)\n"
@@ -77,7 +77,7 @@ int cmd_bench_op(int argc, char **argv)
     o.mode = RUN_PERF;
     o.baseline = 1;
     o.gemm = &bench_onednn_baseline;
-    const char *dir = NULL;
+    const char *dir = NULL, *op = NULL;
     op_kind kind = OP_ALLTOALL_MATMUL;
     char *pos[4];
     int npos = 0, json = 0, quiet = 0;
@@ -89,6 +89,7 @@ int cmd_bench_op(int argc, char **argv)
         else if ((m = cli_op_option("bench op", argc, argv, &i, &o))) { if (m < 0) return 2; }
         else if ((m = cli_option(argc, argv, &i, "--op", &v))) {
             if (m < 0 || cli_parse_op("bench op", v, &kind)) return 2;
+            op = v; /* the last one wins */
         }
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--quiet")) quiet = 1;
@@ -100,6 +101,11 @@ int cmd_bench_op(int argc, char **argv)
             fprintf(stderr, "a2amm bench op: too many arguments at '%s' (expected M K N R)\n", argv[i]);
             return 2;
         }
+    }
+    if (op && !strcmp(op, "moe")) {
+        fprintf(stderr, "a2amm bench op: --op moe: bench op times alltoall-matmul or matmul-alltoall; the MoE op "
+                        "has its own: a2amm bench moe --help\n");
+        return 2;
     }
     if (npos != 4) {
         fprintf(stderr, "a2amm bench op: expected M K N R, got %d of them\n", npos);

@@ -121,7 +121,7 @@ expect_fail "K not whole MX blocks" "K must be a multiple of 32" "$A2AMM" gen 8 
 check "the refused gens wrote nothing" test ! -e "$SCRATCH/x"
 expect_ok "K/R need not be whole blocks for the reverse op (K=64, R=4)" "$A2AMM" gen 8 64 8 4 "${OP[@]}" --dir "$SCRATCH/k64"
 expect_ok "... and runs" "$A2AMM" run 8 64 8 4 --dir "$SCRATCH/k64"
-expect_fail "an unknown op" "--op must be alltoall-matmul (the seed's op, the default) or matmul-alltoall, got 'reverse'" \
+expect_fail "an unknown op" "--op must be alltoall-matmul (the seed's op, the default), matmul-alltoall or moe, got 'reverse'" \
     "$A2AMM" gen 8 64 8 2 --op reverse --dir "$SCRATCH/x"
 expect_fail "run: an unknown op" "--op must be alltoall-matmul" "$A2AMM" run 8 64 8 4 --op x --dir "$SCRATCH/k64"
 d="$SCRATCH/r3"

@@ -159,6 +159,35 @@ done
 expect_fail "bad path" "--path must be direct or put" "$A2AMM" run 150 192 70 3 --path udma --dir "$d"
 expect_fail "zero tile" "--tile-m must be a whole number from 1" "$A2AMM" run 150 192 70 3 --tile-m 0 --dir "$d"
 expect_fail "seed example refused" "K / R must be a multiple of 32" "$A2AMM" 100 200 64 4
+# --threads: 1 to 1024 in every command that takes it (0 is refused, naming the argument and the range)
+for cmd in "run 150 192 70 3 --dir $d" "150 192 70 3 --dir $d" "bench op 64 256 32 2 --iters 1" \
+           "bench api 64 256 32 2 --iters 1" "bench gemm 8 64 32 --iters 1" "bench grouped 2 3 64 32 --iters 1" \
+           "bench moe 2 4 64 32 4 2 --iters 1" "run 12 96 64 3 --op moe --dir $SCRATCH/moe-none"; do
+    expect_fail "a2amm $cmd --threads 0: refused" "--threads must be a whole number from 1 to 1024 in decimal digits, got '0'" \
+        "$A2AMM" $cmd --threads 0
+done
+
+# --- an option given twice: the last one wins, --op included (moe too), each value checked
+rv="$SCRATCH/op-twice"
+"$A2AMM" gen 64 256 32 2 --op moe --op matmul-alltoall --dir "$rv" >/dev/null
+check "gen --op moe --op matmul-alltoall: the reverse op's data" grep -q "^op matmul-alltoall" "$rv/input/a2amm-meta.txt"
+expect_ok "run --op moe --op matmul-alltoall: the last --op" "$A2AMM" run 64 256 32 2 --op moe --op matmul-alltoall --dir "$rv"
+expect_output "run --op moe --op matmul-alltoall: runs matmul-alltoall" "op matmul-alltoall"
+expect_ok "verify --op moe --op matmul-alltoall" "$A2AMM" verify 64 32 2 --op moe --op matmul-alltoall --dir "$rv"
+expect_ok "bench op --op moe --op matmul-alltoall" "$A2AMM" bench op 64 256 32 2 --iters 1 --op moe --op matmul-alltoall
+expect_output "bench op: the last --op" "op matmul-alltoall"
+expect_fail "bench op --op moe (last): pointed at bench moe" "a2amm bench moe --help" \
+    "$A2AMM" bench op 64 256 32 2 --iters 1 --op matmul-alltoall --op moe
+mv="$SCRATCH/op-twice-moe"
+expect_ok "gen --op matmul-alltoall --op moe: MoE data" "$A2AMM" gen 12 96 64 2 --op matmul-alltoall --op moe --dir "$mv"
+expect_ok "run --op alltoall-matmul --op moe: the MoE op" "$A2AMM" run 12 96 64 2 --op alltoall-matmul --op moe --dir "$mv"
+for cmd in "gen 12 96 64 2" "run 12 96 64 2" "verify 12 96 64 2"; do
+    expect_fail "$cmd --op bogus --op moe: the bad value named" "--op must be alltoall-matmul (the seed's op, the default), matmul-alltoall or moe, got 'bogus'" \
+        "$A2AMM" $cmd --op bogus --op moe --dir "$mv"
+done
+for cmd in "gen 12 96 64 2" "run 12 96 64 2" "verify 12 64 2"; do
+    expect_fail "$cmd --op moe --op bogus: the bad value named" "got 'bogus'" "$A2AMM" $cmd --op moe --op bogus --dir "$mv"
+done
 
 # --- a bad input on one rank only is reported before any rank starts
 d="$SCRATCH/bad"; "$A2AMM" gen 64 256 32 4 --dir "$d" >/dev/null

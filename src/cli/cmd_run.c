@@ -44,7 +44,8 @@ static void run_usage(FILE *f)
             "                     a2amm run --op moe --help\n"
             "  --tile-m ROWS      rows of M per pipeline tile (default 512)\n"
             "  --depth SLOTS      ring slots per source on the put path (default 4; alltoall-matmul)\n"
-            "  --threads T        compute threads per rank (default: cores / R, at least 1)\n"
+            "  --threads T        compute threads per rank, 1 to 1024 (default: cores / R, at\n"
+            "                     least 1)\n"
             "  --path direct|put  direct: read rows from the peer's memory (default);\n"
             "                     put: the owner puts rows into a ring of slots and signals\n"
             "  --unfused          the whole AllToAll, a barrier, then the matmul (matmul-alltoall:\n"
@@ -218,8 +219,8 @@ static int run_command(int argc, char **argv, int seed_form)
     }
     if (!json || rc) {
         if (res.ranks) {
-            printf("  %lld tiles, %d compute thread%s per rank, kernel %s\n", (long long)res.ntiles, res.threads,
-                   res.threads == 1 ? "" : "s", res.kernel);
+            printf("  %lld tile%s, %d compute thread%s per rank, kernel %s\n", (long long)res.ntiles,
+                   res.ntiles == 1 ? "" : "s", res.threads, res.threads == 1 ? "" : "s", res.kernel);
             for (int r = 0; r < s.R; r++) rank_report_print(r, &res.ranks[r]);
         }
     }

@@ -27,8 +27,8 @@ int cli_op_option(const char *cmd, int argc, char **argv, int *i, run_options *o
         return 1;
     }
     if ((m = cli_option(argc, argv, i, "--threads", &v))) {
-        if (m < 0 || cli_parse_i64(cmd, "--threads", v, 0, 1024, &x)) return -1;
-        o->threads = (int)x;
+        if (m < 0 || cli_parse_i64(cmd, "--threads", v, 1, 1024, &x)) return -1;
+        o->threads = (int)x; /* 0 (automatic) is only the default: every command's --threads takes 1 to 1024 */
         return 1;
     }
     if ((m = cli_option(argc, argv, i, "--iters", &v))) {
