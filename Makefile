@@ -68,7 +68,7 @@ MPICORE_A := $(BUILD)/private/liba2amm-mpi-core.a
 HARNESS_A := $(BUILD)/private/libharness.a
 PRIVATE_A := $(HARNESS_A) $(MPICORE_A) $(CORE_A)
 
-.PHONY: all deps check check-opt check-san check-fuzz fuzz run clean bench install test python
+.PHONY: all deps check check-opt check-san check-fuzz fuzz run clean bench install uninstall test python
 all: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.a $(BUILD)/liba2amm.so $(BUILD)/liba2amm_mpi.a \
      $(BUILD)/liba2amm_mpi.so $(TEST_BIN) $(MPI_TEST_BIN) $(TOOL_BIN)
 
@@ -133,8 +133,18 @@ $(BUILD)/liba2amm_mpi.so: $(BUILD)/liba2amm_mpi.so.0
 
 # make install PREFIX=...: the headers, the libraries (liba2amm_mpi.a and
 # liba2amm_mpi.so: the whole library and the MPI transport in one),
-# a2amm.pc, a2amm-mpi.pc and the commands.
+# a2amm.pc, a2amm-mpi.pc and the commands; make uninstall PREFIX=... removes
+# exactly these files (INSTALLED), no folder. Outside /usr the .pc files'
+# Libs carry -Wl,-rpath,${libdir}, so a program linked through pkg-config
+# finds liba2amm.so.0 at run time without LD_LIBRARY_PATH or ldconfig.
 PREFIX ?= /usr/local
+INSTALLED := include/a2amm.h include/a2amm_mpi.h lib/liba2amm.a lib/liba2amm_mpi.a lib/liba2amm.so.0 \
+             lib/liba2amm.so lib/liba2amm_mpi.so.0 lib/liba2amm_mpi.so lib/pkgconfig/a2amm.pc \
+             lib/pkgconfig/a2amm-mpi.pc bin/a2amm bin/a2amm-bench
+comma := ,
+PC_RPATH = $(if $(filter /usr,$(patsubst %/,%,$(PREFIX))),,-Wl$(comma)-rpath$(comma)$${libdir})
+PC_SED = sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(LIB_LDLIBS)|' \
+             -e 's|@RPATH@|$(PC_RPATH)|'
 install: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.a $(BUILD)/liba2amm.so $(BUILD)/liba2amm_mpi.a \
          $(BUILD)/liba2amm_mpi.so
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
@@ -145,10 +155,11 @@ install: $(BUILD)/a2amm $(BUILD)/a2amm-bench $(BUILD)/liba2amm.a $(BUILD)/liba2a
 	install -m 755 $(BUILD)/liba2amm_mpi.so.0 $(DESTDIR)$(PREFIX)/lib/
 	ln -sf liba2amm_mpi.so.0 $(DESTDIR)$(PREFIX)/lib/liba2amm_mpi.so
 	install -m 755 $(BUILD)/a2amm $(BUILD)/a2amm-bench $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(LIB_LDLIBS)|' \
-		a2amm.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/a2amm.pc
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(LIB_LDLIBS)|' \
-		a2amm-mpi.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/a2amm-mpi.pc
+	$(PC_SED) a2amm.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/a2amm.pc
+	$(PC_SED) a2amm-mpi.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/a2amm-mpi.pc
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED))
 
 $(BUILD)/a2amm: $(CMD_OBJ) $(PRIVATE_A)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
@@ -226,9 +237,12 @@ fuzz: $(FUZZ_BIN)
 check-fuzz: fuzz
 	scripts/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
+# The main job, after building the command and the libraries (what `make python`, examples/*.c
+# and `make install` take next).
 run: deps
-	$(MAKE) BUILD=build $(BUILD)/a2amm
-	scripts/run-main.sh build
+	$(MAKE) BUILD=$(BUILD) $(BUILD)/a2amm $(BUILD)/liba2amm.a $(BUILD)/liba2amm.so $(BUILD)/liba2amm_mpi.a \
+		$(BUILD)/liba2amm_mpi.so
+	scripts/run-main.sh $(BUILD)
 
 clean:
 	rm -rf build build-san build-fuzz

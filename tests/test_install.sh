@@ -6,6 +6,9 @@
 # version; examples/fused_op.c and examples/sequence_parallel.c build
 # against the installed copy through pkg-config (shared, then static; then
 # over MPI) and pass, and the attention block refuses a shape it cannot split.
+# A program linked through pkg-config (PKG_CONFIG_PATH naming the prefix)
+# runs without LD_LIBRARY_PATH: the .pc files carry the prefix's run path.
+# make uninstall PREFIX=... then leaves nothing of a2amm's in the prefix.
 . "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/.." && pwd)
 prefix="$SCRATCH/prefix"
@@ -83,13 +86,20 @@ sp_ok() {
 }
 
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+# bare CMD...: runs CMD without LD_LIBRARY_PATH, as a user's program runs
+bare() { env -u LD_LIBRARY_PATH "$@"; }
+check "pkg-config --libs a2amm gives the prefix's run path" \
+    grep -qF -- "-Wl,-rpath,$prefix/lib" <<<"$(pkg-config --libs a2amm)"
+check "pkg-config --libs a2amm-mpi gives the prefix's run path" \
+    grep -qF -- "-Wl,-rpath,$prefix/lib" <<<"$(pkg-config --libs a2amm-mpi)"
 check "pkg-config's a2amm version is the header's ($hdr)" test "$(pkg-config --modversion a2amm)" = "$hdr"
 check "pkg-config's a2amm-mpi version is the header's" test "$(pkg-config --modversion a2amm-mpi)" = "$hdr"
 check "pkg-config knows a2amm" pkg-config --exists a2amm
 expect_ok "the example builds against the installed shared library" \
     cc -std=c11 -Wall -Wextra -Werror "$root/examples/fused_op.c" $(pkg-config --cflags --libs a2amm) -lm -o "$SCRATCH/ex"
-check "the example is linked to the installed liba2amm.so.0" bash -c "LD_LIBRARY_PATH='$prefix/lib' ldd '$SCRATCH/ex' | grep -q '$prefix/lib/liba2amm.so.0'"
-LD_LIBRARY_PATH="$prefix/lib" expect_ok "the example runs" env LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/ex"
+check "the example finds the installed liba2amm.so.0 without LD_LIBRARY_PATH" \
+    bash -c "env -u LD_LIBRARY_PATH ldd '$SCRATCH/ex' | grep -q '$prefix/lib/liba2amm.so.0'"
+expect_ok "the example runs without LD_LIBRARY_PATH" bare "$SCRATCH/ex"
 expect_output "the example checks its result" "fused_op: OK"
 expect_output "the example prints a2amm_version(), the header's" "fused_op: OK (a2amm $hdr, built with the header of $hdr)"
 # the attention block from the two ops (examples/sequence_parallel.c) at R = 1, 2 and 4, and its defaults;
@@ -98,18 +108,18 @@ expect_ok "the sequence-parallel example builds against the installed shared lib
     cc -std=c11 -Wall -Wextra -Werror "$root/examples/sequence_parallel.c" $(pkg-config --cflags --libs a2amm) -lm \
     -o "$SCRATCH/sp"
 for shape in "1 16 2 32" "2 37 4 32" "4 24 8 16"; do
-    sp_ok "sequence_parallel $shape" "${shape%% *}" env LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/sp" $shape
+    sp_ok "sequence_parallel $shape" "${shape%% *}" bare "$SCRATCH/sp" $shape
 done
-sp_ok "sequence_parallel with its defaults (R = 4)" 4 env LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/sp"
+sp_ok "sequence_parallel with its defaults (R = 4)" 4 bare "$SCRATCH/sp"
 expect_output "it says what it ran" "R = 4 ranks x M = 64 tokens (S = 256), 8 heads x d = 64 (H = 512), causal"
 # shapes it cannot split: refused with the rule, exit 2, before any rank starts
 expect_fail "heads not divisible by R refused" "sequence_parallel: heads (6) must be divisible by R (4)" \
-    env LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/sp" 4 16 6 32
-check "with exit 2" test "$(env LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/sp" 4 16 6 32 2>/dev/null; echo $?)" = 2
+    bare "$SCRATCH/sp" 4 16 6 32
+check "with exit 2" test "$(bare "$SCRATCH/sp" 4 16 6 32 2>/dev/null; echo $?)" = 2
 expect_fail "H/R not whole MX blocks refused" "H/R = heads*d/R = 16 must be a multiple of 32" \
-    env LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/sp" 2 16 2 16
+    bare "$SCRATCH/sp" 2 16 2 16
 expect_fail "a count that is not one refused" "M must be a whole number from 1 to" \
-    env LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/sp" 2 0
+    bare "$SCRATCH/sp" 2 0
 expect_ok "the example builds statically" \
     cc -std=c11 "$root/examples/fused_op.c" $(pkg-config --cflags a2amm) "$prefix/lib/liba2amm.a" \
     $(pkg-config --libs-only-other --static a2amm) $(pkg-config --static --libs-only-L --libs-only-l a2amm | sed 's/-la2amm//') -lm -o "$SCRATCH/ex-static"
@@ -151,18 +161,24 @@ if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
         mpicc -std=c11 -Wall -Wextra -Werror -DWITH_MPI "$root/examples/fused_op.c" $(pkg-config --cflags --libs a2amm-mpi) \
         -lm -o "$SCRATCH/ex-mpi-so"
     check "the MPI example is linked to the installed liba2amm_mpi.so.0" \
-        bash -c "LD_LIBRARY_PATH='$prefix/lib' ldd '$SCRATCH/ex-mpi-so' | grep -q '$prefix/lib/liba2amm_mpi.so.0'"
+        bash -c "env -u LD_LIBRARY_PATH ldd '$SCRATCH/ex-mpi-so' | grep -q '$prefix/lib/liba2amm_mpi.so.0'"
     expect_ok "the shared MPI example runs under mpirun" env ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" \
         timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 --mca btl tcp,self \
-        -x LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/ex-mpi-so"
+        env -u LD_LIBRARY_PATH "$SCRATCH/ex-mpi-so"
     expect_output "the shared MPI example checks its result" "fused_op: OK"
     expect_ok "the MPI sequence-parallel example builds against the installed shared library" \
         mpicc -std=c11 -Wall -Wextra -Werror -DWITH_MPI "$root/examples/sequence_parallel.c" \
         $(pkg-config --cflags --libs a2amm-mpi) -lm -o "$SCRATCH/sp-mpi-so"
     sp_ok "the shared sequence_parallel under mpirun -np 2" 2 \
-        mpirun_sp -np 2 -x LD_LIBRARY_PATH="$prefix/lib" "$SCRATCH/sp-mpi-so" 2 24 2 32
+        mpirun_sp -np 2 env -u LD_LIBRARY_PATH "$SCRATCH/sp-mpi-so" 2 24 2 32
 else
     echo "SKIP: the MPI example: mpicc or mpirun is not installed" >&2
 fi
 expect_ok "the installed a2amm bench finds the installed a2amm-bench" "$prefix/bin/a2amm" bench gemm 8 16 32 --iters 1 --threads 1
+# make uninstall removes every file install put there, and nothing else
+touch "$prefix/lib/not-ours.so" "$prefix/include/not-ours.h"
+expect_ok "make uninstall PREFIX=..." make -C "$root" --no-print-directory uninstall PREFIX="$prefix"
+check "nothing of a2amm's is left in the prefix: $(find "$prefix" ! -type d | grep -v not-ours | tr '\n' ' ')" \
+    test -z "$(find "$prefix" ! -type d | grep -v not-ours)"
+check "what was not a2amm's is left" test -e "$prefix/lib/not-ours.so" -a -e "$prefix/include/not-ours.h"
 finish
