@@ -399,24 +399,42 @@ class Op(_a2amm.Op):
         return _a2amm.op_heap_bytes(R, max_m, k, n, a_fmt, b_fmt, tile_m, depth, path, schedule, kind)
 
 
-def _mx_pair(v, name, fmt, mode, shape):
-    """(codes, scales) as 2-D numpy arrays [rows, cols] and [rows, cols/32] of v: an MX pair (codes,
-    scales), or float32/bfloat16 values quantized here with mode; `shape` is what v must be."""
+def _shape_text(shape):
+    return "[%s]" % ", ".join("tokens" if d is None else str(d) for d in shape)
+
+
+def _mx_pair(v, name, fmt, mode, shape, dims):
+    """(codes, scales) as 2-D numpy arrays [rows, cols] and [rows, ceil(cols/32)] of v: an MX pair (codes,
+    scales) of exactly `shape` and shape[:-1] + [ceil(cols/32)] (as a2amm.quantize makes them, reshaped to
+    shape), or float32/bfloat16 values of exactly `shape`, quantized here with mode. A None dimension (x's
+    tokens) takes any count; dims names the dimensions for messages ("[E/R, hidden, inter]"). A pair of
+    another shape is a ValueError naming name, what it must be and what it is, even where the sizes agree."""
     if isinstance(v, tuple):
         if len(v) != 2:
             raise ValueError("%s: an MX pair is (codes, scales); got a tuple of %d" % (name, len(v)))
-        codes, scales = _array(v[0], name + " codes"), _array(v[1], name + " scales")
+        codes = _np.asarray(_array(v[0], name + " codes"))
+        scales = _np.asarray(_array(v[1], name + " scales"))
+        if None in shape and codes.ndim == len(shape):  # the tokens: the codes' count
+            shape = tuple(codes.shape[i] if d is None else d for i, d in enumerate(shape))
+        want_scales = shape[:-1] + ((shape[-1] + 31) // 32,)
+        for part, arr, want in (("codes", codes, shape), ("scales", scales, want_scales)):
+            if tuple(arr.shape) != tuple(want):
+                raise ValueError("%s %s must have shape %s = %s; got %s" % (
+                    name, part, dims if part == "codes" else dims[:-1] + "/32]", _shape_text(want),
+                    list(arr.shape)))
     else:
-        codes = _array(v, name)
-        if tuple(getattr(codes, "shape", ())) != shape:
-            raise ValueError("%s must have shape %s; got %s" % (name, list(shape), list(getattr(codes, "shape", ()))))
-        codes, scales = _a2amm.quantize(_np.ascontiguousarray(codes).reshape(-1, shape[-1]), fmt, mode)
-    codes, scales = _np.asarray(codes), _np.asarray(scales)
-    rows = int(_np.prod(shape[:-1]))
-    if codes.size != rows * shape[-1] or (rows and scales.size % rows):
-        raise ValueError("%s codes must have shape %s and its scales %s rows; got %s and %s" % (
-            name, list(shape), list(shape[:-1]), list(codes.shape), list(scales.shape)))
-    return codes.reshape(rows, shape[-1]), scales.reshape(rows, scales.size // rows if rows else shape[-1] // 32)
+        values = _array(v, name)
+        if tuple(getattr(values, "shape", ())) != shape:
+            raise ValueError("%s must have shape %s = %s; got %s" % (name, dims, _shape_text(shape),
+                                                                   list(getattr(values, "shape", ()))))
+        values = _np.asarray(values)
+        if values.dtype not in (_np.float32, _np.uint16):  # say so here: quantize would name its own "x"
+            raise TypeError("%s must be float32 or bfloat16 (numpy.float32, torch.float32, torch.bfloat16, or "
+                            "numpy.uint16 holding bf16 bits), or an MX pair (codes, scales) of uint8; got %s "
+                            "elements" % (name, values.dtype))
+        codes, scales = _a2amm.quantize(_np.ascontiguousarray(values).reshape(-1, shape[-1]), fmt, mode)
+    rows = int(_np.prod(codes.shape[:-1]))
+    return codes.reshape(rows, codes.shape[-1]), scales.reshape(rows, scales.shape[-1])
 
 
 class MoEWeights(_a2amm.MoEWeights):
@@ -438,8 +456,8 @@ class MoEWeights(_a2amm.MoEWeights):
         if len(shape13) != 3 or shape13[1] % 2:
             raise ValueError("w13 must be [experts, 2*inter, hidden]; got shape %s" % (list(shape13),))
         L, I, H = shape13[0], shape13[1] // 2, shape13[2]
-        c13, s13 = _mx_pair(w13, "w13", w_fmt, mode, (L, 2 * I, H))
-        c2, s2 = _mx_pair(w2, "w2", w_fmt, mode, (L, H, I))
+        c13, s13 = _mx_pair(w13, "w13", w_fmt, mode, (L, 2 * I, H), "[E/R, 2*inter, hidden]")
+        c2, s2 = _mx_pair(w2, "w2", w_fmt, mode, (L, H, I), "[E/R, hidden, inter]")
         super().__init__(c13, s13, c2, s2, local_experts=L, hidden=H, inter=I, fmt=w_fmt, max_rows=int(max_rows))
         self.mode = mode
 
@@ -448,6 +466,23 @@ class MoEWeights(_a2amm.MoEWeights):
             return "a2amm.MoEWeights(closed)"
         return "a2amm.MoEWeights(%d experts, hidden=%d, inter=%d, %s, max_rows=%d)" % (
             self.local_experts, self.hidden, self.inter, self.w_fmt, self.max_rows)
+
+
+def _topk_weights(topk_w):
+    """topk_w as a C-contiguous float32 numpy array: float32 as it is, float16, float64, longdouble and
+    bfloat16 (torch, ml_dtypes) converted; integer, bool or complex weights are a TypeError naming topk_w."""
+    if _torch_tensor(topk_w):
+        if not topk_w.is_floating_point():
+            raise TypeError("topk_w must be floating point (float32; float16, float64 and bfloat16 are converted); "
+                            "got torch.%s" % str(topk_w.dtype)[6:])
+        topk_w = topk_w.float()
+    elif isinstance(topk_w, _np.ndarray) and topk_w.dtype.name == "bfloat16":  # ml_dtypes
+        topk_w = topk_w.astype(_np.float32)
+    w = _np.asarray(_array(topk_w, "topk_w"))
+    if w.dtype.kind != "f":
+        raise TypeError("topk_w must be floating point (float32; float16, float64 and bfloat16 are converted); "
+                        "got %s" % w.dtype)
+    return _np.ascontiguousarray(w, dtype=_np.float32)
 
 
 class MoE(_a2amm.MoE):
@@ -493,21 +528,23 @@ class MoE(_a2amm.MoE):
             self.comm.rank, self.comm.size, self.experts, self.local_experts, self.topk, self.hidden, self.inter,
             self.a_fmt, self.w_fmt)
 
-    def _mx(self, v, name, fmt, shape):
-        return _mx_pair(v, name, fmt, self.mode, shape)
+    def _mx(self, v, name, fmt, shape, dims):
+        return _mx_pair(v, name, fmt, self.mode, shape, dims)
 
     def set_weights(self, w13, w2):
         """Local: this rank's experts. w13 [E/R, 2*inter, hidden] (per expert the gate rows, then the up
         rows; each row one output, as torch's nn.Linear stores its weight) and w2 [E/R, hidden, inter],
         as float32 or bfloat16 (quantized here with the op's mode, blocks of 32 along the last axis) or
-        as MX pairs (codes, scales), scales [E/R, rows, cols/32] as a2amm.quantize makes them. Prepared
+        as MX pairs (codes, scales) of exactly those shapes: codes [E/R, rows, cols] and scales [E/R, rows,
+        cols/32] (a2amm.quantize's output for w.reshape(-1, cols), reshaped back to three dimensions); a
+        pair of another shape, flattened or transposed, is a ValueError even where its size fits. Prepared
         once: the arrays may change or go afterwards. Or an a2amm.MoEWeights as w13 (w2 None): the op
         then borrows that preparation (use_weights)."""
         if isinstance(w13, MoEWeights) and w2 is None:
             return self.use_weights(w13)
         L, H, I = self.local_experts, self.hidden, self.inter
-        c13, s13 = self._mx(w13, "w13", self.w_fmt, (L, 2 * I, H))
-        c2, s2 = self._mx(w2, "w2", self.w_fmt, (L, H, I))
+        c13, s13 = self._mx(w13, "w13", self.w_fmt, (L, 2 * I, H), "[E/R, 2*inter, hidden]")
+        c2, s2 = self._mx(w2, "w2", self.w_fmt, (L, H, I), "[E/R, hidden, inter]")
         self._set_weights(c13, s13, c2, s2)
 
     def use_weights(self, weights):
@@ -520,17 +557,21 @@ class MoE(_a2amm.MoE):
 
     def __call__(self, x, topk_idx, topk_w, *, out=None):
         """Collective: one call. x [T, hidden] (float32 or bfloat16, quantized with the op's mode inside the
-        call's C code, the GIL released; or an MX pair (codes, scales)); topk_idx [T, topk] int32 or int64 (an expert in [0, experts), or -1
-        for an unused slot; an expert at most once a token); topk_w [T, topk] float32, finite. T is this
-        rank's own (0 to max_tokens). Returns bf16 [T, hidden]: a torch.bfloat16 tensor for torch x,
-        numpy uint16 bits otherwise; or writes out. A bad argument raises here (ArgumentError naming the
+        call's C code, the GIL released; or an MX pair (codes, scales): codes [T, hidden] and scales
+        [T, hidden/32], uint8, exactly); topk_idx [T, topk] int32 or int64 (an expert in [0, experts), or -1
+        for an unused slot; an expert at most once a token); topk_w [T, topk] floating point, finite:
+        float32, or float16, float64 or bfloat16 converted to float32 (a weight past float32's range becomes
+        Inf and is refused), on every path; integer or bool weights are a TypeError. T is this rank's own
+        (0 to max_tokens). Returns bf16 [T, hidden]: a torch.bfloat16 tensor for torch x, numpy uint16 bits
+        otherwise; or writes out. A bad argument raises here (ArgumentError naming the
         token and slot for the routing) and the other ranks get PeerError."""
         if (type(x) is tuple and len(x) == 2 and type(x[0]) is _ndarray and type(x[1]) is _ndarray
                 and type(topk_idx) is _ndarray and topk_idx.dtype == _np.int32 and type(topk_w) is _ndarray
-                and (out is None or type(out) is _ndarray)):
+                and topk_w.dtype == _np.float32 and (out is None or type(out) is _ndarray)):
             return self._run(x[0], x[1], topk_idx, topk_w, out)  # numpy MX pairs: straight to the extension
         if (type(x) is _ndarray and x.dtype == _np.float32 and type(topk_idx) is _ndarray
-                and topk_idx.dtype == _np.int32 and type(topk_w) is _ndarray and (out is None or type(out) is _ndarray)):
+                and topk_idx.dtype == _np.int32 and type(topk_w) is _ndarray and topk_w.dtype == _np.float32
+                and (out is None or type(out) is _ndarray)):
             return self._run(x, self.mode, topk_idx, topk_w, out)  # numpy float32 x: quantized in the C call
         codes, scales, ids, w, torch_in = self._tokens(x, topk_idx, topk_w)
         try:
@@ -545,12 +586,13 @@ class MoE(_a2amm.MoE):
 
     def _tokens(self, x, topk_idx, topk_w):
         """The call's arrays as the extension takes them: x's codes and scales (an MX pair), or x's values
-        and the op's mode (the extension quantizes them in the call); ids int32, weights float32. A bad one
-        fails the communicator (the others are in this collective call) and raises."""
+        and the op's mode (the extension quantizes them in the call); ids int32, weights float32 (any
+        floating point converted; integer or bool refused). A bad one fails the communicator (the others
+        are in this collective call) and raises."""
         first = x[0] if isinstance(x, tuple) and x else x
         try:
             if isinstance(x, tuple):
-                codes, scales = self._mx(x, "x", self.a_fmt, (int(getattr(first, "shape", (0,))[0]), self.hidden))
+                codes, scales = self._mx(x, "x", self.a_fmt, (None, self.hidden), "[tokens, hidden]")
             else:
                 codes, scales = _array(x, "x"), self.mode
             ids = _np.asarray(_array(topk_idx, "topk_idx"))
@@ -564,7 +606,7 @@ class MoE(_a2amm.MoE):
                                         ".. %d, or -1 for an unused slot" % (self.comm.rank, t, j, int(ids[t, j]),
                                                                             self.experts - 1))
                 ids = _np.ascontiguousarray(ids, dtype=_np.int32)
-            w = _np.ascontiguousarray(_np.asarray(_array(topk_w, "topk_w")), dtype=_np.float32)
+            w = _topk_weights(topk_w)
         except BaseException as e:
             _fail_collective(self, e)
             raise

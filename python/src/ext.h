@@ -183,7 +183,7 @@ typedef struct MoEWeightsObject {
 } MoEWeightsObject;
 
 /* The four arrays of L experts' weights as set_weights and MoEWeights take them: w13 codes [L*2I, H], their
- * scales [L*2I, >= H/32], w2 codes [L*H, I], their scales [L*H, >= I/32], uint8; 0 with m[4] to release, or -1
+ * scales [L*2I, H/32], w2 codes [L*H, I], their scales [L*H, I/32], uint8; 0 with m[4] to release, or -1
  * with the error set and nothing held (moe_weights.c). */
 int ext_expert_arrays(PyObject *const *obj, int64_t L, int64_t H, int64_t I, matrix *m);
 

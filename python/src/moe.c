@@ -157,7 +157,8 @@ static int do_set_weights(void *p, a2amm_error *err)
                                (const uint8_t *)m[2].ptr, (const uint8_t *)m[3].ptr, m[3].ld, err);
 }
 
-/* _set_weights(w13 [E/R*2I, H], s13 [E/R*2I, >= H/32], w2 [E/R*H, I], s2 [E/R*H, >= I/32]): local. */
+/* _set_weights(w13 [E/R*2I, H], s13 [E/R*2I, H/32], w2 [E/R*H, I], s2 [E/R*H, I/32]): local (a2amm.MoE.set_weights
+ * checks the 3-D shapes the caller gave). */
 static PyObject *moe_set_weights(MoEObject *self, PyObject *args)
 {
     PyObject *obj[4];
@@ -266,8 +267,9 @@ static int take_tokens(const MoEObject *self, PyObject *xo, PyObject *sxo, PyObj
         if (ok && in->x.cols != H)
             ok = matrix_shape_error("x codes", &in->x, "[tokens, hidden] = [tokens, %lld]", (long long)H) == 0;
         if (ok) ok = matrix_get(sxo, "x scales", EL_U8, MAT_ROWS, &in->sx) == 0;
-        if (ok && (in->sx.rows != in->T || in->sx.cols < H / 32))
-            ok = matrix_shape_error("x scales", &in->sx, "[%lld, >= %lld]", (long long)in->T, (long long)(H / 32)) == 0;
+        if (ok && (in->sx.rows != in->T || in->sx.cols != H / 32))
+            ok = matrix_shape_error("x scales", &in->sx, "[tokens, hidden/32] = [%lld, %lld]", (long long)in->T,
+                                    (long long)(H / 32)) == 0;
         if (ok) in->codes = (const uint8_t *)in->x.ptr, in->scales = (const uint8_t *)in->sx.ptr, in->ldsx = in->sx.ld;
     }
     const int64_t T = in->T;
@@ -532,7 +534,7 @@ static int do_expert(void *p, a2amm_error *err)
                           (const uint8_t *)a->scales->ptr, a->scales->ld, (float *)a->y->ptr, a->H, err);
 }
 
-/* _expert(le, codes [n, H] u8, scales [n, >= H/32] u8) -> y [n, H] float32: local, the op's own computation of
+/* _expert(le, codes [n, H] u8, scales [n, H/32] u8) -> y [n, H] float32: local, the op's own computation of
  * local expert le on those rows (a2amm_moe_expert), the GIL released. */
 static PyObject *moe_expert(MoEObject *self, PyObject *args)
 {
@@ -547,8 +549,9 @@ static PyObject *moe_expert(MoEObject *self, PyObject *args)
     if (ok && c.cols != H)
         ok = matrix_shape_error("codes", &c, "[rows, hidden] = [rows, %lld]", (long long)H) == 0;
     if (ok) ok = matrix_get(so, "scales", EL_U8, MAT_ROWS, &s) == 0;
-    if (ok && (s.rows != c.rows || s.cols < H / 32))
-        ok = matrix_shape_error("scales", &s, "[%lld, >= %lld]", (long long)c.rows, (long long)(H / 32)) == 0;
+    if (ok && (s.rows != c.rows || s.cols != H / 32))
+        ok = matrix_shape_error("scales", &s, "[rows, hidden/32] = [%lld, %lld]", (long long)c.rows,
+                                (long long)(H / 32)) == 0;
     PyObject *y = ok ? ext_new_array(ext_np_f32, c.rows, H) : NULL;
     matrix ym;
     memset(&ym, 0, sizeof ym);

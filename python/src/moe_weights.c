@@ -11,9 +11,9 @@ int ext_expert_arrays(PyObject *const *obj, int64_t L, int64_t H, int64_t I, mat
     memset(m, 0, 4 * sizeof *m);
     for (int i = 0; i < 4; i++) {
         int ok = matrix_get(obj[i], names[i], EL_U8, MAT_ROWS, &m[i]) == 0;
-        if (ok && (m[i].rows != rows[i] || (i % 2 ? m[i].cols < cols[i] : m[i].cols != cols[i]))) {
-            matrix_shape_error(names[i], &m[i], "[%lld, %s%lld] (%lld experts)", (long long)rows[i],
-                               i % 2 ? ">= " : "", (long long)cols[i], (long long)L);
+        if (ok && (m[i].rows != rows[i] || m[i].cols != cols[i])) {
+            matrix_shape_error(names[i], &m[i], "[%lld, %lld] (%lld experts)", (long long)rows[i], (long long)cols[i],
+                               (long long)L);
             ok = 0;
         }
         if (!ok) {
@@ -24,7 +24,7 @@ int ext_expert_arrays(PyObject *const *obj, int64_t L, int64_t H, int64_t I, mat
     return 0;
 }
 
-/* __init__(c13 [L*2I, H], s13 [L*2I, >= H/32], c2 [L*H, I], s2 [L*H, >= I/32], *, local_experts, hidden, inter,
+/* __init__(c13 [L*2I, H], s13 [L*2I, H/32], c2 [L*H, I], s2 [L*H, I/32], *, local_experts, hidden, inter,
  * fmt, max_rows): the MX pairs the Python class makes. */
 static int moe_weights_init(MoEWeightsObject *self, PyObject *args, PyObject *kw)
 {

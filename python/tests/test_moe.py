@@ -578,3 +578,155 @@ def test_moe_weights_are_prepared_once_for_several_ops():
 
     for out in a2amm.launch(R, rank):
         assert out == {"same": True, "held": True, "closed": True}
+
+
+# ---- MX pairs are held to their whole shape ----------------------------------------------------------------------
+
+def pair(v):
+    """v's MX pair as a2amm.quantize makes it, codes and scales reshaped to v's leading dimensions."""
+    return mx(np.ascontiguousarray(v))
+
+
+def wrong_pairs(L, hid, inter):
+    """MX pairs of the sizes set_weights takes but of the wrong shape: (which argument, w13, w2, the text)."""
+    w13 = (np.random.default_rng(3).standard_normal((L, 2 * inter, hid)) / 8).astype(np.float32)
+    w2 = (np.random.default_rng(4).standard_normal((L, hid, inter)) / 8).astype(np.float32)
+    c13, s13 = pair(w13)
+    c2, s2 = pair(w2)
+    c2t = np.ascontiguousarray(c2.transpose(0, 2, 1))  # [L, inter, hid]: the same size
+    c13t = np.ascontiguousarray(c13.transpose(0, 2, 1))  # [L, hid, 2*inter]
+    return [
+        ("w2 codes", (c13, s13), (c2t, s2), "w2 codes must have shape [E/R, hidden, inter] = [%d, %d, %d]; got [%d, %d, %d]"
+         % (L, hid, inter, L, inter, hid)),
+        ("w13 codes", (c13t, s13.reshape(L * hid // 32, 2 * inter)), (c2, s2),
+         "w13 codes must have shape [E/R, 2*inter, hidden] = [%d, %d, %d]; got [%d, %d, %d]"
+         % (L, 2 * inter, hid, L, hid, 2 * inter)),
+        ("w13 scales", (c13, s13.reshape(L * hid // 32, 2 * inter)), (c2, s2),
+         "w13 scales must have shape [E/R, 2*inter, hidden/32] = [%d, %d, %d]; got [%d, %d]"
+         % (L, 2 * inter, hid // 32, L * hid // 32, 2 * inter)),
+        ("w2 scales", (c13, s13), (c2, s2.reshape(L, inter // 32, hid)),
+         "w2 scales must have shape [E/R, hidden, inter/32] = [%d, %d, %d]; got [%d, %d, %d]"
+         % (L, hid, inter // 32, L, inter // 32, hid)),
+        ("flattened w2", (c13, s13), (c2.reshape(L * hid, inter), s2.reshape(L * hid, inter // 32)),
+         "w2 codes must have shape [E/R, hidden, inter] = [%d, %d, %d]; got [%d, %d]" % (L, hid, inter, L * hid, inter)),
+    ]
+
+
+@pytest.mark.parametrize("case", range(5), ids=[c[0] for c in wrong_pairs(2, 64, 64)])
+def test_mx_pair_weights_of_the_wrong_shape_are_refused_though_their_size_fits(case):
+    """MoE.set_weights and MoEWeights take MX pairs of exactly [E/R, rows, cols] and [E/R, rows, cols/32]:
+    w2 codes [L, inter, hidden] (transposed, the same size), w13 codes [L, hidden, 2*inter] with scales
+    [L*hidden/32, 2*inter], and flattened forms are refused naming the argument, the shape and what came."""
+    L, hid, inter = 2, 64, 96  # hidden, 2*inter and inter all differ: a transposed array cannot pass
+    name, w13, w2, text = wrong_pairs(L, hid, inter)[case]
+
+    def rank(comm):
+        with a2amm.MoE(comm, experts=L, topk=1, hidden=hid, inter=inter, max_tokens=4) as moe:
+            with pytest.raises(ValueError) as e:
+                moe.set_weights(w13, w2)
+            return str(e.value)
+
+    assert a2amm.launch(1, rank) == [text]
+    if name != "w13 codes":  # MoEWeights reads hidden and inter from w13's codes
+        with pytest.raises(ValueError) as e:
+            a2amm.MoEWeights(w13, w2, max_rows=4)
+        assert str(e.value) == text
+    else:
+        with pytest.raises(ValueError, match="w13 scales must have shape|w2 codes must have shape"):
+            a2amm.MoEWeights(w13, w2, max_rows=4)
+
+
+def test_an_x_pair_of_the_wrong_shape_is_refused_on_every_path():
+    """x as an MX pair: codes [T, hidden] and scales [T, hidden/32] exactly, on the numpy path straight to the
+    extension (int32 ids) and the converting one (int64 ids); the same size in another shape is refused."""
+    c, s = pair(np.ones((4, H), np.float32))
+    bad = [((c.reshape(4, H // 2, 2), s), "x codes must"),
+           ((c, s.reshape(-1)), "x scales must"),
+           ((c, s.T.copy()), "x scales must have shape"),
+           ((c, np.concatenate([s, s], axis=1)), "x scales must have shape")]
+    for ids_type in (np.int32, np.int64):
+        for x, text in bad:
+            said = calls_with_one_bad_rank(0, lambda _x, ids, w: (x, ids[:4].astype(ids_type), w[:4]))
+            assert said[0].startswith("ValueError|") and text in said[0], (ids_type, said[0])
+            assert said[1].startswith("PeerError|"), said[1]
+
+
+def test_float_weights_of_another_type_are_refused_naming_them():
+    """set_weights(w13 as float64, w2): the TypeError names w13 (not the quantizer's own "x")."""
+    w13, w2 = expert_weights(2)
+
+    def rank(comm):
+        with a2amm.MoE(comm, experts=2, topk=1, hidden=H, inter=I, max_tokens=4) as moe:
+            said = []
+            for a, b in ((w13.astype(np.float64), w2), (w13, w2.astype(np.float16))):
+                with pytest.raises(TypeError) as e:
+                    moe.set_weights(a, b)
+                said.append(str(e.value))
+            return said
+
+    said = a2amm.launch(1, rank)[0]
+    assert said[0].startswith("w13 must be float32 or bfloat16") and "float64" in said[0], said
+    assert said[1].startswith("w2 must be float32 or bfloat16") and "float16" in said[1], said
+    with pytest.raises(TypeError, match="^w13 must be float32 or bfloat16.*float64"):
+        a2amm.MoEWeights(w13.astype(np.float64), w2, max_rows=4)
+
+
+# ---- topk_w: any floating type converted, the same on every path --------------------------------------------------
+
+def test_topk_w_of_any_floating_type_gives_the_float32_bits_on_every_path():
+    """float16 and float64 weights are converted to float32 on the numpy path straight to the extension (int32
+    ids; float x or an MX pair) and on the converting one (int64 ids): the bits of the float32 call."""
+    R, E, k = 2, 4, 2
+    w13, w2 = expert_weights(E)
+
+    def rank(comm):
+        r, L = comm.rank, E // R
+        x, ids, w = rank_tokens(r, R, E, k, 0)
+        w = w.astype(np.float16).astype(np.float32)  # exact in float16 too
+        with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
+            moe.set_weights(w13[r * L:(r + 1) * L], w2[r * L:(r + 1) * L])
+            want = moe(x, ids, w)
+            same = []
+            for xs in (x, pair(x)):
+                for ids_type in (np.int32, np.int64):
+                    for w_type in (np.float16, np.float64):
+                        same.append(np.array_equal(moe(xs, ids.astype(ids_type), w.astype(w_type)), want))
+            return same
+
+    for same in a2amm.launch(R, rank):
+        assert same == [True] * 8, same
+
+
+@pytest.mark.parametrize("w_type", [np.int64, np.int32, np.bool_])
+@pytest.mark.parametrize("ids_type", [np.int32, np.int64])
+def test_topk_w_of_integers_is_refused_on_every_path(w_type, ids_type):
+    said = calls_with_one_bad_rank(1, lambda x, ids, w: (x, ids.astype(ids_type), np.ones_like(w, dtype=w_type)))
+    assert said[1].startswith("TypeError|topk_w must be floating point") and np.dtype(w_type).name in said[1], said
+    assert said[0].startswith("PeerError|") and "rank 1" in said[0], said[0]
+
+
+@needs_torch
+def test_topk_w_as_torch_tensors_of_other_types():
+    """torch float64 and bfloat16 weights are converted (bfloat16 by value, not as its bits); an int64
+    tensor is a TypeError naming topk_w."""
+    import torch
+    E, k = 2, 2
+    w13, w2 = expert_weights(E)
+
+    def rank(comm):
+        x, ids, w = rank_tokens(0, 1, E, k, 0)
+        w = torch.from_numpy(w).bfloat16().float()  # exact in bfloat16 too
+        with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
+            moe.set_weights(w13, w2)
+            want = moe(x, ids, w.numpy())
+            return [np.array_equal(moe(x, ids, w.to(t)), want) for t in (torch.float64, torch.bfloat16)]
+
+    def integers(comm):
+        x, ids, w = rank_tokens(0, 1, E, k, 0)
+        with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
+            moe.set_weights(w13, w2)
+            moe(x, ids, torch.from_numpy(w).long())
+
+    assert a2amm.launch(1, rank) == [[True, True]]
+    with pytest.raises(a2amm.Error, match="TypeError: topk_w must be floating point.*got torch.int64"):
+        a2amm.launch(1, integers)
