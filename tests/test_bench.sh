@@ -261,6 +261,13 @@ expect_ok "bench op" "$A2AMM" bench op 40 128 24 2 --iters 2 --tile-m 16
 for row in "fused" "unfused" "matmul alone" "baseline " "exposed communication" "ratios (medians)"; do
     expect_output "bench op row: $row" "$row"
 done
+check "bench op: a spread for each variant, the baseline's too" grep -Eq "^  spread, \(max - min\) / max: fused [0-9]+%.*, unfused [0-9]+%.*, matmul alone [0-9]+%.*, alltoall alone [0-9]+%.*, baseline [0-9]+%" "$SCRATCH/out"
+check "bench op: fused against unfused, in words" grep -Eq "^  fused vs unfused: (no measurable difference|fused faster by|fused slower by)" "$SCRATCH/out"
+# the matmul alone slowed on rank 0 (by 50 ms, as a busy machine may): no negative time, nothing exposed measurable
+A2AMM_FAULT_RANK=0 A2AMM_FAULT=slow-matmul "$A2AMM" bench op 40 128 24 2 --iters 2 --tile-m 16 >"$SCRATCH/slow" 2>&1
+check "bench op, matmul alone slowed: no negative time printed" bash -c "! grep -E -- '-[0-9.]+ ?(ms|s|%)' '$SCRATCH/slow'"
+check "bench op, matmul alone slowed: exposed communication none measurable" \
+    grep -q "^  exposed communication, median fused - median matmul alone: none measurable" "$SCRATCH/slow"
 # the baseline is oneDNN's matmul with packed weights: bf16 where this CPU has one, else fp32, said
 expect_output "bench op: the baseline is oneDNN's" "a2amm_comm_alltoall, oneDNN "
 # AVX512_BF16 here: oneDNN has a bf16 matmul; no AVX-512 at all: oneDNN 2.6 has none (fp32, said why);

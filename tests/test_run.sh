@@ -147,7 +147,24 @@ import json,sys
 o=json.loads(open('$SCRATCH/out').read())
 assert o['iters']==2 and o['path']=='put'
 for k in ('run','unfused','matmul'): assert o[k]['median_s']>0 and o[k]['min_s']<=o[k]['median_s']<=o[k]['max_s']
-assert 'exposed_comm_s' in o and o['run_with_prepare_s'] >= o['run']['median_s']"
+assert 'exposed_comm_s' in o and o['run_with_prepare_s'] >= o['run']['median_s']
+for k in ('run','unfused','matmul','alltoall'): assert isinstance(o[k]['spread_wide'], bool), k
+assert isinstance(o['busy'], bool) and isinstance(o['exposed_comm_measurable'], bool)"
+# the spreads beside the medians, every variant's, and the fused run against the unfused one
+expect_ok "perf: spreads" "$A2AMM" run 150 192 70 3 perf --dir "$d" --iters 3
+check "perf: a spread for each variant" grep -Eq "^  spread, \(max - min\) / max: fused [0-9]+%( \(wide\))?, unfused [0-9]+%.*, matmul alone [0-9]+%.*, alltoall alone [0-9]+%" "$SCRATCH/out"
+check "perf: fused against unfused, in words" grep -Eq "^  fused vs unfused: (no measurable difference|fused faster by [0-9.]+ ms|fused slower by [0-9.]+ ms)" "$SCRATCH/out"
+# a variant that something else slowed (here the matmul alone, by 50 ms on rank 0, as a busy machine
+# may): no negative time, the exposed communication none measurable, the ratio below 1 explained
+A2AMM_FAULT_RANK=0 A2AMM_FAULT=slow-matmul "$A2AMM" run 150 192 70 3 perf --dir "$d" --iters 3 >"$SCRATCH/out" 2>&1
+check "perf, matmul alone slowed: no negative time printed" bash -c "! grep -E -- '-[0-9.]+ ?(ms|s|%)' '$SCRATCH/out'"
+check "perf, matmul alone slowed: exposed communication none measurable" grep -q "^  exposed communication, median fused - median matmul alone: none measurable" "$SCRATCH/out"
+expect_output "perf, matmul alone slowed: the ratio below 1 said" "/ max(matmul alone, alltoall alone) = 0."
+check "perf, matmul alone slowed: the ratio below 1 explained" grep -q "below 1.0" "$SCRATCH/out"
+A2AMM_FAULT_RANK=0 A2AMM_FAULT=slow-matmul "$A2AMM" run 150 192 70 3 perf --dir "$d" --iters 3 --json >"$SCRATCH/out" 2>&1
+check "perf --json, matmul alone slowed: exposed_comm_s kept, not measurable" python3 -c "
+import json; o=json.loads(open('$SCRATCH/out').read())
+assert o['exposed_comm_s'] < 0 and o['exposed_comm_measurable'] is False, o"
 
 # --- bad arguments
 expect_fail "bad mode" "after M K N R comes precision or perf" "$A2AMM" run 150 192 70 3 fast --dir "$d"

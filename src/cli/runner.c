@@ -168,15 +168,17 @@ static trace_meta meta_of(const runner *rn, const run_result *res, const int64_t
                     .variant_names = variant_names, .offset_ns = offsets};
     const run_perf *p = &res->perf;
     if (rn->o.mode == RUN_PERF && p->t[RUN_V_CONFIGURED]) {
-        m.fused_s = cli_summarize(p->t[RUN_V_CONFIGURED], p->iters).median;
-        m.matmul_s = cli_summarize(p->t[RUN_V_MATMUL], p->iters).median;
+        cli_summary f = cli_summarize(p->t[RUN_V_CONFIGURED], p->iters);
+        cli_summary mm = cli_summarize(p->t[RUN_V_MATMUL], p->iters);
+        m.fused_s = f.median;
+        m.matmul_s = mm.median;
         m.alltoall_s = cli_summarize(p->t[RUN_V_ALLTOALL], p->iters).median;
-        double exposed = m.fused_s - m.matmul_s;
+        char exposed[200];
+        cli_exposed_text(exposed, sizeof exposed, &f, &mm);
         snprintf(summary, size, "%s %.3f ms vs matmul alone %.3f ms, alltoall alone %.3f ms (medians): "
-                 "exposed communication %.3f ms (%.1f%%), %s / max(alone) = %.3f",
+                 "exposed communication %s, %s / max(alone) = %.3f",
                  rn->o.unfused ? "unfused" : "fused", m.fused_s * 1e3, m.matmul_s * 1e3, m.alltoall_s * 1e3,
-                 exposed * 1e3, 100.0 * exposed / m.fused_s, rn->o.unfused ? "unfused" : "fused",
-                 m.fused_s / fmax(m.matmul_s, m.alltoall_s));
+                 exposed, rn->o.unfused ? "unfused" : "fused", m.fused_s / fmax(m.matmul_s, m.alltoall_s));
         m.summary = summary;
     }
     return m;
@@ -222,7 +224,7 @@ int run_files(const char *dir, const op_shape *s, const run_options *opt, run_re
                      : a2amm_fail(err, A2AMM_E_NOMEM, "cannot allocate the run's bookkeeping");
         if (!rc && rn.o.mode == RUN_PERF) rc = run_collect_perf(&rn, &res->perf, err);
         if (!rc && rn.o.trace_path) {
-            char summary[300];
+            char summary[400];
             trace_meta meta = meta_of(&rn, res, offsets, summary, sizeof summary);
             rc = run_trace_mpi_write(&trace, rn.o.trace_path, R, res->rank, &meta, err);
         }
@@ -256,7 +258,7 @@ int run_files(const char *dir, const op_shape *s, const run_options *opt, run_re
     }
     if (!rc && rn.o.mode == RUN_PERF) rc = run_collect_perf(&rn, &res->perf, err);
     if (rn.o.trace_path) { /* the ranks' parts into one file; only removed after a failure */
-        char summary[300];
+        char summary[400];
         trace_meta meta = meta_of(&rn, res, NULL, summary, sizeof summary);
         int traced = run_trace_merge_parts(rn.o.trace_path, rn.tag, R, rc == A2AMM_OK, &meta, err);
         if (!rc) rc = traced;
