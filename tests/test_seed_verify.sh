@@ -44,6 +44,21 @@ d="$SCRATCH/run"
 "$A2AMM" run 96 256 40 2 --dir "$d" >/dev/null
 expect_ok "seed's verify_result.py passes on a2amm's output" "${run[@]}" "$SCRATCH/verify_result.py" 96 40 2 "$d/output"
 expect_output "seed's script says ALL PASS" "[ALL PASS] All 2 ranks passed verification!"
+if [ "${run[1]:-}" = "$here/run_seed_script.py" ]; then
+    # README's line: the script named, not given: run_seed_script.py takes it from the seed's diff, from the
+    # repository's root (../shared/seed beside it) and from elsewhere with A2AMM_SEED
+    expect_ok "run_seed_script.py verify_result.py (the script by name) passes" \
+        bash -c "cd '$here/..' && '$py' tests/run_seed_script.py verify_result.py 96 40 2 '$d/output'"
+    expect_output "the script by name says ALL PASS" "[ALL PASS] All 2 ranks passed verification!"
+    expect_output "and says it took the script from the seed's diff" "verify_result.py as the seed's diff"
+    expect_output "naming the diff" "$(basename "$seed") has it"
+    expect_ok "A2AMM_SEED names the seed's diff" \
+        bash -c "cd '$TMPDIR' && A2AMM_SEED='$seed' '$py' '$here/run_seed_script.py' verify_result.py 96 40 2 '$d/output'"
+    expect_output "A2AMM_SEED's diff runs" "[ALL PASS] All 2 ranks passed verification!"
+    expect_fail "a script the seed lacks is refused, naming where it looked" \
+        "no seed diff in $SCRATCH/none (no *.txt there) has scripts/nothing.py" \
+        env A2AMM_SEED="$SCRATCH/none" "$py" "$here/run_seed_script.py" nothing.py 96 40 2 "$d/output"
+fi
 printf '\x7f\x7f' | dd of="$d/output/1/npu_out.bin" bs=1 seek=200 conv=notrunc status=none
 expect_fail "seed's script fails on a corrupted output" "[FAIL] Rank 1" "${run[@]}" "$SCRATCH/verify_result.py" 96 40 2 "$d/output"
 # the reverse op's files: each rank's [R*M, N/R] bf16, flat, which the script reads given R*M and N/R
