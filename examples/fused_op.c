@@ -8,7 +8,7 @@
  * The same ranks as an MPI job (liba2amm_mpi; on one machine or several):
  *
  *   mpicc -DWITH_MPI fused_op.c $(pkg-config --cflags --libs a2amm-mpi) -o fused_op_mpi
- *   mpirun -np 2 ./fused_op_mpi
+ *   mpirun --allow-run-as-root --oversubscribe -np 2 ./fused_op_mpi
  *
  * (statically: mpicc -DWITH_MPI fused_op.c -I$PREFIX/include $PREFIX/lib/liba2amm_mpi.a -lm -o fused_op_mpi;
  * liba2amm_mpi.a holds the whole library, so it is linked alone)

@@ -3,7 +3,8 @@
 checked against the single-rank matmul on the rows it received. The Python twin of examples/fused_op.c.
 
     python3 examples/fused_op.py                   # 2 ranks forked by a2amm.launch
-    mpirun -np 2 python3 examples/fused_op.py      # the same ranks as an MPI job (mpi4py), on one machine
+    mpirun --allow-run-as-root --oversubscribe -np 2 python3 examples/fused_op.py
+                                                   # the same ranks as an MPI job (mpi4py), on one machine
                                                    # or several (--transport mpi to force MPI messages)
 
 Exit 0 and "fused_op: OK" when every rank's result is within a bf16 rounding of the check.

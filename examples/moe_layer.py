@@ -5,7 +5,7 @@ tokens go to the ranks of their experts and come back weighted and summed.
 
     python3 examples/moe_layer.py                  # 2 ranks forked by a2amm.launch
     python3 examples/moe_layer.py --ranks 4 --skew --empty-rank
-    mpirun -np 2 python3 examples/moe_layer.py     # the same ranks as an MPI job (mpi4py)
+    mpirun --allow-run-as-root --oversubscribe -np 2 python3 examples/moe_layer.py   # the same ranks as an MPI job
 
 Every rank checks its tokens against the same layer computed in this one process by plain torch (the
 experts as nn.Linear modules holding the dequantized MX weights, the same routing), in fp64, within the

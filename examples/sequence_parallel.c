@@ -33,7 +33,7 @@
  * The same ranks as an MPI job (R is the job's size: give the same or leave it out):
  *
  *   mpicc -DWITH_MPI sequence_parallel.c $(pkg-config --cflags --libs a2amm-mpi) -lm -o sequence_parallel_mpi
- *   mpirun -np 4 ./sequence_parallel_mpi [R [M [heads [d]]]]
+ *   mpirun --allow-run-as-root --oversubscribe -np 4 ./sequence_parallel_mpi [R [M [heads [d]]]]
  *
  * Rank 0 prints each step's time on every rank (an op's includes waiting
  * for the slowest rank to arrive), the max over ranks and each rank's

@@ -23,7 +23,8 @@ that cancels to near zero has tiny ulps but the fp32 error of its large terms), 
 and prints the worst difference.
 
     python3 examples/sequence_parallel.py [R [M [heads [d]]]]         # a2amm.launch (defaults: 4 64 8 64)
-    mpirun -np 4 python3 examples/sequence_parallel.py [R [M [heads [d]]]]   # an MPI job (mpi4py); R is
+    mpirun --allow-run-as-root --oversubscribe -np 4 python3 examples/sequence_parallel.py [R [M [heads [d]]]]
+                                                                     # an MPI job (mpi4py); R is
                                                                      # the job's size: give the same or none
 
 Rank 0 prints each step's time on every rank (an op's includes waiting for the slowest rank to arrive),

@@ -36,7 +36,11 @@ export A2AMM_FAULT="" A2AMM_FAULT_RANK="" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect
 # without mpirun: says how to launch it
 d="$SCRATCH/d2"
 "$A2AMM" gen 256 512 64 2 --dir "$d" >/dev/null
-expect_fail "no mpirun: says how to launch" "mpirun -np 2 a2amm run" "$A2AMM" run 256 512 64 2 --dir "$d" --transport mpi
+expect_fail "no mpirun: says how to launch" "mpirun --allow-run-as-root --oversubscribe -np 2 a2amm run" "$A2AMM" run 256 512 64 2 --dir "$d" --transport mpi
+"$A2AMM" gen 16 64 32 2 --op moe --experts 4 --topk 2 --dir "$SCRATCH/moe-alone" >/dev/null
+expect_fail "the MoE op without mpirun: says how to launch, as root too" \
+    "mpirun --allow-run-as-root --oversubscribe -np 2 a2amm run 16 64 32 2 --op moe --transport mpi" \
+    "$A2AMM" run 16 64 32 2 --op moe --dir "$SCRATCH/moe-alone" --transport mpi
 
 for R in 2 4; do
     list=$(seq -s, -f "$P-h%g" "$R")

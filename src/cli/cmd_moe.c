@@ -406,7 +406,8 @@ static void run_usage(FILE *f)
             "  --timeout SECONDS  deadline of every wait between ranks (default 60)\n"
             "  --transport shm|mpi  shm: fork R ranks here (default); mpi: this process is one\n"
             "                     rank of an MPI job:\n"
-            "                       mpirun -np R a2amm run T H I R --op moe --transport mpi --dir D\n"
+            "                       mpirun --allow-run-as-root --oversubscribe -np R \\\n"
+            "                         a2amm run T H I R --op moe --transport mpi --dir D\n"
             "  --json             one JSON object: the run (precision mode) or its figures (perf mode)\n"
             "  --trace FILE       every rank's calls as a Chrome trace (Perfetto, chrome://tracing, or\n"
             "                     a2amm timeline FILE): each chunk's dispatch and combine, its experts,\n"
@@ -551,8 +552,8 @@ int cmd_run_moe(int argc, char **argv)
     if (held) return held;
     if (o.transport == RUN_MPI && !run_under_mpirun()) {
         fprintf(stderr, "a2amm run: --transport mpi: this process is not part of an MPI job. Launch every rank with "
-                "mpirun:\n  mpirun -np %d a2amm run %s %s %s %s --op moe --transport mpi --dir %s\n", s.R, a.pos[0],
-                a.pos[1], a.pos[2], a.pos[3], dir);
+                "mpirun:\n  mpirun --allow-run-as-root --oversubscribe -np %d a2amm run %s %s %s %s --op moe "
+                "--transport mpi --dir %s\n", s.R, a.pos[0], a.pos[1], a.pos[2], a.pos[3], dir);
         return 2;
     }
     a2amm_error terr = {0, ""};

@@ -74,7 +74,8 @@ static void run_usage(FILE *f)
             "                     FIFO, a folder or one of the data's files is refused\n"
             "  --transport shm|mpi  shm: fork R ranks here over shared memory (default);\n"
             "                     mpi: this process is one rank of an MPI job, across machines:\n"
-            "                       mpirun -np R [--host h1,h2] a2amm run M K N R --transport mpi --dir D\n"
+            "                       mpirun --allow-run-as-root --oversubscribe -np R [--host h1,h2] \\\n"
+            "                         a2amm run M K N R --transport mpi --dir D\n"
             "                     rank r reads D/input/<r>/ and writes D/output/<r>/ (D shared or\n"
             "                     per host); rows travel as messages, so it takes the put path\n"
             "\n"
@@ -186,7 +187,8 @@ static int run_command(int argc, char **argv, int seed_form)
     if (o.transport != RUN_MPI && cli_dir_lock("run", dir, 0) < 0) return 1;
     if (o.transport == RUN_MPI && !run_under_mpirun()) {
         fprintf(stderr, "a2amm run: --transport mpi: this process is not part of an MPI job. Launch every rank with "
-                        "mpirun:\n  mpirun -np %lld a2amm run %lld %lld %lld %lld%s%s --transport mpi --dir %s\n"
+                        "mpirun:\n  mpirun --allow-run-as-root --oversubscribe -np %lld "
+                        "a2amm run %lld %lld %lld %lld%s%s --transport mpi --dir %s\n"
                         "(across machines: add --host h1,h2 or --hostfile FILE; see README)\n",
                 (long long)s.R, (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R,
                 s.kind != OP_ALLTOALL_MATMUL ? " --op " : "", s.kind != OP_ALLTOALL_MATMUL ? op_kind_name(s.kind) : "",

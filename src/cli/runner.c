@@ -197,7 +197,8 @@ int run_files(const char *dir, const op_shape *s, const run_options *opt, run_re
                         "cannot read another machine's memory)");
     if (!rc && rn.o.transport == RUN_MPI && !run_under_mpirun())
         rc = a2amm_fail(err, A2AMM_E_INVAL, "--transport mpi: this process is not part of an MPI job; launch every "
-                        "rank with mpirun, e.g. mpirun -np %lld a2amm run M K N %lld --transport mpi --dir DIR",
+                        "rank with mpirun, e.g. mpirun --allow-run-as-root --oversubscribe -np %lld "
+                        "a2amm run M K N %lld --transport mpi --dir DIR",
                         (long long)s->R, (long long)s->R);
     /* over MPI each rank reads only its own folder (which may be on its own host): it checks it as it loads */
     if (!rc && rn.o.transport != RUN_MPI) rc = check_inputs(dir, s, &rn.z, err);
