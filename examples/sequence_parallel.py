@@ -193,7 +193,11 @@ def print_reports(s, reports, how):
             r, *ms, p["off"], p["checked"], p["worst_ulps"], p["worst_abs"],
             "bit-identical" if p["qkv_exact"] else "NOT bit-identical to a2amm.matmul"))
     worst = [1e3 * max(p["seconds"][k] for p in reports) for k in range(len(STEPS))]
-    print("   max  %12.3f  %10.3f  %10.3f  %13.3f" % tuple(worst), flush=True)
+    print("   max  %12.3f  %10.3f  %10.3f  %13.3f" % tuple(worst))
+    print("  (a value is off when it differs from the one-process block by over 2 bf16 ulps and by over 2^-12 of\n"
+          "  the rank's largest |value|; worst: the largest difference in bf16 ulps, and (in brackets) absolute.\n"
+          "  A few ulps off with 0 values off is fine: the op sums K from the rank's own block, the one-process\n"
+          "  block from 0, so fp32 sums near zero may round to bf16 the other way)", flush=True)
 
 
 def failures(reports):
@@ -218,7 +222,7 @@ def started_by_mpirun():
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("numbers", nargs="*", type=int, metavar="R M heads d",
                    help="ranks, tokens per rank, heads, head size (defaults: 4 64 8 64; under MPI R is the job's)")
     p.add_argument("--mpi", action="store_true", help="an MPI job's rank (the default under mpirun)")

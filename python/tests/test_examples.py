@@ -1,7 +1,9 @@
 """The Python examples under a2amm.launch and under mpirun: examples/fused_op.py (the twin of
 examples/fused_op.c) and examples/sequence_parallel.py (the attention block of the two ops, the twin of
 examples/sequence_parallel.c) pass their own checks, and both launchers give the same bits."""
+import ast
 import os
+import re
 import subprocess
 import sys
 
@@ -65,6 +67,7 @@ def check_sequence_parallel(out, R, how):
         assert all(float(t) >= 0 for t in r[1:5]), r  # each step's time, ms
         assert r[5:7] == ["0", "of"] and "QKV bit-identical" in " ".join(r), r
     assert any(line.split()[:1] == ["max"] and len(line.split()) == 5 for line in out.splitlines()), out
+    assert "worst: the largest difference in bf16 ulps, and (in brackets) absolute" in out, out  # the figures said
 
 
 @pytest.mark.parametrize("numbers,R", [([], 4), (["2", "32", "4", "64"], 2), (["1", "24", "2", "32"], 1)])
@@ -142,6 +145,9 @@ def check_moe_layer(out, ranks, how):
     assert "moe_layer: OK" in out and how in out, out
     assert out.count("values off the bound") - out.count(" 0 values off the bound") == 0, out
     assert out.count(" 0 values off the bound") == ranks, out
+    # each rank's worst |difference| as a fraction of its bound, said to be within it up to 1: and it is
+    said = re.findall(r"worst \|difference\| (\S+) of its bound \(within it up to 1;", out)
+    assert len(said) == ranks and all(0 <= float(f) <= 1 for f in said), out
     assert "a2amm.MoE" in out and "gather every token + reduce-scatter" in out, out
 
 
@@ -179,3 +185,35 @@ def test_moe_layer_across_two_hosts():
     out = run(shlex.split(hosts) + [sys.executable, MOE_LAYER, "--skew", "--empty-rank"])
     check_moe_layer(out, 2, "mpirun, 2 ranks, transport mpi")
     assert "rank 1: 0 tokens" in out, out
+
+
+@needs_torch
+@pytest.mark.parametrize("args,why", [
+    (["--tokens", "0"], "argument --tokens: must be a whole number from 1 to 4096 (each rank's tokens, the op's "
+                        "max_tokens; --empty-rank gives the last rank none); got '0'"),
+    (["--tokens", "-5"], "argument --tokens: must be a whole number from 1 to 4096"),
+    (["--ranks", "3"], "argument --ranks: must divide E = 8 (1, 2, 4 or 8); got 3"),
+    (["--ranks", "0"], "argument --ranks: must be a whole number from 1 to 8"),
+], ids=["tokens0", "tokens-5", "ranks3", "ranks0"])
+def test_moe_layer_refuses_bad_options_saying_why(args, why):
+    """A count the example cannot run is refused by its options (exit 2, the reason), not a traceback."""
+    p = subprocess.run([sys.executable, MOE_LAYER] + args, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and why in p.stderr and "Traceback" not in p.stderr, (p.returncode, p.stderr)
+
+
+# ---- every Python example's --help --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("example", [EXAMPLE, SEQUENCE_PARALLEL, MOE_LAYER], ids=os.path.basename)
+def test_help_says_the_whole_description(example):
+    """--help prints the example's whole description (its docstring, every paragraph ending with a full stop)
+    and then its options, not a first line that stops mid-sentence."""
+    if example != EXAMPLE:
+        pytest.importorskip("torch")
+    with open(example) as f:
+        doc = ast.get_docstring(ast.parse(f.read()))
+    out = run([sys.executable, example, "--help"])
+    first = doc.split("\n\n")[0]
+    assert first in out, out
+    last = doc.split("\n\n")[-1]
+    assert last.rstrip().endswith(".") and last in out, out
+    assert out.index(last) < out.index("options:"), out
