@@ -104,6 +104,70 @@ expect_output "... and it is the worst value, not a later one (a NaN ratio compa
 expect_fail "verify: a missing output is named" "npu_out.bin is missing" bash -c "rm '$d/output/0/npu_out.bin' && '$A2AMM' verify 12 96 64 2 --op moe --dir '$d'"
 expect_output "... and counted as not compared, not as out of the bound" "[ERROR] 1 of 2 ranks could not be compared"
 
+# --- the bound's absolute part (docs/op-contract.md, A): with W2's scales 2^-105 lower the values are near
+# 5e-32; the op's values pass, and zeros written over them are out of the bound (a fixed 1e-30 once passed them)
+d="$SCRATCH/tiny"
+"$A2AMM" gen 8 64 64 2 --op moe --topk 3 --dir "$d" --quiet >/dev/null
+/usr/bin/python3 - "$d" <<'EOF'
+import sys, numpy as np
+for r in (0, 1):
+    p = f"{sys.argv[1]}/input/{r}/input_scaleW2.bin"
+    s = np.fromfile(p, np.uint8); assert s.min() >= 105, s.min(); (s - 105).astype(np.uint8).tofile(p)
+EOF
+expect_ok "W2's scales 2^-105 lower: run" "$A2AMM" run 8 64 64 2 --op moe --dir "$d"
+expect_ok "... verify: the op's values are within the bound" "$A2AMM" verify 8 64 64 2 --op moe --dir "$d"
+check "... and they are tiny: nonzero, all below 1e-30" /usr/bin/python3 -c "
+import numpy as np
+v = np.concatenate([(np.fromfile('$d/output/%d/npu_out.bin' % r, np.uint16).astype(np.uint32) << 16).view(np.float32)
+                    for r in (0, 1)])
+assert np.count_nonzero(v) > len(v) // 2 and np.abs(v).max() < 1e-30, (np.count_nonzero(v), np.abs(v).max())"
+for r in 0 1; do head -c $((8 * 64 * 2)) /dev/zero >"$d/output/$r/npu_out.bin"; done
+expect_fail "... zeros over them are out of the bound" "[ERROR] 2 of 2 ranks are out of the contract's bound" \
+    "$A2AMM" verify 8 64 64 2 --op moe --dir "$d"
+expect_output "... the first value named, its bound far below it" "first at token 0, column 0: output 0 (0x0000)"
+
+# --- the overflow rule: a weight of 3e38 (finite) makes some of its token's fp32 partials overflow; those
+# outputs are the Inf of the value's sign, which verify accepts; the other sign, a finite value there, or an
+# Inf where nothing can overflow are out of the contract
+d="$SCRATCH/huge"
+"$A2AMM" gen 4 64 64 1 --op moe --experts 2 --topk 1 --dir "$d" --quiet >/dev/null
+/usr/bin/python3 -c "
+import numpy as np
+p = '$d/input/0/input_topk_w.bin'; w = np.fromfile(p, np.float32); w[0] = 3e38; w.tofile(p)"
+expect_ok "a weight of 3e38: run" "$A2AMM" run 4 64 64 1 --op moe --dir "$d"
+check "... some of its token's outputs are Inf, the other tokens' finite" /usr/bin/python3 - "$d" "$SCRATCH/inf_at" <<'EOF'
+import sys, numpy as np
+o = np.fromfile(f"{sys.argv[1]}/output/0/npu_out.bin", np.uint16)
+v = (o.astype(np.uint32) << 16).view(np.float32).reshape(4, 64)
+inf = np.flatnonzero(np.isinf(v[0]))
+assert 0 < len(inf) < 64 and np.isfinite(v[1:]).all(), v
+pos = int(np.flatnonzero(v[1] > 0)[0])
+open(sys.argv[2], "w").write(f"{inf[0]} {pos}\n")  # an Inf of token 0, a positive value of token 1
+EOF
+read -r inf_col pos_col <"$SCRATCH/inf_at"
+expect_ok "... verify accepts the Inf of the value's sign" "$A2AMM" verify 4 64 64 1 --op moe --dir "$d"
+expect_output "... and says so" "values are Inf of the value's sign where the op's fp32 or bf16 steps may overflow"
+cp "$d/output/0/npu_out.bin" "$SCRATCH/huge.want"
+# put16 INDEX BITS: one bf16 value of rank 0's output replaced
+put16() { /usr/bin/python3 -c "
+p = '$d/output/0/npu_out.bin'; b = bytearray(open(p, 'rb').read()); b[2 * $1:2 * $1 + 2] = ($2).to_bytes(2, 'little')
+open(p, 'wb').write(b)"; }
+flip=$(/usr/bin/python3 -c "
+b = open('$SCRATCH/huge.want', 'rb').read(); print(int.from_bytes(b[2 * $inf_col:2 * $inf_col + 2], 'little') ^ 0x8000)")
+put16 "$inf_col" "$flip"
+expect_fail "... an Inf of the other sign is out of the contract" "first at token 0, column $inf_col" \
+    "$A2AMM" verify 4 64 64 1 --op moe --dir "$d"
+expect_output "... and verify says what Inf it accepts" "an Inf is accepted only with the value's sign"
+cp "$SCRATCH/huge.want" "$d/output/0/npu_out.bin"
+put16 "$inf_col" "$(( (flip ^ 0x8000) - 1 ))"   # the largest finite bf16 of that sign
+expect_fail "... the largest finite value there instead is out of the bound" "first at token 0, column $inf_col" \
+    "$A2AMM" verify 4 64 64 1 --op moe --dir "$d"
+cp "$SCRATCH/huge.want" "$d/output/0/npu_out.bin"
+put16 $((64 + pos_col)) 0x7f80
+expect_fail "... an Inf where nothing overflows (a token of weight below 1) is out of the contract" \
+    "first at token 1, column $pos_col" "$A2AMM" verify 4 64 64 1 --op moe --dir "$d"
+cp "$SCRATCH/huge.want" "$d/output/0/npu_out.bin"
+
 # --- the same bits whatever the threads; run and verify find the op in the meta file
 d="$SCRATCH/c5"
 save_outputs "$d" 3 "$SCRATCH/c5.want"
