@@ -65,6 +65,14 @@ for spec in "1 uniform 1 1 e4m3 e4m3" "2 skewed 3 4 e5m2 e4m3" "3 hot 8 16 e4m3 
     expect_output "$what: every rank within the bound" "[ALL PASS] All $R ranks passed verification!"
     i=$((i + 1))
 done
+# (the last verify's output:) what its figures are: the worst error as a fraction of the value's own bound,
+# and the gap to gen's golden in bf16 ulps with why it may be large beside PASS
+expect_output "verify: the worst error is a fraction of the bound, 1 or less passing" \
+    "the contract's bound for that value, so 1 or less passes)"
+expect_output "verify: the golden's figures are for information" "(gen's golden: ref rounded to bf16; for information, not the check)"
+expect_output "verify: the gap in ulps is named, and why it can be large" \
+    "An ulp is a step of the value's own size: where a value is small because its terms cancel"
+check "verify: no bare 'worst N bf16 ulp' beside PASS" bash -c "! grep -Eq 'worst [0-9]+ bf16 ulp' '$SCRATCH/out'"
 check "the empty route: the odd ranks have no tokens" grep -qx "tokens 12,0,12,0" "$SCRATCH/c3/input/a2amm-meta.txt"
 check "... and their outputs are empty files" test -f "$SCRATCH/c3/output/1/npu_out.bin" -a ! -s "$SCRATCH/c3/output/1/npu_out.bin"
 check "the empty route: some slots unused (-1)" /usr/bin/python3 -c "
