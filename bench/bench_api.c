@@ -54,7 +54,8 @@ static void bench_api_usage(FILE *f)
             "  --path direct|put  how rows travel (default direct)\n"
             "  --timeout SECONDS  deadline of every wait between ranks (default 60)\n"
             "  --json             one JSON object instead of the table\n"
-            "  --quiet            no progress line (it shows only when stderr is a terminal)\n"
+            "  --quiet            no progress on stderr (the rounds done and the time left: on a\n"
+            "                     terminal a line rewritten in place, else a line every few seconds)\n"
             "\n"
             "example:\n"
             "  a2amm bench api 512 2048 896 4 --iters 3\n"
@@ -206,9 +207,9 @@ int cmd_bench_api(int argc, char **argv)
     a2amm_op_heap_bytes(&heap_cfg, R, &op_heap, NULL);
     a2amm_launch_options lo = {.size = sizeof(a2amm_launch_options), .heap_bytes = op_heap + (1u << 20)};
     cli_progress progress;
-    cli_progress_start(&progress, quiet, json);
+    cli_progress_start_lines(&progress, quiet, json);
     for (int round = 0; !rc && round < rounds; round++) {
-        cli_progress_say(&progress, "a2amm bench api: round %d of %d", round + 1, rounds);
+        cli_progress_count(&progress, "a2amm bench api: round", round + 1, round, rounds);
         run_result res;
         rc = run_files(dir, &b.s, &b.o, &res, &err);
         if (!rc)
@@ -221,6 +222,7 @@ int cmd_bench_api(int argc, char **argv)
             slowest(b.t_traced, b.iters, R, all_traced, &n_traced);
         }
     }
+    if (!rc) cli_progress_count(&progress, "a2amm bench api: round", rounds, rounds, rounds);
     cli_progress_end(&progress);
     if (!rc) {
         cli_summary run = cli_summarize(all_run, n_run), call = cli_summarize(all_call, n_call),

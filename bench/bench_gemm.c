@@ -100,7 +100,8 @@ static void gemm_usage(FILE *f)
             "  --sweep       M = 1, 2, 4, 8, 16, 32, 64 and 128 in turn at N K (default the seed's\n"
             "                3584 8192; give N K only): a line each, a2amm against oneDNN and B's\n"
             "                fp8 bytes against the streaming read (a2amm bench gemm --sweep)\n"
-            "  --quiet       no progress line (it shows only when stderr is a terminal)\n"
+            "  --quiet       no progress on stderr (the rounds done and the time left: on a\n"
+            "                terminal a line rewritten in place, else a line every few seconds)\n"
             "\n"
             "A2AMM_ISA=ref|avx2|avx512|amx forces a2amm's kernel level (default: the best this CPU\n"
             "runs). A2AMM_CPU_HIDE=amx,avx512bf16,avx512,avx2 hides CPU features as on a CPU\n"
@@ -979,7 +980,7 @@ static int gemm_one(gemm_bench *g, int print_header, const bench_ceiling *known,
     if (!rc && known) g->r.ceil_first = *known;
     else if (!rc) rc = measure_ceiling(&g->r, CEILING_PROBE_S, &g->r.ceil_first, err);
     cli_progress progress;
-    cli_progress_start(&progress, o->quiet, o->json);
+    cli_progress_start_lines(&progress, o->quiet, o->json);
     measure_show_progress(progress.on ? &progress : NULL, "a2amm bench gemm");
     if (!rc) rc = gemm_time_contenders(g, err);
     measure_show_progress(NULL, NULL);

@@ -33,7 +33,9 @@ static void run_usage(FILE *f)
             "    sending column block j of each tile's result to rank j while it computes the\n"
             "    next, and writes the blocks it receives, stacked by source (bf16 [R*M, N/R]).\n"
             "perf mode times repetitions instead (caches flushed before each) and reports\n"
-            "the slowest rank's time, TFLOP/s and the communication left exposed.\n"
+            "the slowest rank's time, TFLOP/s and the communication left exposed; it takes\n"
+            "(--warmup + --iters) runs of each of 4 variants (5 with --baseline), each about\n"
+            "as long as one run, and says on stderr how many are done and about how long is left.\n"
             "It calls the public API (include/a2amm.h) like any program could.\n"
             "\n"
             "options:\n"
@@ -61,8 +63,9 @@ static void run_usage(FILE *f)
             "                     (as the seed's launcher; it says so on stderr)\n"
             "  --json             print one JSON object: perf mode its figures, precision mode\n"
             "                     the run (shape, each rank's status, time, the outputs written)\n"
-            "  --quiet            no progress line in perf mode (it shows only when stderr is a\n"
-            "                     terminal, never with --json)\n"
+            "  --quiet            no progress in perf mode: on stderr, the repetitions done and\n"
+            "                     about how long is left (on a terminal a line rewritten in\n"
+            "                     place, else a line every few seconds; never with --json)\n"
             "  --baseline         perf mode: also time what a user writes today: alltoall-matmul\n"
             "                     the whole AllToAll + dequantize to fp32 + OpenBLAS sgemm;\n"
             "                     matmul-alltoall dequantize + sgemm, then the AllToAll of the blocks\n"
@@ -196,7 +199,7 @@ static int run_command(int argc, char **argv, int seed_form)
         return 2;
     }
     if (o.transport != RUN_MPI) o.stop = cli_catch_stop_signals();
-    o.progress = !quiet && !json && isatty(STDERR_FILENO); /* perf mode's progress line */
+    o.progress = !quiet && !json; /* perf mode's progress (progress.h) */
     /* over MPI only rank 0 speaks */
     if (o.transport == RUN_MPI && run_mpi_rank() > 0 && !freopen("/dev/null", "w", stdout)) return 1;
 

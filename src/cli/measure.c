@@ -59,9 +59,11 @@ void measure_interleaved(measure_contender *c, int n, int warmup, int iters, mea
             c[i].rc = c[i].run(c[i].ctx, &c[i].err);
             if (c[i].after) c[i].after(c[i].ctx);
         }
+    char label[160];
+    snprintf(label, sizeof label, "%s: repetition", shown_what ? shown_what : "a2amm");
     for (int it = 0; it < iters; it++)
         for (int k = 0; k < n; k++) {
-            if (shown && k == 0) cli_progress_say(shown, "%s: repetition %d of %d", shown_what, it + 1, iters);
+            if (shown && k == 0) cli_progress_count(shown, label, it + 1, it, iters);
             measure_contender *x = &c[(it + k) % n];
             if (x->rc) continue;
             measure_flush(fl);
@@ -70,6 +72,7 @@ void measure_interleaved(measure_contender *c, int n, int warmup, int iters, mea
             x->t[it] = cli_now() - t0;
             if (x->after) x->after(x->ctx);
         }
+    if (shown) cli_progress_count(shown, label, iters, iters, iters);
 }
 
 int measure_runs(measure_fn run, measure_after_fn reset, void *ctx, int warmup, int iters, measure_flusher *fl,

@@ -35,8 +35,8 @@ typedef void (*measure_after_fn)(void *ctx);
 int measure_runs(measure_fn run, measure_after_fn reset, void *ctx, int warmup, int iters, measure_flusher *fl,
                     double *t, a2amm_error *err);
 
-/* A progress line for the timed loops below (a terminal's, see progress.h):
- * "WHAT: repetition I of N"; NULL turns it off. */
+/* Progress for the timed loops below (see progress.h): "WHAT: repetition I of N" and the time
+ * left; NULL turns it off. */
 struct cli_progress;
 void measure_show_progress(struct cli_progress *p, const char *what);
 

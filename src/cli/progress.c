@@ -7,10 +7,19 @@
 
 #include "cli/args.h"
 
+static void start(cli_progress *p, int on)
+{
+    *p = (cli_progress){.on = on, .start = cli_now(), .last_line = -1.0, .pace_start = -1.0, .last_done = -1};
+}
+
 void cli_progress_start(cli_progress *p, int quiet, int json)
 {
-    p->on = !quiet && !json && isatty(STDERR_FILENO);
-    p->start = cli_now();
+    start(p, !quiet && !json && isatty(STDERR_FILENO));
+}
+
+void cli_progress_start_lines(cli_progress *p, int quiet, int json)
+{
+    start(p, quiet || json ? 0 : isatty(STDERR_FILENO) ? 1 : 2);
 }
 
 /* One write(2) of the whole line: no stdio lock and no allocation, since
@@ -23,20 +32,51 @@ static void put_line(const char *line, int n)
     (void)w;
 }
 
+/* The text as the mode writes it; plain lines only when `due`. */
+static void show(cli_progress *p, const char *text, int due)
+{
+    double now = cli_now();
+    char line[320];
+    int n;
+    if (p->on == 1) n = snprintf(line, sizeof line, "\r%s (%.1f s)\033[K", text, now - p->start);
+    else if (due || p->last_line < 0 || now - p->last_line >= CLI_PROGRESS_PERIOD_S)
+        n = snprintf(line, sizeof line, "%s (%.0f s)\n", text, now - p->start), p->last_line = now;
+    else return;
+    put_line(line, n < (int)sizeof line ? n : (int)sizeof line - 1);
+}
+
 void cli_progress_say(cli_progress *p, const char *fmt, ...)
 {
     if (!p->on) return;
-    char text[200], line[256];
+    char text[200];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    int n = snprintf(line, sizeof line, "\r%s (%.1f s)\033[K", text, cli_now() - p->start);
-    put_line(line, n < (int)sizeof line ? n : (int)sizeof line - 1);
+    show(p, text, 0);
+}
+
+void cli_progress_count(cli_progress *p, const char *what, int shown, int done, int total)
+{
+    if (!p->on) return;
+    double now = cli_now();
+    if (p->pace_start < 0 || done < p->pace_done) p->pace_start = now, p->pace_done = done; /* a new count */
+    char text[240];
+    int n = snprintf(text, sizeof text, "%s %d of %d", what, shown, total);
+    if (done > p->pace_done && done < total && n > 0 && n < (int)sizeof text) {
+        double left = (now - p->pace_start) / (double)(done - p->pace_done) * (double)(total - done);
+        if (left < 120) snprintf(text + n, sizeof text - (size_t)n, ", about %.0f s left", left);
+        else snprintf(text + n, sizeof text - (size_t)n, ", about %.0f min left", left / 60.0);
+    }
+    /* plain lines: the step count changed, and the period passed or the last step is done */
+    if (p->on == 2 && done == p->last_done) return;
+    int due = p->on == 2 && done >= total && p->last_done < total;
+    double before = p->last_line;
+    show(p, text, due);
+    if (p->last_line != before) p->last_done = done;
 }
 
 void cli_progress_end(cli_progress *p)
 {
-    if (!p->on) return;
-    put_line("\r\033[K", 4);
+    if (p->on == 1) put_line("\r\033[K", 4);
 }

@@ -145,11 +145,11 @@ static void *watch_progress(void *arg)
     progress_watch *w = arg;
     const runner *rn = w->rn;
     cli_progress p;
-    cli_progress_start(&p, 0, 0);
+    cli_progress_start_lines(&p, 0, 0); /* the caller decided it is wanted (run_options.progress) */
     while (!atomic_load(&w->stop)) {
         int done = 0;
         for (int it = 0; it < rn->o.iters; it++) done += *time_slot(rn, RUN_V_CONFIGURED, it, 0) > 0;
-        cli_progress_say(&p, "a2amm: perf repetition %d of %d", done, rn->o.iters);
+        cli_progress_count(&p, "a2amm: perf repetition", done, done, rn->o.iters);
         struct timespec pause = {0, 100000000};
         nanosleep(&pause, NULL);
     }

@@ -57,8 +57,8 @@ typedef struct run_options {
                          the baseline's matmul */
     const run_baseline_gemm *gemm; /* the baseline's matmul (NULL: OpenBLAS sgemm) */
     run_transport transport;
-    int progress;     /* perf: a progress line of the repetitions (the caller decides:
-                         a terminal, not --quiet, not --json) */
+    int progress;     /* perf: progress of the repetitions on stderr, a terminal's line or plain lines
+                         (progress.h; the caller decides: not --quiet, not --json) */
     const char *trace_path; /* --trace FILE: every rank's spans as Chrome trace JSON, or NULL; held to
                                cli_check_output (not a device, not one of the data's files) */
     const volatile sig_atomic_t *stop; /* when set, non-zero stops the run (the
