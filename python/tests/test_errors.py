@@ -470,3 +470,30 @@ def test_ctrl_c_to_the_launching_process(tmp_path):
     for pid in map(int, pids.read_text().split()):
         assert not os.path.exists("/proc/%d" % pid) or open("/proc/%d/stat" % pid).read().split(")")[1].split()[0] \
             in "ZX", "rank process %d still running" % pid
+
+
+def test_op_weights_are_held_to_their_whole_shape():
+    """The op's and a2amm.Weights' MX pairs of the right size in another shape are refused naming the
+    argument, the shape it must have and the one it has: b_codes transposed or 3-D, b_scales transposed."""
+    b, sb = np.zeros((N, K), np.uint8), np.full((N, K // 32), 127, np.uint8)
+    bad = [((b.T.copy(), sb), "b_codes must have shape [n, k] = [16, 64] (B transposed); got (64, 16)"),
+           ((b.reshape(N, 2, 32), sb), "b_codes must be a 2-D array; got 3-D, shape (16, 2, 32)"),
+           ((b, sb.T.copy()), "b_scales must have shape [n, ceil(64/32)] = [16, 2]"),
+           ((b, sb.reshape(-1)), "b_scales must be a 2-D array; got 1-D")]
+
+    def rank(comm):
+        said = []
+        with a2amm.Op(comm, max_m=4, k=K, n=N) as op:
+            for args, _ in bad:
+                with pytest.raises(ValueError) as e:
+                    op.set_weights(*args)
+                said.append(str(e.value))
+        return said
+
+    said = a2amm.launch(1, rank)[0]
+    for (_, text), got in zip(bad, said):
+        assert text in got, (text, got)
+    with pytest.raises(ValueError, match=r"b_scales must have shape \[n, ceil\(64/32\)\] = \[16, 2\]"):
+        a2amm.Weights(b, sb.T.copy())
+    with pytest.raises(ValueError, match=r"b_scales must have shape \[n, ceil\(64/32\)\] = \[32, 2\]"):
+        a2amm.BF16AWeights(np.zeros((32, K), np.uint8), np.full((K // 32, 32), 127, np.uint8))

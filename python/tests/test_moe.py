@@ -730,3 +730,25 @@ def test_topk_w_as_torch_tensors_of_other_types():
     assert a2amm.launch(1, rank) == [[True, True]]
     with pytest.raises(a2amm.Error, match="TypeError: topk_w must be floating point.*got torch.int64"):
         a2amm.launch(1, integers)
+
+
+def test_expert_rows_are_held_to_their_whole_shape():
+    """moe.expert takes rows as dispatch gives them, codes [n, hidden] and scales [n, hidden/32] exactly: wider
+    scales or another shape of the same size are refused naming them."""
+    w13, w2 = expert_weights(2)
+    c, s = pair(np.ones((4, H), np.float32))
+
+    def rank(comm):
+        said = []
+        with a2amm.MoE(comm, experts=2, topk=1, hidden=H, inter=I, max_tokens=4) as moe:
+            moe.set_weights(w13, w2)
+            for rows in ((c, np.concatenate([s, s], axis=1)), (c, s.T.copy()), (c.reshape(8, H // 2), s)):
+                with pytest.raises(ValueError) as e:
+                    moe.expert(0, rows)
+                said.append(str(e.value))
+        return said
+
+    said = a2amm.launch(1, rank)[0]
+    assert said[0] == "scales must have shape [rows, hidden/32] = [4, 2]; got (4, 4)", said
+    assert said[1] == "scales must have shape [rows, hidden/32] = [4, 2]; got (2, 4)", said
+    assert said[2].startswith("codes must have shape [rows, hidden] = [rows, 64]; got (8, 32)"), said
