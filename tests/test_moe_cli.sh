@@ -254,8 +254,27 @@ assert seen and all(r * local <= x < (r + 1) * local for r, x in seen), seen"
 expect_ok "--trace: the timeline draws it" "$A2AMM" timeline "$SCRATCH/moe.json" -o "$SCRATCH/moe.svg"
 check "--trace: the picture names the MoE op and its spans in its title and legend" \
     bash -c "grep -q 'a2amm: MoE op T=150 H=64 I=32' '$SCRATCH/moe.svg' && grep -q 'dispatch / combine' '$SCRATCH/moe.svg' \
-             && grep -q 'experts (each expert' '$SCRATCH/moe.svg' && ! grep -q 'AllToAll (unfused)' '$SCRATCH/moe.svg'"
+             && grep -q '>expert (its number among all E' '$SCRATCH/moe.svg' && ! grep -q 'AllToAll (unfused)' '$SCRATCH/moe.svg'"
 check "--trace: the same bits as without" same_outputs "$d" 3 "$SCRATCH/sched.want"
+
+# --- the timeline of a MoE trace (R=2, 4 experts a rank, 2 compute threads a rank): each expert that ran
+# in each chunk a bar of its own, titled and (where it fits) labelled with its number among all E, in its
+# thread's lane; the legend lists the kinds drawn and no other (tests/timeline_svg.py checks the picture
+# against the trace)
+tl="$SCRATCH/tl"
+"$A2AMM" gen 300 64 32 2 --op moe --experts 8 --topk 2 --dir "$tl" --quiet >/dev/null
+expect_ok "timeline: a traced run, R=2, 2 threads" \
+    "$A2AMM" run 300 64 32 2 --op moe --overlap --threads 2 --dir "$tl" --trace "$SCRATCH/tl.json"
+expect_ok "timeline: drawn" "$A2AMM" timeline "$SCRATCH/tl.json" -o "$SCRATCH/tl.svg"
+check "timeline: every expert that ran has its bar (or its place in a merged one), named by its number; the legend" \
+    /usr/bin/python3 "$(dirname "$0")/timeline_svg.py" "$SCRATCH/tl.json" "$SCRATCH/tl.svg"
+expect_ok "timeline: drawn wide (each span over a pixel)" \
+    "$A2AMM" timeline "$SCRATCH/tl.json" -o "$SCRATCH/tl-wide.svg" --width 100000
+check "timeline, wide: one bar per expert and chunk, each labelled with its number, a lane per thread" \
+    /usr/bin/python3 "$(dirname "$0")/timeline_svg.py" "$SCRATCH/tl.json" "$SCRATCH/tl-wide.svg" --every-expert-alone
+check "timeline: the legend has no kind of the matmul ops (tiles, waits, sends, perf variants)" \
+    bash -c "! grep -Eq '>(tile \(numbered\)|wait for rows|send|signal|perf variant|AllToAll \(unfused\))<' '$SCRATCH/tl.svg'"
+expect_ok "timeline: rendered" rsvg-convert "$SCRATCH/tl.svg" -o "$SCRATCH/tl.png"
 expect_fail "--trace onto a data file is refused" "one of the data's files" \
     "$A2AMM" run 150 64 32 3 --op moe --dir "$d" --trace "$d/input/1/input_topk_w.bin"
 expect_fail "--trace '' is refused before the run" "--trace: an empty file name" \

@@ -174,6 +174,12 @@ int trace_load(const char *path, trace_rec **recs, size_t *n, size_t *dropped, a
 /* The MoE op's track of exchanges (after any compute thread's). */
 enum { MOE_EXCHANGE_TID = 1000 };
 
+/* A MoE work span's expert by its number among all E (the event's slot is the rank's local expert). */
+static int moe_expert(const trace_rec *r, const moe_io_shape *moe, int rank)
+{
+    return rank * (moe->E / moe->R) + r->slot;
+}
+
 /* The span's name, as a person reads it in a timeline. */
 /* The MoE op's spans (a2amm_moe_set_observer's events) on rank `rank`, or 0 for a kind it does not make. */
 static int moe_span_name(char *buf, size_t size, const trace_rec *r, const moe_io_shape *moe, int rank)
@@ -186,8 +192,8 @@ static int moe_span_name(char *buf, size_t size, const trace_rec *r, const moe_i
     case TRACE_MATMUL:
         snprintf(buf, size, "experts chunk %lld (%lld rows)", (long long)r->tile, (long long)r->rows);
         return 1;
-    case TRACE_WORK: /* the event's slot is the rank's local expert: named by its number among all E */
-        snprintf(buf, size, "expert %d (%lld rows)", rank * (moe->E / moe->R) + r->slot, (long long)r->rows);
+    case TRACE_WORK:
+        snprintf(buf, size, "expert %d (%lld rows)", moe_expert(r, moe, rank), (long long)r->rows);
         return 1;
     default: return 0;
     }
@@ -228,10 +234,12 @@ static const char *peer_key(const trace_rec *r, const op_kind_row *op)
     return op && (r->kind == TRACE_MATMUL || r->kind == TRACE_WORK) ? op->matmul_peer_key : "source";
 }
 
-static void span_args(FILE *f, const trace_rec *r, const op_kind_row *op)
+/* The span's details; expert >= 0: the MoE op's expert (its number among all E) that a work span ran. */
+static void span_args(FILE *f, const trace_rec *r, const op_kind_row *op, int expert)
 {
     fprintf(f, "\"args\":{");
     const char *sep = "";
+    if (expert >= 0) fprintf(f, "\"expert\":%d", expert), sep = ",";
     if (r->call >= 0) fprintf(f, "%s\"call\":%lld", sep, (long long)r->call), sep = ",";
     if (r->tile >= 0) fprintf(f, "%s\"tile\":%lld", sep, (long long)r->tile), sep = ",";
     if (r->peer >= 0) fprintf(f, "%s\"%s\":%d", sep, peer_key(r, op), r->peer), sep = ",";
@@ -338,7 +346,8 @@ static int write_events(FILE *f, void *arg)
             else
                 fprintf(f, ",\n{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
                            "\"dur\":%.3f,", name, trace_kind_name((trace_kind)s->kind), r, tid, ts, dur);
-            span_args(f, s, m->s ? op_kind_row_of(m->s->kind) : NULL);
+            span_args(f, s, m->s ? op_kind_row_of(m->s->kind) : NULL,
+                      m->moe && s->kind == TRACE_WORK ? moe_expert(s, m->moe, r) : -1);
             fputc('}', f);
             if ((s->kind == TRACE_WAIT || s->kind == TRACE_EXCHANGE) && s->bytes) {
                 received += s->bytes;
