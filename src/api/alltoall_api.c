@@ -14,17 +14,29 @@
 #include "common/error.h"
 
 /* The stage too small for `total` bytes (the same on every rank that passes the same sizes): given back,
- * so that the next allocation finds where a new one fits on every rank. Whether it was. */
-static int stage_give_back_if_small(a2amm_comm *comm, size_t total)
+ * so that the next allocation finds where a new one fits on every rank. Whether it was. top (may be
+ * NULL): the highest heap top every rank agreed with the stage still there; where the stage ended it,
+ * it lies at the stage's start once the stage is given back (the same on every rank: the stage was the
+ * top-most allocation of each), and the new one takes its place. */
+static int stage_give_back_if_small(a2amm_comm *comm, size_t total, size_t *top)
 {
     if (comm->stage_bytes >= total) return 0;
+    if (top && comm->stage && comm->stage_end == *top) *top = comm->stage_start;
     comm_heap_release_range(comm->ctx, comm->stage_start, comm->stage_end);
     comm->stage = NULL, comm->stage_bytes = 0;
     return 1;
 }
 
-/* A new stage of `total` bytes above `top` (the highest heap top of every rank: the same offset everywhere). */
-static int stage_make(a2amm_comm *comm, size_t total, size_t top, a2amm_error *err)
+/* Which query says what the stage of `call` needs, for the message of a full heap. */
+static const char *stage_query(const char *call)
+{
+    if (!strncmp(call, "a2amm_moe", 9)) return "a2amm_moe_heap_bytes says what a MoE op needs";
+    return "an AllToAll's stage is size times its largest block, kept for the calls after";
+}
+
+/* A new stage of `total` bytes above `top` (the highest heap top of every rank: the same offset everywhere).
+ * `call` names it in the message of a full heap. */
+static int stage_make(a2amm_comm *comm, size_t total, size_t top, const char *call, a2amm_error *err)
 {
     comm_ctx *ctx = comm->ctx;
     comm_heap_raise(ctx, top);
@@ -32,7 +44,18 @@ static int stage_make(a2amm_comm *comm, size_t total, size_t top, a2amm_error *e
     int rc = comm_alloc(ctx, total, 64, &comm->stage, err);
     comm->stage_end = comm_heap_mark(ctx);
     if (!rc) comm->stage_bytes = total;
+    if (rc == A2AMM_E_NOMEM) {
+        size_t size = comm_heap_size(ctx), at = (comm->stage_start + 63) & ~(size_t)63;
+        rc = a2amm_fail(err, rc, "%s: rank %d: symmetric heap full: the communicator's stage needs %zu bytes, %zu are "
+                        "free above offset %zu of the heap's %zu (the communicator's heap_bytes: make it larger; %s)",
+                        call, comm_rank(ctx), total, at < size ? size - at : 0, at, size, stage_query(call));
+    }
     return rc;
+}
+
+int api_stage_reserve(a2amm_comm *comm, size_t total, size_t top, const char *call, a2amm_error *err)
+{
+    return stage_give_back_if_small(comm, total, &top) ? stage_make(comm, total, top, call, err) : A2AMM_OK;
 }
 
 /* Each rank's block from every peer's stage: rank src's block for this rank lies at offset
@@ -54,8 +77,8 @@ static int stage_read_all(a2amm_comm *comm, const stage_reads *q, const char *ca
     for (int k = 0; !rc && k < R; k++) {
         int src = (me + k) % R;
         size_t n = q->bytes ? q->bytes[src] : q->slot_bytes;
-        uint8_t *dst = q->recv + (q->recv_offsets ? q->recv_offsets[src] : (size_t)src * q->slot_bytes);
         if (n == 0) continue;
+        uint8_t *dst = q->recv + (q->recv_offsets ? q->recv_offsets[src] : (size_t)src * q->slot_bytes);
         if (src == me) memcpy(dst, mine, n);
         else rc = comm_get(ctx, dst, mine, n, src, err);
     }
@@ -76,7 +99,7 @@ static int alltoall_shm(a2amm_comm *comm, const void *send, void *recv, size_t b
     size_t total = block_bytes * (size_t)comm_nranks(ctx);
     int rc = A2AMM_OK;
     if (grow) {
-        rc = stage_make(comm, total, top, err);
+        rc = stage_make(comm, total, top, "a2amm_comm_alltoall", err);
         if (rc) return rc;
         memcpy(comm->stage, send, total);
         comm_set_doing(ctx, "a2amm_comm_alltoall: waiting for every rank's blocks");
@@ -86,23 +109,41 @@ static int alltoall_shm(a2amm_comm *comm, const void *send, void *recv, size_t b
     return rc ? rc : stage_read_all(comm, &q, "a2amm_comm_alltoall", timeout_s, err);
 }
 
+/* The even AllToAll's arguments of one rank (comm not NULL). */
+static int check_args(const a2amm_comm *comm, const void *send, const void *recv, size_t block_bytes,
+                      double timeout_s, a2amm_error *err)
+{
+    int R = comm_nranks(comm->ctx);
+    if (block_bytes && (!send || !recv))
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoall: %s must not be NULL with block_bytes %zu",
+                          !send ? "send" : "recv", block_bytes);
+    if (!(timeout_s > 0))
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoall: timeout_s must be positive (got %g)", timeout_s);
+    if (block_bytes * (size_t)R / (size_t)R != block_bytes)
+        return a2amm_fail(err, A2AMM_E_OVERFLOW, "a2amm_comm_alltoall: %d blocks of %zu bytes overflow", R, block_bytes);
+    return A2AMM_OK;
+}
+
 int a2amm_comm_alltoall(a2amm_comm *comm, const void *send, void *recv, size_t block_bytes, double timeout_s,
                         a2amm_error *err)
 {
-    if (!comm || (block_bytes && (!send || !recv)))
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoall: comm, send and recv must not be NULL");
-    if (!(timeout_s > 0))
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoall: timeout_s must be positive (got %g)", timeout_s);
+    a2amm_error own = {0, ""}; /* the reason the others hear, where the caller takes none */
+    if (!err) err = &own;
+    if (!comm) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoall: comm, send and recv must not be NULL");
+    int rc = api_enter(comm, "a2amm_comm_alltoall", err);
+    if (rc) return rc;
+    rc = check_args(comm, send, recv, block_bytes, timeout_s, err);
+    if (rc) { /* the others, in this call, hear why at once */
+        api_refuse(comm, rc, err);
+        api_leave(comm);
+        return rc;
+    }
     comm_ctx *ctx = comm->ctx;
     int me = comm_rank(ctx), R = comm_nranks(ctx);
     size_t total = block_bytes * (size_t)R;
-    if (total / (size_t)R != block_bytes)
-        return a2amm_fail(err, A2AMM_E_OVERFLOW, "a2amm_comm_alltoall: %d blocks of %zu bytes overflow", R, block_bytes);
-    int rc = api_enter(comm, "a2amm_comm_alltoall", err);
-    if (rc) return rc;
     const comm_transport *tp = comm_transport_of(ctx);
     int staged = !tp->exchange;
-    int grow = staged && stage_give_back_if_small(comm, total);
+    int grow = staged && stage_give_back_if_small(comm, total, NULL);
     if (staged && !grow && total) memcpy(comm->stage, send, total);
     /* every rank's block size agreed before a byte moves: a difference is an error on every rank */
     int64_t words[COMM_AGREE_WORDS] = {API_ALLTOALL, 0, (int64_t)block_bytes};
@@ -125,14 +166,17 @@ int a2amm_comm_alltoall(a2amm_comm *comm, const void *send, void *recv, size_t b
 /* ---- the uneven AllToAll ------------------------------------------------------- */
 
 /* The sizes every rank told: sizes[i * 2R + j] is what rank i sends to rank j, sizes[i * 2R + R + j]
- * the room rank i has for rank j's block. The first block over its room, as an error (the same on every
- * rank: every rank checks every pair); 0 if none. */
+ * the room rank i has for rank j's block (-1: its recv is NULL, room for nothing). The first block over
+ * its room, as an error (the same on every rank: every rank checks every pair); 0 if none. */
 static int check_rooms(const int64_t *sizes, int R, a2amm_error *err)
 {
     for (int i = 0; i < R; i++)
         for (int j = 0; j < R; j++) {
             int64_t sent = sizes[(size_t)i * 2 * R + j], room = sizes[(size_t)j * 2 * R + R + i];
-            if (sent > room)
+            if (room < 0 && sent > 0)
+                return a2amm_fail(err, A2AMM_E_SIZE, "a2amm_comm_alltoallv: rank %d sends %lld bytes to rank %d, "
+                                  "whose recv is NULL (room for nothing): nothing was moved", i, (long long)sent, j);
+            if (sent > room && room >= 0)
                 return a2amm_fail(err, A2AMM_E_SIZE, "a2amm_comm_alltoallv: rank %d sends %lld bytes to rank %d, "
                                   "which has room for %lld from it (recv_room[%d]): nothing was moved", i,
                                   (long long)sent, j, (long long)room, i);
@@ -140,20 +184,23 @@ static int check_rooms(const int64_t *sizes, int R, a2amm_error *err)
     return A2AMM_OK;
 }
 
-/* The arguments of one rank, checked before anything is collective. */
+/* The arguments of one rank (comm not NULL), checked before anything is collective. recv may be NULL:
+ * it has room for nothing then (a block sent to it is refused on every rank, as one over its room). */
 static int check_v_args(const a2amm_comm *comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,
-                        const void *recv, const size_t *recv_room, const size_t *recv_offsets,
-                        const size_t *recv_bytes, double timeout_s, a2amm_error *err)
+                        const size_t *recv_room, const size_t *recv_offsets, const size_t *recv_bytes,
+                        double timeout_s, a2amm_error *err)
 {
-    if (!comm || !send_bytes || !send_offsets || !recv_room || !recv_offsets || !recv_bytes)
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoallv: comm and the six size arrays must not be NULL");
+    const char *null = !send_bytes ? "send_bytes" : !send_offsets ? "send_offsets" : !recv_room ? "recv_room"
+                       : !recv_offsets ? "recv_offsets" : !recv_bytes ? "recv_bytes" : NULL;
+    if (null)
+        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoallv: comm and the six size arrays must not be NULL "
+                          "(%s is)", null);
     if (!(timeout_s > 0))
         return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoallv: timeout_s must be positive (got %g)", timeout_s);
     int R = comm_nranks(comm->ctx);
     for (int p = 0; p < R; p++) {
-        const char *which = send_bytes[p] && !send ? "send" : recv_room[p] && !recv ? "recv" : NULL;
-        if (which)
-            return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoallv: %s is NULL with bytes for rank %d", which, p);
+        if (send_bytes[p] && !send)
+            return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoallv: send is NULL with bytes for rank %d", p);
         if (send_offsets[p] > SIZE_MAX - send_bytes[p] || recv_offsets[p] > SIZE_MAX - recv_room[p] ||
             send_bytes[p] > INT64_MAX || recv_room[p] > INT64_MAX)
             return a2amm_fail(err, A2AMM_E_OVERFLOW, "a2amm_comm_alltoallv: the block of rank %d overflows (send "
@@ -173,7 +220,7 @@ static int exchangev_shm(a2amm_comm *comm, const void *send, const comm_blocks *
     size_t total = slot * (size_t)R;
     if (slot && total / (size_t)R != slot)
         return a2amm_fail(err, A2AMM_E_OVERFLOW, "%s: %d slots of %zu bytes overflow", call, R, slot);
-    int rc = stage_give_back_if_small(comm, total) ? stage_make(comm, total, top, err) : A2AMM_OK;
+    int rc = stage_give_back_if_small(comm, total, &top) ? stage_make(comm, total, top, call, err) : A2AMM_OK;
     for (int p = 0; !rc && p < R; p++)
         if (out->bytes[p])
             memcpy((uint8_t *)comm->stage + (size_t)p * slot, (const uint8_t *)send + out->offsets[p], out->bytes[p]);
@@ -207,7 +254,7 @@ static int exchange_counted_shm(a2amm_comm *comm, const void *send, const comm_b
     size_t cell = (slot + 8 + 63) & ~(size_t)63, total = cell * (size_t)R;
     if (cell < slot || total / (size_t)R != cell)
         return a2amm_fail(err, A2AMM_E_OVERFLOW, "%s: %d slots of %zu bytes overflow", call, R, slot);
-    int rc = stage_give_back_if_small(comm, total) ? stage_make(comm, total, top, err) : A2AMM_OK;
+    int rc = stage_give_back_if_small(comm, total, &top) ? stage_make(comm, total, top, call, err) : A2AMM_OK;
     uint8_t *stage = comm->stage;
     for (int p = 0; !rc && p < R; p++) {
         if (out->bytes[p] > slot)
@@ -261,16 +308,26 @@ int a2amm_comm_alltoallv(a2amm_comm *comm, const void *send, const size_t *send_
                          void *recv, const size_t *recv_room, const size_t *recv_offsets, size_t *recv_bytes,
                          double timeout_s, a2amm_error *err)
 {
-    int rc = check_v_args(comm, send, send_bytes, send_offsets, recv, recv_room, recv_offsets, recv_bytes, timeout_s,
-                          err);
+    a2amm_error own = {0, ""}; /* the reason the others hear, where the caller takes none */
+    if (!err) err = &own;
+    if (!comm) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoallv: comm and the six size arrays must not be NULL");
+    int rc = api_enter(comm, "a2amm_comm_alltoallv", err);
     if (rc) return rc;
     comm_ctx *ctx = comm->ctx;
     int me = comm_rank(ctx), R = comm_nranks(ctx);
-    int64_t *sizes = malloc((size_t)R * 4 * R * sizeof *sizes), *mine = sizes ? sizes + (size_t)2 * R * R : NULL;
-    if (!sizes) return a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_comm_alltoallv: out of memory for %d x %d sizes", R, R);
-    rc = api_enter(comm, "a2amm_comm_alltoallv", err);
-    if (rc) {
-        free(sizes);
+    int64_t *sizes = NULL, *mine = NULL;
+    size_t *zeros = NULL; /* the offsets of a NULL send or recv: every block there is empty */
+    rc = check_v_args(comm, send, send_bytes, send_offsets, recv_room, recv_offsets, recv_bytes, timeout_s, err);
+    if (!rc) {
+        sizes = malloc((size_t)R * 4 * R * sizeof *sizes), zeros = calloc((size_t)R, sizeof *zeros);
+        mine = sizes ? sizes + (size_t)2 * R * R : NULL;
+        if (!sizes || !zeros)
+            rc = a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_comm_alltoallv: out of memory for %d x %d sizes", R, R);
+    }
+    if (rc) { /* the others, in this call, hear why at once */
+        free(sizes), free(zeros);
+        api_refuse(comm, rc, err);
+        api_leave(comm);
         return rc;
     }
     /* the call agreed first (every rank in it), then every rank's sizes to every rank: each rank checks
@@ -280,7 +337,7 @@ int a2amm_comm_alltoallv(a2amm_comm *comm, const void *send, const size_t *send_
     size_t top = 0;
     comm_set_doing(ctx, "a2amm_comm_alltoallv: waiting for every rank");
     rc = api_agree(comm, words, timeout_s, "a2amm_comm_alltoallv", &top, err);
-    for (int p = 0; p < R; p++) mine[p] = (int64_t)send_bytes[p], mine[R + p] = (int64_t)recv_room[p];
+    for (int p = 0; p < R; p++) mine[p] = (int64_t)send_bytes[p], mine[R + p] = recv ? (int64_t)recv_room[p] : -1;
     if (!rc) rc = comm_allgather(ctx, mine, sizes, (size_t)2 * R * sizeof *mine, comm_deadline_after(timeout_s), err);
     int alike = 0; /* a verdict every rank reaches alone: nothing to tell, and the communicator goes on */
     if (!rc) alike = (rc = check_rooms(sizes, R, err)) != 0;
@@ -289,9 +346,12 @@ int a2amm_comm_alltoallv(a2amm_comm *comm, const void *send, const size_t *send_
     for (int i = 0; !rc && i < R; i++)
         for (int j = 0; j < R; j++)
             if ((size_t)sizes[(size_t)i * 2 * R + j] > slot) slot = (size_t)sizes[(size_t)i * 2 * R + j];
-    const comm_blocks out = {send_bytes, send_offsets}, in = {recv_bytes, recv_offsets};
-    if (!rc) rc = api_exchangev(comm, send, &out, recv, &in, slot, top, "a2amm_comm_alltoallv", timeout_s, err);
-    free(sizes);
+    static uint8_t nothing; /* a NULL send or recv holds only empty blocks: no address is made from NULL */
+    const comm_blocks out = {send_bytes, send ? send_offsets : zeros}, in = {recv_bytes, recv ? recv_offsets : zeros};
+    if (!rc)
+        rc = api_exchangev(comm, send ? send : &nothing, &out, recv ? recv : &nothing, &in, slot, top,
+                           "a2amm_comm_alltoallv", timeout_s, err);
+    free(sizes), free(zeros);
     if (rc && !alike) api_fail_all(ctx, rc, err);
     else comm_set_doing(ctx, "a2amm_comm_alltoallv: %s", rc ? "refused" : "done");
     api_leave(comm);

@@ -47,6 +47,14 @@ int api_exchangev(a2amm_comm *comm, const void *send, const comm_blocks *out, vo
 int api_exchange_counted(a2amm_comm *comm, const void *send, const comm_blocks *out, void *recv, const comm_blocks *in,
                          size_t *got, size_t slot, size_t top, const char *call, double timeout_s, a2amm_error *err);
 
+/*
+ * Inside a collective call on shm (after its agreement, whose top it takes): the communicator's stage made
+ * at least `total` bytes (given back and made again above top where smaller), so that the calls after
+ * find it; the same on every rank. A heap too small: A2AMM_E_NOMEM naming the bytes needed and free, and
+ * the query that says what `call` needs.
+ */
+int api_stage_reserve(a2amm_comm *comm, size_t total, size_t top, const char *call, a2amm_error *err);
+
 /* ---- collective.c: what every collective call does first ------------------ */
 
 /* The collective calls, as their words name them. */
@@ -109,6 +117,13 @@ int api_agree_config(a2amm_comm *comm, api_call call, int64_t op_id, const void 
 /* The error of a failed collective step, reported to every rank once: fails
  * the communicator unless rc is A2AMM_E_PEER or it has failed already. */
 int api_fail_all(comm_ctx *ctx, int rc, const a2amm_error *err);
+/*
+ * A collective call's refusal of this rank's own arguments (rc, its message in err): fails the
+ * communicator with that message (comm NULL: there is none to fail), so that every other rank's
+ * collective call returns A2AMM_E_PEER at once, naming this rank and why. Returns rc. A call passes
+ * an a2amm_error of its own where the caller's err is NULL, so that the others hear the reason.
+ */
+int api_refuse(a2amm_comm *comm, int rc, const a2amm_error *err);
 
 /* ---- sized.c: the structs a caller fills -------------------------------- */
 /*

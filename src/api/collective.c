@@ -50,6 +50,12 @@ int api_fail_all(comm_ctx *ctx, int rc, const a2amm_error *err)
     return comm_fail(ctx, rc, "%s", err ? err->msg : a2amm_strerror(rc));
 }
 
+int api_refuse(a2amm_comm *comm, int rc, const a2amm_error *err)
+{
+    if (comm && comm->ctx) api_fail_all(comm->ctx, rc, err);
+    return rc;
+}
+
 int api_enter(a2amm_comm *comm, const char *call, a2amm_error *err)
 {
     int idle = 0;

@@ -111,11 +111,17 @@ int a2amm_comm_size(const a2amm_comm *comm) { return comm ? comm_nranks(comm->ct
 
 int a2amm_comm_barrier(a2amm_comm *comm, double timeout_s, a2amm_error *err)
 {
+    a2amm_error own = {0, ""}; /* the reason the others hear, where the caller takes none */
+    if (!err) err = &own;
     if (!comm) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_barrier: comm is NULL");
-    if (!(timeout_s > 0))
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_barrier: timeout_s must be positive (got %g)", timeout_s);
     int rc = api_enter(comm, "a2amm_comm_barrier", err);
     if (rc) return rc;
+    if (!(timeout_s > 0)) { /* the others, in this call, hear why at once */
+        rc = api_refuse(comm, a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_barrier: timeout_s must be positive (got %g)",
+                                         timeout_s), err);
+        api_leave(comm);
+        return rc;
+    }
     int64_t words[COMM_AGREE_WORDS] = {API_BARRIER};
     /* what the caller said it is doing stays: a wait adds "blocked on" the barrier */
     rc = api_agree(comm, words, timeout_s, "a2amm_comm_barrier", NULL, err); /* the agreement is a barrier */

@@ -224,15 +224,22 @@ static int make_op(a2amm_op *op, size_t top, a2amm_error *err)
 
 int a2amm_op_create(a2amm_comm *comm, const a2amm_op_config *config, a2amm_op **out, a2amm_error *err)
 {
+    a2amm_error own = {0, ""}; /* the reason the others hear, where the caller takes none */
+    if (!err) err = &own;
     if (out) *out = NULL;
-    if (!comm || !config || !out)
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: comm, config and op must not be NULL");
+    if (!comm) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: comm, config and op must not be NULL");
     int rc = api_enter(comm, "a2amm_op_create", err);
     if (rc) return rc;
-    a2amm_op *op = calloc(1, sizeof *op);
-    if (!op) {
+    a2amm_op *op = NULL;
+    if (!config || !out)
+        rc = a2amm_fail(err, A2AMM_E_INVAL, "a2amm_op_create: comm, config and op must not be NULL (%s is)",
+                        !config ? "config" : "op");
+    else if (!(op = calloc(1, sizeof *op)))
+        rc = a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_op_create: out of memory");
+    if (rc) { /* the others, in this call, hear why at once */
+        api_refuse(comm, rc, err);
         api_leave(comm);
-        return a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_op_create: out of memory");
+        return rc;
     }
     op->comm = comm;
     op->ctx = comm->ctx;
@@ -416,6 +423,8 @@ static int run_call(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa
 
 int a2amm_op_run(a2amm_op *op, int64_t m, const uint8_t *a, const uint8_t *sa, uint16_t *out, a2amm_error *err)
 {
+    a2amm_error own = {0, ""}; /* the reason the others hear, where the caller takes none */
+    if (!err) err = &own;
     if (!is_live(op)) return not_live("a2amm_op_run", err);
     /* a second thread on this op, or in another collective call of its communicator, is refused:
      * the call running is left alone */

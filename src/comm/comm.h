@@ -141,6 +141,8 @@ void comm_heap_raise(comm_ctx *ctx, size_t top);
  * rank uses any more (after a collective call that ended on every rank).
  */
 size_t comm_heap_mark(const comm_ctx *ctx);
+/* The heap's size: the most any rank's top may reach (the same on every rank). */
+size_t comm_heap_size(const comm_ctx *ctx);
 void comm_heap_release(comm_ctx *ctx, size_t mark);
 /* Gives back [start, end) of the heap (marks taken before and after its
  * allocations) in any order: memory below the top is returned once

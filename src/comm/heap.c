@@ -102,6 +102,8 @@ void comm_quiet(comm_ctx *ctx)
 
 size_t comm_heap_mark(const comm_ctx *ctx) { return ctx->heap_used; }
 
+size_t comm_heap_size(const comm_ctx *ctx) { return ctx->heap_bytes; }
+
 void comm_heap_raise(comm_ctx *ctx, size_t top)
 {
     if (top > ctx->heap_bytes) top = ctx->heap_bytes; /* the next allocation says the heap is full */
