@@ -2,7 +2,9 @@
  * `a2amm timeline`: a trace (Chrome trace JSON as --trace writes it) drawn
  * as one SVG picture: ranks as rows, time across, a colour per kind of
  * span, tile numbers where they fit, waits that stalled a rank in red with a
- * mark above, a legend, a time axis, and the perf summary in the title.
+ * mark above, the MoE op's experts each a bar of its own (its number among
+ * all E where it fits, always in its title) in a lane per compute thread, a
+ * legend of the kinds drawn, a time axis, and the perf summary in the title.
  * Spans narrower than a pixel merge with their neighbours of the same kind,
  * so the picture stays small at thousands of tiles.
  */
