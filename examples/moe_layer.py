@@ -10,7 +10,7 @@ tokens go to the ranks of their experts and come back weighted and summed.
 Every rank checks its tokens against the same layer computed in this one process by plain torch (the
 experts as nn.Linear modules holding the dequantized MX weights, the same routing), in fp64, within the
 bound docs/op-contract.md derives for each value ("The MoE op": the bf16 roundings of the activation
-and the result, and the fp32 sums). Each rank prints how many values are off their bound and its worst
+and the result and the fp32 sums, with their absolute part below the smallest normal). Each rank prints how many values are off their bound and its worst
 |difference| as a fraction of that value's bound: any figure up to 1 is within the contract (the bound
 is a worst case, where every rounding errs the same way; real roundings partly cancel, so a fraction
 well under 1 is the usual). Then tokens/s of the layer, and of the way without expert parallelism
@@ -81,6 +81,8 @@ class TorchExperts(torch.nn.Module):
         """out [T, H] in fp64, and the contract's bound for each value (R ranks)."""
         x = mx_dequantized(x)
         out, bound1, bound2 = (torch.zeros(x.shape[0], H, dtype=torch.float64) for _ in range(3))
+        eta8, eta24 = 2.0 ** -133, 2.0 ** -149  # a bf16 and an fp32 rounding below the smallest normal
+        absolute = torch.full((x.shape[0], H), eta8, dtype=torch.float64)  # the contract's A: out's rounding
         for t in range(x.shape[0]):
             for j in range(K):
                 e = int(ids[t, j])
@@ -91,8 +93,10 @@ class TorchExperts(torch.nn.Module):
                 sg, su = self.w1[e].weight.abs() @ x[t].abs(), self.w3[e].weight.abs() @ x[t].abs()
                 bound1[t] += abs(float(w[t, j])) * (self.w2[e].weight.abs() @ a.abs())
                 bound2[t] += abs(float(w[t, j])) * (self.w2[e].weight.abs() @ (1.1 * u.abs() * sg + silu.abs() * su))
+                z = self.w2[e].weight.abs() @ (eta8 + (H + 1) * eta24 * (1 + 1.1 * u.abs() + silu.abs()))
+                absolute[t] += eta8 + eta24 + abs(float(w[t, j])) * (I * eta24 + z)
         u8, u24 = 2.0 ** -8, 2.0 ** -24
-        return out, u8 * out.abs() + (2 * u8 + (I + K + R + 8) * u24) * bound1 + H * u24 * bound2 + 1e-30
+        return out, u8 * out.abs() + (2 * u8 + (I + K + R + 8) * u24) * bound1 + H * u24 * bound2 + absolute
 
 
 def gathered_way(comm, router, w13, w2, x, T):

@@ -41,8 +41,12 @@ def mx(v, fmt="e4m3", mode="rceil"):
     return codes.reshape(v.shape), scales.reshape(v.shape[:-1] + (v.shape[-1] // 32,))
 
 
+ETA8, ETA24 = 2.0 ** -133, 2.0 ** -149  # a bf16 and an fp32 rounding below the smallest normal (absolute)
+
+
 def reference(x, ids, w, w13, w2):
-    """fp64 of the formulas from the MX values (what the op quantized), and the contract's bound."""
+    """fp64 of the formulas from the MX values (what the op quantized), and the sums of the contract's bound:
+    its two relative terms' and its absolute term A (docs/op-contract.md, "The MoE op")."""
     xc, xs = mx(x)
     xd = mx_model.dequantize(xc.reshape(-1, H), xs.reshape(-1, H // 32)).reshape(x.shape)
     c13, s13 = mx(w13)
@@ -50,7 +54,7 @@ def reference(x, ids, w, w13, w2):
     d13 = mx_model.dequantize(c13.reshape(-1, H), s13.reshape(-1, H // 32)).reshape(w13.shape)
     d2 = mx_model.dequantize(c2.reshape(-1, I), s2.reshape(-1, I // 32)).reshape(w2.shape)
     T, k = ids.shape
-    ref, tol1, tol2 = np.zeros((T, H)), np.zeros((T, H)), np.zeros((T, H))
+    ref, tol1, tol2, tol3 = np.zeros((T, H)), np.zeros((T, H)), np.zeros((T, H)), np.full((T, H), ETA8)
     for t in range(T):
         for j in range(k):
             e = ids[t, j]
@@ -64,14 +68,16 @@ def reference(x, ids, w, w13, w2):
             ref[t] += float(w[t, j]) * (d2[e] @ a)
             tol1[t] += abs(float(w[t, j])) * (np.abs(d2[e]) @ np.abs(a))
             tol2[t] += abs(float(w[t, j])) * (np.abs(d2[e]) @ q)
-    return ref, tol1, tol2
+            z = np.abs(d2[e]) @ (ETA8 + (H + 1) * ETA24 * (1 + 1.1 * np.abs(u) + np.abs(silu)))
+            tol3[t] += ETA8 + ETA24 + abs(float(w[t, j])) * (I * ETA24 + z)
+    return ref, tol1, tol2, tol3
 
 
 def check(got_bits, x, ids, w, w13, w2, R, what):
     got = a2amm.bf16_to_float32(np.asarray(got_bits).view(np.uint16)).astype(np.float64)
-    ref, tol1, tol2 = reference(x, ids, w, w13, w2)
+    ref, tol1, tol2, tol3 = reference(x, ids, w, w13, w2)
     u8, u24 = 2.0 ** -8, 2.0 ** -24
-    bound = u8 * np.abs(ref) + (2 * u8 + (I + ids.shape[1] + R + 8) * u24) * tol1 + H * u24 * tol2 + 1e-30
+    bound = u8 * np.abs(ref) + (2 * u8 + (I + ids.shape[1] + R + 8) * u24) * tol1 + H * u24 * tol2 + tol3
     bad = np.abs(got - ref) > bound
     assert not bad.any(), "%s: %d of %d off the fp64 bound, first at %s: %r vs %r" % (
         what, bad.sum(), bad.size, np.argwhere(bad)[0], got[bad][0], ref[bad][0])
@@ -462,9 +468,10 @@ def test_dispatch_and_combine_on_torch():
 
     for r, got in enumerate(a2amm.launch(R, rank)):
         x, ids, w = rank_tokens(r, R, E, k, 0)
-        ref, tol1, tol2 = reference(x, ids, w, w13, w2)
+        ref, tol1, tol2, tol3 = reference(x, ids, w, w13, w2)
         # the contract's bound, and one more bf16 rounding of each expert output (the ys went through bf16)
-        bound = 2.0 ** -8 * np.abs(ref) + 3 * 2.0 ** -8 * tol1 + H * 2.0 ** -24 * tol2 + 1e-30
+        bound = (2.0 ** -8 * np.abs(ref) + 3 * 2.0 ** -8 * tol1 + H * 2.0 ** -24 * tol2 + tol3
+                 + ETA8 * np.abs(w).sum(axis=1, keepdims=True))
         assert np.all(np.abs(got - ref) <= bound), np.max(np.abs(got - ref) / bound)
 
 
@@ -752,3 +759,28 @@ def test_expert_rows_are_held_to_their_whole_shape():
     assert said[0] == "scales must have shape [rows, hidden/32] = [4, 2]; got (4, 4)", said
     assert said[1] == "scales must have shape [rows, hidden/32] = [4, 2]; got (2, 4)", said
     assert said[2].startswith("codes must have shape [rows, hidden] = [rows, 64]; got (8, 32)"), said
+
+
+def test_tiny_outputs_are_held_to_the_contracts_absolute_term():
+    """W2 2^-105 smaller (outputs near 1e-32, fp32 and bf16 still normal there): the op's values are within
+    the contract's bound, whose absolute term A is bf16's and fp32's rounding below the smallest normal, and
+    zeros in their place are not (an absolute floor of the tolerance kind, 1e-30 say, would take them)."""
+    R, E, k = 2, 4, 2
+    w13, w2 = expert_weights(E)
+    w2 = (w2 * 2.0 ** -105).astype(np.float32)
+
+    def rank(comm):
+        r, L = comm.rank, E // R
+        x, ids, w = rank_tokens(r, R, E, k, 0)
+        with a2amm.MoE(comm, experts=E, topk=k, hidden=H, inter=I, max_tokens=MAX_T) as moe:
+            moe.set_weights(w13[r * L:(r + 1) * L], w2[r * L:(r + 1) * L])
+            return moe(x, ids, w)
+
+    results = a2amm.launch(R, rank)
+    for r in range(R):
+        x, ids, w = rank_tokens(r, R, E, k, 0)
+        got = a2amm.bf16_to_float32(results[r])
+        assert 0 < np.abs(got).max() < 1e-29, np.abs(got).max()
+        check(results[r], x, ids, w, w13, w2, R, "W2 2^-105, rank %d" % r)
+        with pytest.raises(AssertionError, match="off the fp64 bound"):
+            check(np.zeros_like(results[r]), x, ids, w, w13, w2, R, "zeros, rank %d" % r)
