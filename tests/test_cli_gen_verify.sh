@@ -101,6 +101,21 @@ expect_output "... the missing meta file is named" "input/a2amm-meta.txt is miss
 mv "$SCRATCH/meta.saved" "$d/input/a2amm-meta.txt"
 expect_fail "wrong shape given to verify" "says the data was made for M=700 K=256 N=96 R=2: refused" "$A2AMM" verify 70 96 2 --dir "$d"
 
+# --- gen --no-golden over an earlier gen: the earlier goldens (of other inputs) are removed, in every rank
+#     folder (of an earlier R too), and verify says there is no golden rather than comparing with an old one
+d="$SCRATCH/nogold"
+"$A2AMM" gen 64 96 32 3 --dir "$d" >/dev/null
+"$A2AMM" run 64 96 32 3 --dir "$d" >/dev/null
+expect_ok "gen --no-golden over an earlier gen" "$A2AMM" gen 64 64 32 2 --seed 5 --dir "$d" --no-golden
+expect_output "... says it removed the earlier goldens" "removed 3 earlier goldens"
+expect_output "... and that it wrote none" "(no golden)"
+check "... no golden left in any rank folder" test -z "$(find "$d/output" -name cpu_output.bin)"
+expect_ok "run on the new inputs" "$A2AMM" run 64 64 32 2 --dir "$d"
+expect_fail "verify: there is no golden, and it says so" "[FAIL] Rank 0: no golden to compare with: " \
+    "$A2AMM" verify 64 32 2 --dir "$d"
+expect_output "... why, and what to do" "(gen --no-golden writes none; run a2amm gen without it)"
+expect_output "... counted as not compared, not as differing" "[ERROR] 2 of 2 ranks could not be compared"
+
 # --- determinism: same seed, same bytes; another seed, other bytes
 "$A2AMM" gen 64 128 40 2 --seed 9 --dir "$SCRATCH/s1" >/dev/null
 "$A2AMM" gen 64 128 40 2 --seed 9 --dir "$SCRATCH/s2" >/dev/null

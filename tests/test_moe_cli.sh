@@ -343,6 +343,16 @@ mv "$SCRATCH/golden0" "$d/output/0/cpu_output.bin"
 sed -i 's/^topk .*/topk x/' "$d/input/a2amm-meta.txt"
 expect_fail "a broken meta file: the line and the rule" "a2amm-meta.txt:8: the value must be a whole number" "$A2AMM" run 12 96 64 1 --op moe --dir "$d"
 
+# --- gen --no-golden over an earlier gen removes its goldens (of other inputs); verify says there is none
+d="$SCRATCH/nogold"
+"$A2AMM" gen 6 64 32 2 --op moe --dir "$d" --quiet >/dev/null
+expect_ok "gen --op moe --no-golden over an earlier gen" "$A2AMM" gen 6 64 32 2 --op moe --seed 7 --dir "$d" --no-golden
+expect_output "... says it removed the earlier goldens" "removed 2 earlier goldens"
+check "... no golden left" test -z "$(find "$d/output" -name cpu_output.bin)"
+expect_ok "... run" "$A2AMM" run 6 64 32 2 --op moe --dir "$d"
+expect_ok "... verify checks the outputs against the contract" "$A2AMM" verify 6 64 32 2 --op moe --dir "$d"
+expect_output "... and says there is no golden" "cpu_output.bin not compared: there is no golden (gen --no-golden writes none)"
+
 # --- gen's bytes: fixed by the seed; expert e's weights by e and the seed, not by R
 g1="$SCRATCH/g1" g2="$SCRATCH/g2" g4="$SCRATCH/g4"
 "$A2AMM" gen 5 64 32 2 --op moe --experts 8 --seed 9 --dir "$g1" --no-golden >/dev/null

@@ -56,7 +56,7 @@ static void gen_usage(FILE *f)
     fprintf(f,
             "  --scale-mode floor|rceil  how block scales are chosen when quantizing (default floor)\n"
             "  --seed S              random seed (default 1); same seed, same bytes everywhere\n"
-            "  --no-golden           write the inputs only\n"
+            "  --no-golden           write the inputs only (and remove an earlier gen's goldens in DIR)\n"
             "  --quiet               no progress line (it shows only when stderr is a terminal)\n"
             "\n"
             "example:\n"
@@ -188,6 +188,11 @@ int cmd_gen(int argc, char **argv)
     uint16_t *out = malloc(z.out_bytes);
     int rc = in && out ? A2AMM_OK
                          : a2amm_fail(&err, A2AMM_E_NOMEM, "cannot allocate %zu bytes", z.out_bytes);
+    int removed = 0; /* an earlier gen's goldens, of other inputs: verify must not compare against them */
+    if (!rc && !golden) rc = gen_remove_goldens(dir, &removed, &err);
+    if (!rc && removed)
+        printf("  removed %d earlier golden%s (%s/output/<r>/cpu_output.bin): --no-golden\n", removed,
+               removed == 1 ? "" : "s", dir);
     double t0 = cli_now();
     if (!rc) rc = gen_write_inputs(dir, &s, &z, &opt, in, &err);
     double t1 = cli_now();
@@ -211,7 +216,7 @@ int cmd_gen(int argc, char **argv)
     if (golden)
         printf(", golden: %.2f s (fp64 reference, %.1f GFLOP)", t2 - t1,
                2.0 * (double)s.M * (double)s.N * (double)s.K * (double)s.R / 1e9);
-    printf("\n  wrote %s/input/<0..%lld>/ and %s%s\n", dir, (long long)s.R - 1,
-           golden ? dir : "", golden ? "/output/<r>/cpu_output.bin" : "(no golden)");
+    if (golden) printf("\n  wrote %s/input/<0..%lld>/ and %s/output/<r>/cpu_output.bin\n", dir, (long long)s.R - 1, dir);
+    else printf("\n  wrote %s/input/<0..%lld>/ (no golden)\n", dir, (long long)s.R - 1);
     return 0;
 }

@@ -1,4 +1,5 @@
 /* `a2amm gen|run|verify ... --op moe`: the MoE op's data, its run and its check. */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -248,7 +249,7 @@ static void gen_usage(FILE *f)
             "  --seed S              random seed (default 1): the same bytes everywhere; expert e's weights\n"
             "                        depend on e and S only, not on R\n"
             "  --dir DIR             where to write (default: .)\n"
-            "  --no-golden           write the inputs only\n"
+            "  --no-golden           write the inputs only (and remove an earlier gen's goldens in DIR)\n"
             "  --quiet               no progress line\n"
             "\n"
             "example:\n"
@@ -337,6 +338,11 @@ int cmd_gen_moe(int argc, char **argv)
     double t0 = cli_now();
     moe_io_rank *data = calloc((size_t)s->R, sizeof *data);
     int rc = data ? A2AMM_OK : a2amm_fail(&err, A2AMM_E_NOMEM, "out of memory");
+    int removed = 0; /* an earlier gen's goldens, of other inputs: no comparison with them */
+    if (!rc && !golden) rc = gen_remove_goldens(dir, &removed, &err);
+    if (!rc && removed)
+        printf("  removed %d earlier golden%s (%s/output/<r>/cpu_output.bin): --no-golden\n", removed,
+               removed == 1 ? "" : "s", dir);
     cli_progress progress;
     cli_progress_start(&progress, quiet, 0);
     for (int r = 0; !rc && r < s->R; r++) {
@@ -690,9 +696,12 @@ static int verify_rank(const char *dir, const moe_io_shape *s, int r, const moe_
                    "value's\n", st.ulp_max, (long long)(u / s->H), (long long)(u % s->H),
                    (double)mx_bf16_to_f32(out[u]), (double)mx_bf16_to_f32(golden[u]));
         }
-    } else
-        printf("  cpu_output.bin not compared (there is no golden: gen --no-golden writes none; it is for "
-               "information, the check above does not need it): %s\n", gerr.msg);
+    } else if (access(path, F_OK) != 0 && errno == ENOENT)
+        printf("  cpu_output.bin not compared: there is no golden (gen --no-golden writes none); the check above "
+               "does not need it\n");
+    else
+        printf("  cpu_output.bin not compared (it is for information; the check above does not need it): %s\n",
+               gerr.msg);
     if (n) cli_print_corner("npu output", out, s->tokens[r], s->H, 4, 4);
     if (!off) printf("[PASS] Rank %d: every value within the contract's bound\n", r);
     else {

@@ -1,8 +1,10 @@
 /* `a2amm verify`: the seed's per-rank acceptance test, with more detail. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -52,6 +54,11 @@ static int load_pair(const char *dir, int r, size_t bytes, uint16_t *golden, uin
     int rc = io_rank_path(path, sizeof path, dir, "output", r, "npu_out.bin", &err);
     if (!rc) rc = io_read_exact(path, out, bytes, &err);
     if (!rc) rc = io_rank_path(path, sizeof path, dir, "output", r, "cpu_output.bin", &err);
+    if (!rc && access(path, F_OK) != 0 && errno == ENOENT) {
+        printf("[FAIL] Rank %d: no golden to compare with: %s does not exist (gen --no-golden writes none; run a2amm "
+               "gen without it)\n", r, path);
+        return A2AMM_E_IO;
+    }
     if (!rc) rc = io_read_exact(path, golden, bytes, &err);
     if (rc) printf("[FAIL] Rank %d: %s\n", r, err.msg);
     return rc;

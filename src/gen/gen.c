@@ -1,8 +1,12 @@
 /* Deterministic input generation for every distribution gen offers. */
 #include "gen/gen.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "gen/rng.h"
@@ -69,4 +73,32 @@ int gen_write_inputs(const char *dir, const op_shape *s, const op_sizes *z, cons
         if (rc) return rc;
     }
     return A2AMM_OK;
+}
+
+int gen_remove_goldens(const char *dir, int *removed, a2amm_error *err)
+{
+    char out[IO_PATH_MAX], path[IO_PATH_MAX];
+    *removed = 0;
+    int n = snprintf(out, sizeof out, "%s/output", dir);
+    if (n < 0 || (size_t)n >= sizeof out)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s/output: the path is too long", dir);
+    DIR *d = opendir(out);
+    if (!d) {
+        if (errno == ENOENT) return A2AMM_OK; /* no outputs yet: no golden */
+        return a2amm_fail(err, A2AMM_E_IO, "cannot read %s to remove an earlier golden: %s", out, strerror(errno));
+    }
+    int rc = A2AMM_OK;
+    for (struct dirent *e; !rc && (e = readdir(d)) != NULL;) {
+        if (!e->d_name[0] || strspn(e->d_name, "0123456789") != strlen(e->d_name)) continue; /* rank folders only */
+        n = snprintf(path, sizeof path, "%s/%s/cpu_output.bin", out, e->d_name);
+        if (n < 0 || (size_t)n >= sizeof path)
+            rc = a2amm_fail(err, A2AMM_E_INVAL, "%s/%s: the path is too long", out, e->d_name);
+        else if (unlink(path) == 0)
+            (*removed)++;
+        else if (errno != ENOENT)
+            rc = a2amm_fail(err, A2AMM_E_IO, "cannot remove %s, an earlier gen's golden (gen --no-golden removes it "
+                            "so that verify does not compare against it): %s", path, strerror(errno));
+    }
+    closedir(d);
+    return rc;
 }

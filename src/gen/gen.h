@@ -33,4 +33,12 @@ int gen_rank_inputs(const op_shape *shape, const op_sizes *sizes, const gen_opti
 int gen_write_inputs(const char *dir, const op_shape *shape, const op_sizes *sizes,
                      const gen_options *opt, io_rank_inputs *in, a2amm_error *err);
 
+/*
+ * gen --no-golden: removes DIR/output/<r>/cpu_output.bin of every rank folder
+ * there (an earlier gen's goldens, of any R), so that no later verify compares
+ * against the golden of other inputs. *removed: how many there were. An error
+ * names the file that could not be removed, or the folder that could not be read.
+ */
+int gen_remove_goldens(const char *dir, int *removed, a2amm_error *err);
+
 #endif
