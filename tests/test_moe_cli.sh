@@ -72,6 +72,7 @@ expect_output "verify: the worst error is a fraction of the bound, 1 or less pas
 expect_output "verify: the golden's figures are for information" "(gen's golden: ref rounded to bf16; for information, not the check)"
 expect_output "verify: the gap in ulps is named, and why it can be large" \
     "An ulp is a step of the value's own size: where a value is small because its terms cancel"
+expect_output "verify: ... and that gap measured against the value's bound" "of its bound). An ulp is"
 check "verify: no bare 'worst N bf16 ulp' beside PASS" bash -c "! grep -Eq 'worst [0-9]+ bf16 ulp' '$SCRATCH/out'"
 check "the empty route: the odd ranks have no tokens" grep -qx "tokens 12,0,12,0" "$SCRATCH/c3/input/a2amm-meta.txt"
 check "... and their outputs are empty files" test -f "$SCRATCH/c3/output/1/npu_out.bin" -a ! -s "$SCRATCH/c3/output/1/npu_out.bin"

@@ -690,11 +690,12 @@ static int verify_rank(const char *dir, const moe_io_shape *s, int r, const moe_
                    "abs_err max=%.6e mean=%.6e, allclose(1e-2): %s\n", st.abs_max, st.abs_mean, st.pass ? "yes" : "no");
         if (n && st.ulp_max_index >= 0) {
             const int64_t u = st.ulp_max_index;
-            printf("    largest gap in bf16 steps: %u ulp at token %lld, column %lld (out %.6g, golden %.6g). An ulp is "
-                   "a step of the value's own size: where a value is small because its terms cancel, the terms' "
-                   "roundings are many of its ulps, and the bound (above) is set by the terms' sizes, not the "
-                   "value's\n", st.ulp_max, (long long)(u / s->H), (long long)(u % s->H),
-                   (double)mx_bf16_to_f32(out[u]), (double)mx_bf16_to_f32(golden[u]));
+            printf("    largest gap in bf16 steps: %u ulp at token %lld, column %lld (out %.6g, golden %.6g; |out - ref| "
+                   "there is %.3g of its bound). An ulp is a step of the value's own size: where a value is small "
+                   "because its terms cancel, the terms' roundings are many of its ulps, and the bound (above) is "
+                   "set by the terms' sizes, not the value's\n", st.ulp_max, (long long)(u / s->H),
+                   (long long)(u % s->H), (double)mx_bf16_to_f32(out[u]), (double)mx_bf16_to_f32(golden[u]),
+                   bound[u] > 0 ? fabs((double)mx_bf16_to_f32(out[u]) - ref[u]) / bound[u] : 0.0);
         }
     } else if (access(path, F_OK) != 0 && errno == ENOENT)
         printf("  cpu_output.bin not compared: there is no golden (gen --no-golden writes none); the check above "
