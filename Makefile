@@ -3,7 +3,9 @@
 # build/liba2amm_mpi.{a,so}, the test programs and the probes in bench/tools;
 # `make check` sets up, builds and runs every test (optimized, then
 # ASan+UBSan, then the fuzzers); `make test T=NAME` builds and runs one test;
-# `make run` sets up, builds and runs the main job on a default shape.
+# `make run` sets up, builds the command and the libraries and runs the main
+# job on a default shape; `make python` makes build/python-venv (Debian's
+# python3) with the package; `make install PREFIX=...`, `make uninstall PREFIX=...`.
 
 CC       ?= cc
 BUILD    ?= build
