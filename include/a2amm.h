@@ -30,7 +30,16 @@
  *    collective call fails the communicator: the other ranks' collective
  *    calls fail too (A2AMM_E_PEER, or their own error where they found the
  *    same difference), and every later collective call on it returns
- *    A2AMM_E_PEER at once.
+ *    A2AMM_E_PEER at once. That holds for a refusal of one rank's own
+ *    arguments too (a NULL array, a size that overflows, a timeout_s that
+ *    is not positive): that rank gets its error, the others A2AMM_E_PEER
+ *    at once with a message naming the rank and its reason (the reason
+ *    travels even where the refusing rank passed a NULL err). Only a
+ *    second thread's call on a communicator or op already in a call leaves
+ *    it alone (below), and a verdict every rank reaches alike (a block over
+ *    its room in a2amm_comm_alltoallv, rows over max_recv, a heap too
+ *    small at a2amm_moe_create) fails that call on every rank and leaves
+ *    the communicator usable, as those calls say.
  *  - Local: this rank alone; no other rank takes part or waits.
  *  - Thread-safe: may run on several threads at once. Collective calls on
  *    one communicator go one at a time: a second thread's collective call
@@ -244,7 +253,10 @@ A2AMM_API int a2amm_matmul_bf16a(const a2amm_bf16a_weights *w, const uint16_t *a
  * still wait for it in a collective call fails the launch too: their calls
  * return A2AMM_E_PEER at once, naming it ("rank 1 ended (its function
  * returned 0) before making the collective call rank 0 waits in ..."); a
- * rank that returns after its last collective call is fine. Call it from a
+ * rank that returns after its last collective call is fine. A rank whose
+ * function returns an error the library reported on its thread (a local
+ * call's refusal, say) is named with that error's message ("rank 1:
+ * returned -1 (invalid argument); its last error: ..."). Call it from a
  * thread that outlives the call (the ranks die with it).
  */
 typedef struct a2amm_comm a2amm_comm;
@@ -267,7 +279,8 @@ typedef struct a2amm_launch_options {
                           set by A2AMM_LAUNCH_OPTIONS_INIT / a2amm_launch_options_init */
     size_t heap_bytes; /* symmetric memory per rank for the ops made on it
                           (0: 1 GiB; reserved, not touched, until used; an op
-                          needs a2amm_op_heap_bytes) */
+                          needs a2amm_op_heap_bytes, a MoE op
+                          a2amm_moe_heap_bytes) */
     double timeout_s;  /* the longest the whole launch may take (0: no limit;
                           negative or NaN: A2AMM_E_INVAL) */
     double stall_s;    /* a rank that shows no sign of life for this long
@@ -369,8 +382,11 @@ A2AMM_API int a2amm_comm_alltoall(a2amm_comm *comm, const void *send, void *recv
  * rank's to every rank (2 * size numbers a rank), so that a block over its
  * room fails the call on every rank with A2AMM_E_SIZE, naming both ranks
  * and both sizes, before a byte is moved (each rank finds it alone: the
- * communicator stays usable). Blocks may lie anywhere in send
- * and recv (recv's must not overlap). Staged through symmetric memory on
+ * communicator stays usable). send may be NULL where every send_bytes is
+ * 0; recv may be NULL, and then has room for nothing whatever recv_room
+ * says: a call that sends it no byte works, one that sends it a block
+ * fails on every rank as a block over its room does. Blocks may lie
+ * anywhere in send and recv (recv's must not overlap). Staged through symmetric memory on
  * shm, as a2amm_comm_alltoall (size slots as large as the largest block of
  * the call, kept for the calls after); over MPI, one message per pair.
  * Every wait ends at timeout_s (each rank's own).
@@ -461,8 +477,8 @@ static inline void a2amm_op_config_init(a2amm_op_config *config) { a2amm_sized_i
 
 /* *bytes = the symmetric memory one rank needs for an op of this config on
  * nranks ranks (count it in a2amm_launch_options.heap_bytes or
- * a2amm_comm_create's). A config that breaks a rule is A2AMM_E_INVAL,
- * saying which. Thread-safe. */
+ * a2amm_comm_create's; a MoE op's: a2amm_moe_heap_bytes). A config that
+ * breaks a rule is A2AMM_E_INVAL, saying which. Thread-safe. */
 A2AMM_API int a2amm_op_heap_bytes(const a2amm_op_config *config, int nranks, size_t *bytes, a2amm_error *err);
 
 /*
@@ -663,8 +679,8 @@ A2AMM_API void a2amm_op_destroy(a2amm_op *op);
  * out over the rank's threads. On shared memory the exchanges go through
  * the communicator's stage in its symmetric memory, sized for the worst
  * case: about R * max_tokens * 2 * hidden bytes a rank (the partials; the
- * records take R * max_tokens * (hidden + hidden/32 + 8 * topk + 8)):
- * count it in heap_bytes.
+ * records take R * max_tokens * (hidden + hidden/32 + 8 * topk + 8)),
+ * taken at a2amm_moe_create: count a2amm_moe_heap_bytes in heap_bytes.
  * Results do not depend on the thread count or the transport.
  */
 typedef struct a2amm_moe a2amm_moe;
@@ -696,9 +712,24 @@ typedef struct a2amm_moe_config {
 #endif
 static inline void a2amm_moe_config_init(a2amm_moe_config *config) { a2amm_sized_init(config, sizeof *config); }
 
+/* *bytes = the symmetric memory one rank needs for a MoE op of this config
+ * on nranks ranks over shared memory: the communicator's stage its
+ * exchanges go through (the larger of R * max_tokens records and
+ * R * max_tokens * 2 * hidden bytes of partials; above). The stage is the
+ * communicator's, shared with its other MoE ops and AllToAlls (the largest
+ * of them counts, once); count it in a2amm_launch_options.heap_bytes or
+ * a2amm_comm_create's beside a2amm_op_heap_bytes of every a2amm_op. Over
+ * MPI the exchanges take none. A config that breaks a rule is
+ * A2AMM_E_INVAL, saying which, as at a2amm_moe_create. Thread-safe. */
+A2AMM_API int a2amm_moe_heap_bytes(const a2amm_moe_config *config, int nranks, size_t *bytes, a2amm_error *err);
+
 /* Collective. Makes the MoE op: checks the config (the shared fields alike
- * on every rank, as a2amm_op_create does). It is numbered among the
- * communicator's ops. */
+ * on every rank, as a2amm_op_create does; a message shows the values as
+ * passed: max_recv 0, not R * max_tokens), and takes the stage its calls
+ * need in symmetric memory (a2amm_moe_heap_bytes) on shared memory: where
+ * the heap cannot hold it, A2AMM_E_NOMEM on every rank, naming the bytes
+ * needed and free and a2amm_moe_heap_bytes (the communicator stays
+ * usable). It is numbered among the communicator's ops. */
 A2AMM_API int a2amm_moe_create(a2amm_comm *comm, const a2amm_moe_config *config, a2amm_moe **moe, a2amm_error *err);
 
 /*

@@ -28,6 +28,7 @@ typedef struct case_run {
     uint16_t *outs;   /* shared: [R][calls][max_tokens][H] */
     int rc[8], after[8]; /* after: a call of no tokens once the case's calls are over */
     char msg[8][1100];
+    char launch_msg[1100]; /* the launch's message where it failed */
 } case_run;
 
 static size_t outs_bytes(const moe_case *c)
@@ -96,7 +97,8 @@ static int rank_case(a2amm_comm *comm, void *arg)
     return 0; /* each rank's status is checked by the test, not the launch */
 }
 
-static case_run *launch_case(const moe_case *c, int64_t max_recv, int bad, int fault)
+static case_run *launch_case_in(const moe_case *c, int64_t max_recv, int bad, int fault, size_t heap_bytes,
+                                int *launch_rc)
 {
     case_run *run = mmap(NULL, sizeof *run, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     memset(run, 0, sizeof *run);
@@ -104,10 +106,18 @@ static case_run *launch_case(const moe_case *c, int64_t max_recv, int bad, int f
     run->outs = mmap(NULL, outs_bytes(c), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     memset(run->outs, 0xEE, outs_bytes(c));
     a2amm_error err = {0, ""};
-    a2amm_launch_options lo = {.size = sizeof lo, .heap_bytes = 64u << 20};
-    int rc = a2amm_launch(c->R, rank_case, run, &lo, &err);
+    a2amm_launch_options lo = {.size = sizeof lo, .heap_bytes = heap_bytes};
+    *launch_rc = a2amm_launch(c->R, rank_case, run, &lo, &err);
+    snprintf(run->launch_msg, sizeof run->launch_msg, "%s", *launch_rc ? err.msg : "");
+    return run;
+}
+
+static case_run *launch_case(const moe_case *c, int64_t max_recv, int bad, int fault)
+{
+    int rc = 0;
+    case_run *run = launch_case_in(c, max_recv, bad, fault, 64u << 20, &rc);
     /* a refused call fails the communicator: then the launch says so too */
-    CHECK(rc == 0 || bad || max_recv || fault, "the launch of R=%d: %s", c->R, err.msg);
+    CHECK(rc == 0 || bad || max_recv || fault, "the launch of R=%d: %s", c->R, run->launch_msg);
     return run;
 }
 
@@ -566,6 +576,9 @@ static int rank_nulls(a2amm_comm *comm, void *arg)
     cases[n].rc = a2amm_moe_create(comm, &bad, &m, &err), cases[n++].text = "topk must be 1 to 32";
     bad.topk = 1, bad.schedule = (a2amm_schedule)7;
     cases[n].rc = a2amm_moe_create(comm, &bad, &m, &err), cases[n++].text = "schedule must be";
+    /* the message shows max_recv as passed (0), not the R * max_tokens it stands for */
+    bad.schedule = A2AMM_SCHEDULE_FUSED, bad.max_tokens = -1;
+    cases[n].rc = a2amm_moe_create(comm, &bad, &m, &err), cases[n++].text = "max_tokens -1, max_recv 0,";
     for (int i = 0; i < n; i++)
         if (cases[i].rc != A2AMM_E_INVAL || !strstr(i + 1 == n ? err.msg : cases[i].text, cases[i].text))
             failed[0]++, fprintf(stderr, "create case %d: status %d: %s\n", i, cases[i].rc, err.msg);
@@ -661,6 +674,50 @@ static void test_nulls(void)
     munmap(refused, 2 * sizeof *refused);
 }
 
+/* a2amm_moe_heap_bytes: in a heap of that size the op is made and its calls run (within the bound); in one
+ * a page smaller a2amm_moe_create refuses on every rank with A2AMM_E_NOMEM, naming the bytes needed and
+ * the query, and the communicator stays usable (the launch succeeds). */
+static void test_heap_bytes(void)
+{
+    const moe_case *c = &MC_CASES[MC_FIRST_CHUNKED]; /* two chunks: the stage serves both exchanges */
+    a2amm_moe_config cfg = A2AMM_MOE_CONFIG_INIT;
+    cfg.experts = c->E, cfg.topk = c->k, cfg.hidden = c->H, cfg.inter = c->I, cfg.max_tokens = c->max_tokens;
+    cfg.a_type = c->a_type, cfg.b_type = c->b_type, cfg.schedule = c->schedule;
+    size_t need = 0;
+    a2amm_error err = {0, ""};
+    CHECK(a2amm_moe_heap_bytes(&cfg, c->R, &need, &err) == 0, "a2amm_moe_heap_bytes: %s", err.msg);
+    const size_t partials = (size_t)c->R * (size_t)c->max_tokens * (size_t)c->H * 2;
+    const size_t records = (size_t)c->R * (size_t)c->max_tokens * (size_t)(c->H + c->H / 32 + 8 * c->k + 8);
+    CHECK(need >= partials && need >= records && need > 4096, "a2amm_moe_heap_bytes: %zu, under the partials (%zu) or "
+          "the records (%zu), or within a page", need, partials, records);
+    int rc = 0;
+    case_run *run = launch_case_in(c, 0, 0, 0, need, &rc);
+    CHECK(rc == 0, "a heap of a2amm_moe_heap_bytes = %zu: the launch: %s", need, run->launch_msg);
+    for (int r = 0; r < c->R; r++)
+        CHECK(run->rc[r] == 0, "a heap of a2amm_moe_heap_bytes = %zu, rank %d: %s", need, r, run->msg[r]);
+    double worst = 0;
+    CHECK(rc == 0 && mc_check_all(c, run->outs, &worst) == 0, "a heap of a2amm_moe_heap_bytes: outputs outside the "
+          "bound");
+    free_run(run);
+    size_t smaller = (need - 1) & ~(size_t)4095; /* heaps are whole pages */
+    run = launch_case_in(c, 0, 0, 0, smaller, &rc);
+    CHECK(rc == 0, "a heap of %zu: the refusal at create leaves the communicator usable (the launch succeeds): %s",
+          smaller, run->launch_msg);
+    char want[80];
+    snprintf(want, sizeof want, "stage needs %zu bytes", need);
+    for (int r = 0; r < c->R; r++)
+        CHECK(run->rc[r] == A2AMM_E_NOMEM && strstr(run->msg[r], "a2amm_moe_create: ") && strstr(run->msg[r], want) &&
+                  strstr(run->msg[r], "a2amm_moe_heap_bytes") && !strstr(run->msg[r], "a2amm_op_heap_bytes"),
+              "a heap of %zu, rank %d: a2amm_moe_create refuses, naming %s and a2amm_moe_heap_bytes (got %d: %s)",
+              smaller, r, want, run->rc[r], run->msg[r]);
+    free_run(run);
+    cfg.topk = 33;
+    CHECK(a2amm_moe_heap_bytes(&cfg, c->R, &need, &err) == A2AMM_E_INVAL && need == 0 &&
+              strstr(err.msg, "a2amm_moe_heap_bytes: topk must be 1 to 32"),
+          "a2amm_moe_heap_bytes of topk 33: %s", err.msg);
+    CHECK(a2amm_moe_heap_bytes(NULL, 2, &need, &err) == A2AMM_E_INVAL, "a2amm_moe_heap_bytes of a NULL config");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "digests")) return print_digests();
@@ -673,5 +730,6 @@ int main(int argc, char **argv)
     test_shared_weights();
     test_observer();
     test_nulls();
+    test_heap_bytes();
     return check_summary("test_moe");
 }

@@ -53,7 +53,8 @@ struct a2amm_moe {
     a2amm_comm *comm;
     comm_ctx *ctx;
     int64_t id; /* its number among the communicator's ops: the same on every rank */
-    a2amm_moe_config cfg;
+    a2amm_moe_config cfg; /* as the caller passed it (timeout_s 0: 60) */
+    int64_t max_recv;     /* cfg.max_recv, or R * max_tokens where it is 0 */
     moe_shape s;
     gemm_isa isa;
     moe_weights own;              /* prepared by a2amm_moe_set_weights */
@@ -124,7 +125,7 @@ static void log_deliver(a2amm_moe *m, moe_log *l)
     pthread_mutex_destroy(&l->lock);
 }
 
-static int check_config(const a2amm_moe_config *c, int R, a2amm_error *err)
+static int check_config(const a2amm_moe_config *c, int R, const char *call, a2amm_error *err)
 {
     const char *bad = NULL;
     if (c->experts < 1 || c->experts % R) bad = "experts must be a positive multiple of the ranks";
@@ -140,8 +141,8 @@ static int check_config(const a2amm_moe_config *c, int R, a2amm_error *err)
              c->schedule != A2AMM_SCHEDULE_OVERLAP)
         bad = "schedule must be A2AMM_SCHEDULE_FUSED, A2AMM_SCHEDULE_UNFUSED or A2AMM_SCHEDULE_OVERLAP";
     if (!bad) return A2AMM_OK;
-    return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_create: %s (got experts %d on %d ranks, topk %d, hidden %lld, inter "
-                      "%lld, max_tokens %lld, max_recv %lld, timeout_s %g)", bad, c->experts, R, c->topk,
+    return a2amm_fail(err, A2AMM_E_INVAL, "%s: %s (got experts %d on %d ranks, topk %d, hidden %lld, inter "
+                      "%lld, max_tokens %lld, max_recv %lld, timeout_s %g)", call, bad, c->experts, R, c->topk,
                       (long long)c->hidden, (long long)c->inter, (long long)c->max_tokens, (long long)c->max_recv,
                       c->timeout_s);
 }
@@ -157,42 +158,84 @@ static const api_field CREATE_FIELDS[] = {
 #undef FIELD
 #undef NAMED
 
+/* The stage one rank needs for an op of config c on R ranks (shm): the dispatch's records (max_tokens from
+ * each rank, each block behind its size) or the combine's partials (bf16 [max_tokens, hidden] from each
+ * rank), the larger. A2AMM_E_OVERFLOW where it does not fit a size_t. */
+static int stage_need(const a2amm_moe_config *c, int R, size_t *need, const char *call, a2amm_error *err)
+{
+    moe_shape s = {.R = R, .k = c->topk, .H = c->hidden};
+    size_t records = 0, partials = 0, rows = (size_t)c->max_tokens;
+    if (__builtin_mul_overflow(moe_record_bytes(&s), rows, &records) || records > SIZE_MAX - 128 ||
+        __builtin_mul_overflow((records + 8 + 63) & ~(size_t)63, (size_t)R, &records) ||
+        __builtin_mul_overflow(rows * (size_t)R, (size_t)c->hidden * 2, &partials))
+        return a2amm_fail(err, A2AMM_E_OVERFLOW, "%s: the stage of %d ranks of max_tokens %lld, hidden %lld overflows",
+                          call, R, (long long)c->max_tokens, (long long)c->hidden);
+    *need = records > partials ? records : partials;
+    return A2AMM_OK;
+}
+
+int a2amm_moe_heap_bytes(const a2amm_moe_config *config, int nranks, size_t *bytes, a2amm_error *err)
+{
+    static const char *call = "a2amm_moe_heap_bytes";
+    if (bytes) *bytes = 0;
+    if (!config || !bytes) return a2amm_fail(err, A2AMM_E_INVAL, "%s: config and bytes must not be NULL", call);
+    if (nranks < 1 || nranks > COMM_MAX_RANKS)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: nranks must be 1 to %d (got %d)", call, COMM_MAX_RANKS, nranks);
+    a2amm_moe_config c;
+    int rc = api_read_sized(config, &c, sizeof c, sizeof c, call, "config", err);
+    if (!rc && c.timeout_s == 0) c.timeout_s = 60;
+    if (!rc) rc = check_config(&c, nranks, call, err);
+    return rc ? rc : stage_need(&c, nranks, bytes, call, err);
+}
+
 int a2amm_moe_create(a2amm_comm *comm, const a2amm_moe_config *config, a2amm_moe **out, a2amm_error *err)
 {
+    a2amm_error own = {0, ""}; /* the reason the others hear, where the caller takes none */
+    if (!err) err = &own;
     if (out) *out = NULL;
-    if (!comm || !config || !out)
-        return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_create: comm, config and moe must not be NULL");
-    a2amm_moe *m = calloc(1, sizeof *m);
-    if (!m) return a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe_create: out of memory");
-    int rc = api_read_sized(config, &m->cfg, sizeof m->cfg, sizeof m->cfg, "a2amm_moe_create", "config", err);
-    if (rc) {
+    if (!comm) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_create: comm, config and moe must not be NULL");
+    int rc = api_enter(comm, "a2amm_moe_create", err);
+    if (rc) return rc;
+    a2amm_moe *m = NULL;
+    if (!config || !out)
+        rc = a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_create: comm, config and moe must not be NULL (%s is)",
+                        !config ? "config" : "moe");
+    else if (!(m = calloc(1, sizeof *m)))
+        rc = a2amm_fail(err, A2AMM_E_NOMEM, "a2amm_moe_create: out of memory");
+    else
+        rc = api_read_sized(config, &m->cfg, sizeof m->cfg, sizeof m->cfg, "a2amm_moe_create", "config", err);
+    if (rc) { /* the others, in this call, hear why at once */
         free(m);
-        return rc;
-    }
-    rc = api_enter(comm, "a2amm_moe_create", err);
-    if (rc) {
-        free(m);
+        api_refuse(comm, rc, err);
+        api_leave(comm);
         return rc;
     }
     m->comm = comm, m->ctx = comm->ctx, m->id = ++comm->ops_made;
     int R = comm_nranks(m->ctx);
     a2amm_moe_config *c = &m->cfg;
     if (c->timeout_s == 0) c->timeout_s = 60;
-    if (c->max_recv == 0) c->max_recv = (int64_t)R * c->max_tokens;
-    rc = check_config(c, R, err);
+    rc = check_config(c, R, "a2amm_moe_create", err); /* on the values passed: its message shows them */
+    m->max_recv = c->max_recv ? c->max_recv : (int64_t)R * c->max_tokens;
+    size_t need = 0;
+    if (!rc) rc = stage_need(c, R, &need, "a2amm_moe_create", err);
     if (!rc) rc = gemm_isa_select(&m->isa, err);
     int threads = c->threads > 0 ? c->threads : pool_cpu_count() / R > 0 ? pool_cpu_count() / R : 1;
     if (!rc && (c->threads < 0 || c->threads > 1024))
         rc = a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_create: threads must be 0 (cores / R) to 1024 (got %d)",
                         c->threads);
     if (!rc) rc = pool_create(threads, &m->workers, err);
-    if (rc) api_fail_all(m->ctx, rc, err); /* the others, in this call, stop at once */
+    if (rc) api_refuse(comm, rc, err); /* the others, in this call, stop at once */
     if (!rc) {
         m->s = (moe_shape){R, comm_rank(m->ctx), c->experts, c->experts / R, c->topk, c->hidden, c->inter, c->a_type,
                            c->b_type};
         comm_set_doing(m->ctx, "a2amm_moe_create of op %lld: waiting for every rank", (long long)m->id);
-        rc = api_agree_config(comm, API_MOE_CREATE, m->id, c, CREATE_FIELDS, c->timeout_s, "a2amm_moe_create", NULL,
+        size_t top = 0;
+        rc = api_agree_config(comm, API_MOE_CREATE, m->id, c, CREATE_FIELDS, c->timeout_s, "a2amm_moe_create", &top,
                               err);
+        /* the stage its calls need, taken now (a transport with its own exchange needs none): a heap too
+         * small is refused here, on every rank alike (the communicator stays usable), not at the first call */
+        if (!rc && !comm_transport_of(m->ctx)->exchangev)
+            rc = api_stage_reserve(comm, need, top, "a2amm_moe_create", err);
         if (!rc) comm_set_doing(m->ctx, "a2amm_moe_create of op %lld: done", (long long)m->id);
     }
     api_leave(comm);
@@ -320,6 +363,7 @@ typedef struct tokens_args {
     const float *w;
     uint16_t *out;           /* run */
     a2amm_moe_batch **batch; /* dispatch */
+    int dispatch;
 } tokens_args;
 
 /* A run's or a dispatch's own arguments, before anything is collective (a dispatch needs no weights: the
@@ -328,15 +372,17 @@ static int check_tokens(a2amm_moe *m, void *arg, a2amm_error *err)
 {
     const tokens_args *t = arg;
     const int64_t T = t->T;
-    if (!t->batch && !m->weights)
+    if (t->dispatch && !t->batch)
+        return a2amm_fail(err, A2AMM_E_INVAL, "%s: rank %d: batch must not be NULL", t->call, m->s.me);
+    if (!t->dispatch && !m->weights)
         return a2amm_fail(err, A2AMM_E_INVAL, "%s: rank %d has no weights: a2amm_moe_set_weights first", t->call,
                           m->s.me);
     if (T < 0 || T > m->cfg.max_tokens)
         return a2amm_fail(err, A2AMM_E_INVAL, "%s: rank %d: tokens must be 0 to max_tokens = %lld (got %lld)", t->call,
                           m->s.me, (long long)m->cfg.max_tokens, (long long)T);
-    if (T && (!t->x || !t->sx || !t->idx || !t->w || (!t->batch && !t->out)))
+    if (T && (!t->x || !t->sx || !t->idx || !t->w || (!t->dispatch && !t->out)))
         return a2amm_fail(err, A2AMM_E_INVAL, "%s: rank %d: x, sx, topk_idx, topk_w%s must not be NULL with %lld "
-                          "tokens", t->call, m->s.me, t->batch ? "" : " and out", (long long)T);
+                          "tokens", t->call, m->s.me, t->dispatch ? "" : " and out", (long long)T);
     if (T && t->ldsx < m->s.H / 32)
         return a2amm_fail(err, A2AMM_E_INVAL, "%s: rank %d: ldsx must be at least H/32 = %lld (got %lld)", t->call,
                           m->s.me, (long long)(m->s.H / 32), (long long)t->ldsx);
@@ -351,10 +397,10 @@ static int check_rooms(const a2amm_moe *m, const int64_t *all, a2amm_error *err)
     for (int j = 0; j < R; j++) {
         int64_t rows = 0;
         for (int i = 0; i < R; i++) rows += all[(size_t)i * R + j];
-        if (rows > m->cfg.max_recv)
+        if (rows > m->max_recv)
             return a2amm_fail(err, A2AMM_E_SIZE, "a2amm_moe: rank %d would receive %lld rows (tokens times the "
                               "ranks they go to), over its max_recv = %lld: nothing was computed and no output "
-                              "written", j, (long long)rows, (long long)m->cfg.max_recv);
+                              "written", j, (long long)rows, (long long)m->max_recv);
     }
     return A2AMM_OK;
 }
@@ -401,7 +447,7 @@ void a2amm_moe_batch_destroy(a2amm_moe_batch *b)
 }
 
 /* Whether the call gathers every rank's counts first: only where max_recv is below the worst case. */
-static int counts_first(const a2amm_moe *m) { return m->cfg.max_recv < (int64_t)m->s.R * m->cfg.max_tokens; }
+static int counts_first(const a2amm_moe *m) { return m->max_recv < (int64_t)m->s.R * m->cfg.max_tokens; }
 
 /* The records' exchange with every rank's counts gathered first (counts_first): the rooms checked on
  * every rank alike (*alike), b->from and b->slot_rows from the counts, then the records. */
@@ -747,6 +793,8 @@ typedef int (*moe_body)(a2amm_moe *m, void *arg, size_t top, int *alike, a2amm_e
 static int moe_call(a2amm_moe *m, api_call call, const char *name, int (*check)(a2amm_moe *m, void *arg, a2amm_error *err),
                     moe_body body, void *arg, a2amm_error *err)
 {
+    a2amm_error own = {0, ""}; /* the reason the others hear, where the caller takes none */
+    if (!err) err = &own;
     if (!m) return a2amm_fail(err, A2AMM_E_INVAL, "%s: moe is NULL", name);
     int idle = 0;
     if (!atomic_compare_exchange_strong(&m->busy, &idle, 1))
@@ -755,7 +803,7 @@ static int moe_call(a2amm_moe *m, api_call call, const char *name, int (*check)(
     int rc = api_enter(m->comm, name, err);
     if (!rc) {
         rc = check ? check(m, arg, err) : A2AMM_OK;
-        if (rc) api_fail_all(m->ctx, rc, err); /* the others stop at once */
+        if (rc) api_refuse(m->comm, rc, err); /* the others stop at once, hearing why */
         int64_t words[COMM_AGREE_WORDS] = {call, m->id};
         size_t top = 0;
         comm_set_doing(m->ctx, "%s of op %lld: waiting for every rank", name, (long long)m->id);
@@ -812,7 +860,7 @@ static int dispatch_body(a2amm_moe *m, void *arg, size_t top, int *alike, a2amm_
 int a2amm_moe_run(a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_t *sx, int64_t ldsx, const int32_t *idx,
                   const float *w, uint16_t *out, a2amm_error *err)
 {
-    tokens_args t = {"a2amm_moe_run", T, x, sx, ldsx, idx, w, out, NULL};
+    tokens_args t = {"a2amm_moe_run", T, x, sx, ldsx, idx, w, out, NULL, 0};
     return moe_call(m, API_MOE_RUN, "a2amm_moe_run", check_tokens, run_body, &t, err);
 }
 
@@ -820,8 +868,7 @@ int a2amm_moe_dispatch(a2amm_moe *m, int64_t T, const uint8_t *x, const uint8_t 
                        const int32_t *idx, const float *w, a2amm_moe_batch **batch, a2amm_error *err)
 {
     if (batch) *batch = NULL;
-    if (!batch) return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_moe_dispatch: batch must not be NULL");
-    tokens_args t = {"a2amm_moe_dispatch", T, x, sx, ldsx, idx, w, NULL, batch};
+    tokens_args t = {"a2amm_moe_dispatch", T, x, sx, ldsx, idx, w, NULL, batch, 1};
     return moe_call(m, API_MOE_DISPATCH, "a2amm_moe_dispatch", check_tokens, dispatch_body, &t, err);
 }
 
