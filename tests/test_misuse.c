@@ -14,7 +14,11 @@
  *  - a rank that returns 0 without the call the other waits in;
  *  - timeouts: NaN refused, a different timeout_s refused, a different
  *    threads allowed;
- *  - a2amm_comm_status before and after a failure.
+ *  - a2amm_comm_status before and after a failure;
+ *  - one rank's refusal of its own arguments in a2amm_op_create,
+ *    a2amm_moe_create and a2amm_moe_dispatch: the other rank's call returns
+ *    A2AMM_E_PEER naming the rank and its reason;
+ *  - a rank that returns a local call's error: the launch names the error.
  *
  * Ranks are processes: each writes what it saw into a shared report, and
  * the checks are made here, in the test's own process.
@@ -398,6 +402,81 @@ static void test_returns_early(void)
           "the launch fails naming rank 1: %d %s", rep->launch_rc, rep->launch_msg);
 }
 
+/* ---- one rank's refusal in a create or a MoE call: the other hears why, at once ---- */
+
+enum refused_create { REFUSE_OP_CREATE, REFUSE_MOE_CREATE, REFUSE_MOE_DISPATCH, REFUSED_CREATES };
+
+static int rank_refused_create(a2amm_comm *comm, void *arg)
+{
+    enum refused_create c = *(const enum refused_create *)arg;
+    int me = a2amm_comm_rank(comm);
+    rank_report *r = &rep->rank[me];
+    a2amm_error err = {0, ""};
+    a2amm_op_config cfg = config(A2AMM_PATH_DIRECT, A2AMM_SCHEDULE_FUSED, 30);
+    a2amm_moe_config mc = A2AMM_MOE_CONFIG_INIT;
+    mc.experts = 2, mc.topk = 1, mc.hidden = 64, mc.inter = 32, mc.max_tokens = 4, mc.threads = 1, mc.timeout_s = 30;
+    a2amm_op *op = NULL;
+    a2amm_moe *moe = NULL;
+    a2amm_moe_batch *batch = NULL;
+    double t0 = now_s();
+    if (c == REFUSE_OP_CREATE) note(r, 0, a2amm_op_create(comm, me == 0 ? NULL : &cfg, &op, &err), &err);
+    if (c == REFUSE_MOE_CREATE) note(r, 0, a2amm_moe_create(comm, me == 0 ? NULL : &mc, &moe, &err), &err);
+    if (c == REFUSE_MOE_DISPATCH) {
+        int rc = a2amm_moe_create(comm, &mc, &moe, &err);
+        note(r, 1, rc, &err);
+        if (!rc)
+            note(r, 0, a2amm_moe_dispatch(moe, 0, NULL, NULL, 2, NULL, NULL, me == 0 ? NULL : &batch, &err), &err);
+    }
+    r->seconds = now_s() - t0;
+    if (me == 0) note(r, 2, a2amm_comm_barrier(comm, 30, &err), &err); /* its next collective call */
+    a2amm_moe_batch_destroy(batch);
+    a2amm_moe_destroy(moe);
+    a2amm_op_destroy(op);
+    return A2AMM_OK;
+}
+
+static void test_refused_creates(void)
+{
+    static const char *const reason[REFUSED_CREATES] = {
+        "rank 0: a2amm_op_create: comm, config and op must not be NULL (config is)",
+        "rank 0: a2amm_moe_create: comm, config and moe must not be NULL (config is)",
+        "rank 0: a2amm_moe_dispatch: rank 0: batch must not be NULL",
+    };
+    for (int c = 0; c < REFUSED_CREATES; c++) {
+        launch(rank_refused_create, &c);
+        const rank_report *r0 = &rep->rank[0], *r1 = &rep->rank[1];
+        CHECK(r0->rc[0] == A2AMM_E_INVAL &&
+                  strstr(r0->msg[0], reason[c] + strlen("rank 0: ")),
+              "refusal %d: rank 0's own error (got %d: %s)", c, r0->rc[0], r0->msg[0]);
+        CHECK(r1->rc[0] == A2AMM_E_PEER && strstr(r1->msg[0], reason[c]),
+              "refusal %d: rank 1 gets A2AMM_E_PEER naming rank 0's reason (got %d: %s; expected: %s)", c, r1->rc[0],
+              r1->msg[0], reason[c]);
+        CHECK(r0->rc[2] == A2AMM_E_PEER, "refusal %d: rank 0's next collective call: %d %s", c, r0->rc[2], r0->msg[2]);
+        CHECK(rep->launch_rc == A2AMM_E_INVAL && strstr(rep->launch_msg, reason[c]),
+              "refusal %d: the launch names rank 0's reason: %d %s", c, rep->launch_rc, rep->launch_msg);
+    }
+}
+
+/* ---- a rank that returns a local call's error: the launch says which ------ */
+
+static int rank_local_error(a2amm_comm *comm, void *arg)
+{
+    (void)arg;
+    a2amm_error err = {0, ""};
+    if (a2amm_comm_rank(comm) == 1) /* a local refusal, the communicator untouched: its function returns it */
+        return a2amm_moe_set_weights(NULL, NULL, NULL, 0, NULL, NULL, 0, NULL);
+    return a2amm_comm_barrier(comm, 30, &err) == A2AMM_E_PEER ? A2AMM_OK : A2AMM_E_INVAL;
+}
+
+static void test_local_error_named(void)
+{
+    launch(rank_local_error, NULL);
+    CHECK(rep->launch_rc == A2AMM_E_INVAL && strstr(rep->launch_msg, "rank 1: returned -1 (invalid argument)") &&
+              strstr(rep->launch_msg, "a2amm_moe_set_weights: moe and the four arrays must not be NULL"),
+          "a rank that returned a local call's error: the launch names that error (got %d: %s)", rep->launch_rc,
+          rep->launch_msg);
+}
+
 /* ---- timeouts and threads across ranks ------------------------------------- */
 
 enum config_case { TIMEOUT_DIFFERS, THREADS_DIFFER };
@@ -491,6 +570,8 @@ int main(void)
     test_two_threads();
     test_returns_early();
     test_timeouts_and_threads();
+    test_refused_creates();
+    test_local_error_named();
     munmap(rep, sizeof *rep);
     return check_summary("test_misuse");
 }

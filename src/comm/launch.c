@@ -57,7 +57,13 @@ static _Noreturn void run_rank(comm_world *world, int rank, comm_rank_fn rank_fn
     comm_progress(&ctx);
     int status = rank_fn(&ctx, arg);
     if (status != A2AMM_OK && !comm_world_failed(world->hdr, NULL, NULL, NULL, 0)) {
-        if (ctx.last_error.code == status) {
+        /* what the library last refused on this thread (comm's own failures among them), newer than
+         * the comm's last failure where they differ */
+        const a2amm_error *here = error_last_here();
+        if (here->code == status && strcmp(here->msg, ctx.last_error.msg) != 0) {
+            comm_fail(&ctx, status, "returned %d (%s); its last error: %s", status, a2amm_strerror(status),
+                      here->msg);
+        } else if (ctx.last_error.code == status) {
             comm_fail(&ctx, status, "%s", ctx.last_error.msg);
         } else {
             char doing[2 * COMM_DOING_CHARS + 32];

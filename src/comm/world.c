@@ -211,9 +211,7 @@ int comm_report(comm_ctx *ctx, a2amm_error *err, int code, const char *fmt, ...)
     vsnprintf(ctx->last_error.msg, sizeof ctx->last_error.msg, fmt, ap);
     va_end(ap);
     ctx->last_error.code = code;
-    if (err)
-        *err = ctx->last_error;
-    return code;
+    return a2amm_fail(err, code, "%s", ctx->last_error.msg); /* this thread's last failure too */
 }
 
 int comm_fail(comm_ctx *ctx, int code, const char *fmt, ...)

@@ -23,17 +23,21 @@ const char *a2amm_strerror(int status)
     }
 }
 
+/* The last failure reported on this thread (for the launcher's report of a rank that returned it). */
+static _Thread_local a2amm_error last_here;
+
 int a2amm_fail(a2amm_error *err, int code, const char *fmt, ...)
 {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-        err->code = code;
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_here.msg, sizeof last_here.msg, fmt, ap); /* fmt's arguments may be err's own message */
+    va_end(ap);
+    last_here.code = code;
+    if (err) *err = last_here;
     return code;
 }
+
+const a2amm_error *error_last_here(void) { return &last_here; }
 
 void a2amm_error_clear(a2amm_error *err)
 {

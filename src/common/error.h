@@ -8,6 +8,10 @@
 int a2amm_fail(a2amm_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The last failure a2amm_fail reported on the calling thread (code 0: none yet), whether or not it
+ * was given an err to fill. */
+const a2amm_error *error_last_here(void);
+
 /* Clears err (if not NULL) to success. */
 void a2amm_error_clear(a2amm_error *err);
 
