@@ -4,7 +4,9 @@
  * contract's formula: long double accumulation of fp8_value *
  * 2^(scale-127) products, one bf16 rounding. Covers all four type pairs,
  * shapes that are multiples of nothing, NaN scales, Inf codes, extreme
- * scales and scale pad bytes; both ops.
+ * scales and scale pad bytes; both ops. And the MoE op's bound (ref_moe):
+ * its absolute part and its overflow rule against docs/op-contract.md's
+ * formulas worked out by hand for a one-token, one-expert case.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include "gen/gen.h"
 #include "io/io.h"
 #include "mx/mx.h"
+#include "ref/ref_moe.h"
 #include "ref/ref_op.h"
 
 typedef struct problem {
@@ -339,6 +342,77 @@ static void test_bad_rank(void)
           "rank 2 of 2 is refused: %s", err.msg);
 }
 
+/*
+ * The MoE reference on one token, one expert (R = E = K = 1, H = I = 32), every code 1.0 (E4M3 0x38) with
+ * scale 2^0 but W1's codes g1 (0: W1 = 0, so g = 0 and a = 0) and W2's scale byte s2: x_h = 1, g_i = 32 g1,
+ * u_i = 32, a_i = silu(g_i) * 32, y_c = 32 a_i 2^(s2 - 127). ref, bound and reach against the contract's
+ * formulas written out here.
+ */
+static void moe_one(uint8_t g1, uint8_t s2, float w, double *ref, double *bound, double *reach)
+{
+    moe_io_shape s = {.T = 1, .H = 32, .I = 32, .R = 1, .E = 1, .K = 1, .tokens = {1},
+                      .a_type = A2AMM_E4M3, .b_type = A2AMM_E4M3};
+    moe_io_rank d;
+    CHECK(moe_io_rank_alloc(&s, 0, &d, NULL) == 0, "moe_io_rank_alloc");
+    const int64_t sr = moe_io_scale_row(32);
+    memset(d.x, 0x38, 32), memset(d.sx, 127, (size_t)sr);
+    d.idx[0] = 0, d.w[0] = w;
+    memset(d.w13, g1, 32 * 32), memset(d.w13 + 32 * 32, 0x38, 32 * 32), memset(d.s13, 127, (size_t)(64 * sr));
+    memset(d.w2, 0x38, 32 * 32), memset(d.s2, s2, (size_t)(32 * sr));
+    double bd[32], rf[32], rc[32];
+    double *refp = rf, *bp = bd, *rp = rc;
+    a2amm_error err = {0, ""};
+    CHECK(ref_moe(&s, &d, &refp, &bp, &rp, &err) == 0, "ref_moe: %s", err.msg);
+    for (int c = 1; c < 32; c++)
+        CHECK(rf[c] == rf[0] && bd[c] == bd[0] && rc[c] == rc[0], "every column alike (column %d)", c);
+    *ref = rf[0], *bound = bd[0], *reach = rc[0];
+    moe_io_rank_free(&d);
+}
+
+static void test_moe_bound(void)
+{
+    const double eta8 = ldexp(1, -133), eta24 = ldexp(1, -149), u8 = ldexp(1, -8), u24 = ldexp(1, -24);
+    double ref, bound, reach;
+    /* W1 = 0: a = 0, so ref = 0, P = Q = 0 and the bound is its absolute part alone, A = eta8 (out) + eta8 +
+     * eta24 (the partial, w * y) + |w| (I eta24 + Z), Z = sum_i (eta8 + (H + 1) eta24 (1 + 1.1 |u_i| + 0)) |W2| */
+    for (int s2 = 0; s2 <= 254; s2 += 127) {
+        const double w2 = ldexp(1, s2 - 127), w = 0.5;
+        const double z = 32 * (eta8 + 33 * eta24 * (1 + 1.1 * 32)) * w2;
+        const double want = eta8 + eta8 + eta24 + w * (32 * eta24 + z);
+        moe_one(0x00, (uint8_t)s2, (float)w, &ref, &bound, &reach);
+        CHECK(ref == 0, "W1 = 0: ref %g", ref);
+        CHECK(fabs(bound - want) <= 1e-12 * want, "W1 = 0, W2 = 2^%d: bound %.17g, the contract's A %.17g", s2 - 127,
+              bound, want);
+        CHECK(bound < 1e-30 || s2 > 127, "W1 = 0, W2 = 2^%d: the bound %g is far below 1e-30", s2 - 127, bound);
+    }
+    /* W1 = 1, W2 = 1, w = 1: g = u = 32, a = 32 silu(32), y = 32 a = P (every term positive), Sg = Su = 32,
+     * Q = 32 (1.1 * 32 * 32 + silu(32) * 32); the bound is the contract's four terms, reach = P + bound */
+    const double silu = 32 / (1 + exp(-32.0)), a = 32 * silu, y = 32 * a, P = y, Q = 32 * (1.1 * 32 * 32 + silu * 32);
+    moe_one(0x38, 127, 1.0f, &ref, &bound, &reach);
+    const double z = 32 * (eta8 + 33 * eta24 * (1 + 1.1 * 32 + silu));
+    const double want = u8 * y + (2 * u8 + (32 + 1 + 1 + 8) * u24) * P + 32 * u24 * Q + 2 * eta8 + eta24 + 32 * eta24 + z;
+    CHECK(fabs(ref - y) <= 1e-12 * y, "W1 = 1: ref %.17g, want %.17g", ref, y);
+    CHECK(fabs(bound - want) <= 1e-12 * want, "W1 = 1: bound %.17g, the contract's %.17g", bound, want);
+    CHECK(fabs(reach - (P + want)) <= 1e-12 * reach, "W1 = 1, w = 1: reach %.17g, want P + bound %.17g", reach, P + want);
+    /* the overflow rule: a weight of 2^114 takes ref (2^114 y, y about 2^15) to about 2^129, past Omega */
+    const float big = ldexpf(1, 114);
+    moe_one(0x38, 127, big, &ref, &bound, &reach);
+    CHECK(ref > REF_MOE_OMEGA && reach >= ref, "w = 2^114: ref %g beyond Omega, reach %g", ref, reach);
+    CHECK(ref_moe_close(0x7F80, ref, bound, reach), "w = 2^114: +Inf is the answer");
+    CHECK(!ref_moe_close(0xFF80, ref, bound, reach), "w = 2^114: -Inf is not");
+    CHECK(!ref_moe_close(0x7F7F, ref, bound, reach), "w = 2^114: the largest finite bf16 is not (out of the bound)");
+    CHECK(!ref_moe_close(0x7FC0, ref, bound, reach), "w = 2^114: NaN is not");
+    moe_one(0x38, 127, -ldexpf(1, 100), &ref, &bound, &reach);
+    CHECK(reach < REF_MOE_OMEGA, "w = -2^100: reach %g below Omega", reach);
+    CHECK(!ref_moe_close(0xFF80, ref, bound, reach), "w = -2^100: nothing overflows, -Inf is out of the contract");
+    /* the rule itself: an Inf of ref's sign where reach >= Omega; not the other sign, not at ref = 0 */
+    CHECK(ref_moe_close(0xFF80, -1e38, 1e36, REF_MOE_OMEGA), "reach at Omega: -Inf for a negative ref");
+    CHECK(!ref_moe_close(0xFF80, -1e38, 1e36, nextafter(REF_MOE_OMEGA, 0)), "reach below Omega: no Inf");
+    CHECK(!ref_moe_close(0x7F80, -1e38, 1e36, 1e300), "an Inf of the other sign, whatever the reach");
+    CHECK(!ref_moe_close(0x7F80, 0.0, 1e36, 1e300), "an Inf where ref is 0 (terms of both signs)");
+    CHECK(ref_moe_close(0x7F80, INFINITY, 0, 0) && !ref_moe_close(0xFF80, INFINITY, 0, 0), "an Inf ref: itself only");
+}
+
 int main(void)
 {
     tables_init();
@@ -351,5 +425,6 @@ int main(void)
     test_dot_rounding();
     test_bad_rank();
     test_reverse();
+    test_moe_bound();
     return check_summary("test_ref");
 }
