@@ -276,6 +276,22 @@ check "timeline, wide: one bar per expert and chunk, each labelled with its numb
 check "timeline: the legend has no kind of the matmul ops (tiles, waits, sends, perf variants)" \
     bash -c "! grep -Eq '>(tile \(numbered\)|wait for rows|send|signal|perf variant|AllToAll \(unfused\))<' '$SCRATCH/tl.svg'"
 expect_ok "timeline: rendered" rsvg-convert "$SCRATCH/tl.svg" -o "$SCRATCH/tl.png"
+# a trace is anyone's file: experts and threads that are no numbers, or far out, still draw a well-formed picture
+/usr/bin/python3 - "$SCRATCH/tl.json" "$SCRATCH/tl-odd.json" <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+for i, e in enumerate(e for e in t["traceEvents"] if e.get("cat") == "work"):
+    e["tid"] = [1e300, -5, 3.5, "x", None, 2 ** 63][i % 6]
+    e["args"]["expert"] = [-1, 1e20, "z", 7.5, 3, None][i % 6]
+    if i % 4 == 0:
+        e["name"] = "expert"
+json.dump(t, open(sys.argv[2], "w"))
+EOF
+expect_ok "timeline: odd experts and threads drawn" "$A2AMM" timeline "$SCRATCH/tl-odd.json" -o "$SCRATCH/tl-odd.svg"
+check "... as well-formed SVG, an expert without a number titled so" /usr/bin/python3 -c "
+import sys, xml.etree.ElementTree as ET
+titles = [t.text for t in ET.parse(sys.argv[1]).getroot().iter('{http://www.w3.org/2000/svg}title')]
+assert any('its number is not in the trace' in t for t in titles), titles" "$SCRATCH/tl-odd.svg"
 expect_fail "--trace onto a data file is refused" "one of the data's files" \
     "$A2AMM" run 150 64 32 3 --op moe --dir "$d" --trace "$d/input/1/input_topk_w.bin"
 expect_fail "--trace '' is refused before the run" "--trace: an empty file name" \

@@ -347,7 +347,7 @@ static void draw_run(tl_picture *p, const tl_span *s, size_t a, size_t b)
     const char *merged_fill = kind == TL_TILE ? "#bdbdbd" : KIND[kind].colour;
     double mx0 = 0, mx1 = -1; /* the pending merged rectangle */
     merged_experts mex = {{0}, 0, 0};
-    char title[160];
+    char title[640]; /* a merged bar: MERGED_MAX numbers of up to 20 digits, and its words */
     for (size_t i = a; i <= b; i++) {
         double x0 = 0, x1 = 0;
         if (i < b) {
