@@ -254,8 +254,13 @@ int cmd_bench_api(int argc, char **argv)
             printf("  %-34s %10.3f %10.3f %10.3f %10.1f\n", "in-memory call, traced (recorder)", traced.min * 1e3,
                    traced.median * 1e3, traced.max * 1e3, flop / traced.median / 1e9);
             printf("  in-memory call / a2amm run (medians): %.3f\n", call.median / run.median);
-            printf("  traced / untraced call (medians): %.3f (the cost of --trace's recorder)\n",
-                   traced.median / call.median);
+            printf("  traced / untraced call (medians): %.3f (the cost of --trace's recorder%s)\n",
+                   traced.median / call.median,
+                   cli_difference_measurable(&traced, &call) ? "" : "; within the spread: none measurable");
+            if (cli_spread_wide(run.min, run.max) || cli_spread_wide(call.min, call.max) ||
+                cli_spread_wide(traced.min, traced.max))
+                printf("  a busy machine: a spread (max - min) over 10%% of the max means other work took the cores\n"
+                       "  during these repetitions; ratios of medians within the spread say little\n");
         }
     } else {
         fprintf(stderr, "a2amm bench api: %s\n", err.msg);

@@ -467,7 +467,7 @@ static void print_table(const gemm_report *r)
     printf("         the ceiling: the best of the probes, %.1f GFLOP/s before the contenders, %.1f after,\n"
            "         %.1f in the rounds (one short probe each)%s\n",
            first, last, rounds,
-           fmin(first, last) < 0.9 * fmax(first, last) ? " (a busy machine: compare with care)" : "");
+           cli_spread_wide(fmin(first, last), fmax(first, last)) ? " (a busy machine: compare with care)" : "");
     printf("         at its best repetition %.2f of the ceiling (both then the least disturbed moments)\n",
            best_fraction(r));
     printf("         paired by round (each call over its own round's probe): median %.2f, %.2f-%.2f\n",

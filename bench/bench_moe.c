@@ -527,9 +527,16 @@ int cmd_bench_moe(int argc, char **argv)
            "%s)\n", b.R, (long long)b.T, (long long)b.H, (long long)b.I, b.E, b.K, b.skew ? "skewed" : "uniform",
            b.iters, a2amm_version(), kernel);
     printf("  %-46s %10s %10s %10s %12s\n", "", "min ms", "median ms", "max ms", "tokens/s");
-    for (int wy = 0; slowest && wy < WAYS; wy++)
-        printf("  %-46s %10.3f %10.3f %10.3f %12.0f\n", WAY_NAMES[wy], sum[wy].min * 1e3, sum[wy].median * 1e3,
-               sum[wy].max * 1e3, wy == WAY_READ ? 0.0 : (double)(b.T * b.R) / sum[wy].median);
+    int busy = 0;
+    for (int wy = 0; slowest && wy < WAYS; wy++) {
+        int wide = cli_spread_wide(sum[wy].min, sum[wy].max);
+        busy |= wide;
+        printf("  %-46s %10.3f %10.3f %10.3f %12.0f%s\n", WAY_NAMES[wy], sum[wy].min * 1e3, sum[wy].median * 1e3,
+               sum[wy].max * 1e3, wy == WAY_READ ? 0.0 : (double)(b.T * b.R) / sum[wy].median, wide ? "  wide" : "");
+    }
+    if (busy)
+        printf("  a busy machine: a spread (max - min) over 10%% of the max (wide) means other work took the cores\n"
+               "  during these repetitions; ratios of medians within the spread say little (compare with care)\n");
     if (slowest) {
         printf("  call / experts alone %.3f; unfused / fused %.3f; overlap / experts alone %.3f; (1) / call %.3f; (2) / "
                "call %.3f; call / read %.3f (medians)\n", sum[WAY_CALL].median / sum[WAY_EXPERTS].median,

@@ -316,6 +316,20 @@ for row in "a2amm run (fused, perf mode)" "in-memory call (a2amm_op_run)" "set_w
            "in-memory, weights set every call" "in-memory call / a2amm run (medians): "; do
     expect_output "bench api row: $row" "$row"
 done
+# the recorder's cost counts only beyond the spread: within it the line says none is measurable
+check "bench api: the traced call's cost against the spreads" python3 - "$SCRATCH/out" <<'EOF'
+import re, sys
+text = open(sys.argv[1]).read()
+def row(name):
+    m = re.search(r"^  %s +([0-9.]+) +([0-9.]+) +([0-9.]+) " % re.escape(name), text, re.M)
+    return tuple(float(m.group(i)) for i in (1, 2, 3))
+c, t = row("in-memory call (a2amm_op_run)"), row("in-memory call, traced (recorder)")
+gap, spread = abs(t[1] - c[1]), max(c[2] - c[0], t[2] - t[0])
+said = "within the spread: none measurable" in text
+# rounded to 0.001 ms: only a clear case must agree with what is said
+if gap < spread - 0.002: assert said
+if gap > spread + 0.002: assert not said
+EOF
 expect_ok "bench api --json, put path" "$A2AMM" bench api 40 96 24 3 --iters 2 --rounds 1 --path put --json
 check "bench api --json has the figures" python3 -c "
 import json
@@ -366,6 +380,19 @@ for args in "2 6 64 32 4 2" "3 5 96 64 6 3 --skew" "1 4 64 32 2 1 --uniform-code
     expect_output "bench moe $args: the baseline and the other schedules give the op's bits" "(1), the unfused and the overlap schedules give the fused call's bits on every rank: yes"
     # (2) rounds g, u and y to bf16: near the op's output (the bench fails past 5%), and says what it ran
     expect_output "bench moe $args: baseline (2) says what it ran" "(2) runs oneDNN"
+    # a row whose spread is over 10% of its max is marked wide, and then the note says what that means
+    check "bench moe $args: wide rows marked as the rule says, and explained" python3 - "$SCRATCH/out" <<'EOF'
+import re, sys
+text = open(sys.argv[1]).read()
+rows = re.findall(r"^  (\S.*?) +([0-9.]+) +([0-9.]+) +([0-9.]+) +[0-9]+( +wide)?$", text, re.M)
+assert len(rows) == 7, rows
+for name, lo, mid, hi, wide in rows:
+    # the figures are rounded to 0.001 ms: only a clear case must agree with the mark
+    lo, hi = float(lo), float(hi)
+    if lo < 0.9 * hi - 0.002: assert wide, name
+    if lo > 0.9 * hi + 0.002: assert not wide, name
+assert any(r[4] for r in rows) == ("a busy machine:" in text)
+EOF
 done
 expect_fail "bench moe: E not a multiple of R" "E must be a multiple of R" "$A2AMM" bench moe 3 4 64 32 4 2
 expect_fail "bench moe: H not a multiple of 32" "H and I must be multiples of 32" "$A2AMM" bench moe 2 4 48 32 4 2

@@ -27,6 +27,13 @@ for isa in ref avx2 avx512 amx; do
     else expect_output "text: $isa does not, saying why" "  $(printf '%-7s' $isa) no: "; fi
 done
 check "ref runs everywhere" cpu_runs ref
+# the level run and bench use: said once, as the JSON's selected, forced or not
+for isa in "" ref; do
+    A2AMM_ISA=$isa "$A2AMM" cpu >"$SCRATCH/cpu.txt"
+    sel=$(A2AMM_ISA=$isa "$A2AMM" cpu --json | python3 -c "import json,sys; print(json.load(sys.stdin)['selected'])")
+    check "A2AMM_ISA=$isa: one line names the level in use" test "$(grep -c 'run and bench use' "$SCRATCH/cpu.txt")" -eq 1
+    check "A2AMM_ISA=$isa: it is the JSON's ($sel)" grep -q "^run and bench use: $sel (" "$SCRATCH/cpu.txt"
+done
 
 # The levels this CPU itself runs, nothing hidden; a hidden set's ceiling.
 best_of() { # best_of MAXLEVEL: the best level this CPU runs, at most MAXLEVEL
