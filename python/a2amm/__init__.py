@@ -468,9 +468,10 @@ class MoEWeights(_a2amm.MoEWeights):
             self.local_experts, self.hidden, self.inter, self.w_fmt, self.max_rows)
 
 
-def _topk_weights(topk_w):
+def _topk_weights(topk_w, rank):
     """topk_w as a C-contiguous float32 numpy array: float32 as it is, float16, float64, longdouble and
-    bfloat16 (torch, ml_dtypes) converted; integer, bool or complex weights are a TypeError naming topk_w."""
+    bfloat16 (torch, ml_dtypes) converted; integer, bool or complex weights are a TypeError naming topk_w,
+    and a finite weight beyond float32's range an ArgumentError naming rank, token and slot."""
     if _torch_tensor(topk_w):
         if not topk_w.is_floating_point():
             raise TypeError("topk_w must be floating point (float32; float16, float64 and bfloat16 are converted); "
@@ -482,7 +483,16 @@ def _topk_weights(topk_w):
     if w.dtype.kind != "f":
         raise TypeError("topk_w must be floating point (float32; float16, float64 and bfloat16 are converted); "
                         "got %s" % w.dtype)
-    return _np.ascontiguousarray(w, dtype=_np.float32)
+    if w.dtype == _np.float32:
+        return _np.ascontiguousarray(w)
+    with _np.errstate(over="ignore"):
+        w32 = _np.ascontiguousarray(w, dtype=_np.float32)
+    wide = _np.isfinite(w) & ~_np.isfinite(w32)
+    if w.ndim == 2 and wide.any():  # (another shape: the extension says which it must be)
+        t, j = (int(i) for i in _np.argwhere(wide)[0])
+        raise ArgumentError(E_INVAL, "rank %d: token %d, slot %d: the weight %r is beyond float32's range (topk_w "
+                            "is converted to float32)" % (rank, t, j, float(w[t, j])))
+    return w32
 
 
 class MoE(_a2amm.MoE):
@@ -560,8 +570,8 @@ class MoE(_a2amm.MoE):
         call's C code, the GIL released; or an MX pair (codes, scales): codes [T, hidden] and scales
         [T, hidden/32], uint8, exactly); topk_idx [T, topk] int32 or int64 (an expert in [0, experts), or -1
         for an unused slot; an expert at most once a token); topk_w [T, topk] floating point, finite:
-        float32, or float16, float64 or bfloat16 converted to float32 (a weight past float32's range becomes
-        Inf and is refused), on every path; integer or bool weights are a TypeError. T is this rank's own
+        float32, or float16, float64 or bfloat16 converted to float32 (a weight beyond float32's range is an
+        ArgumentError naming token and slot), on every path; integer or bool weights are a TypeError. T is this rank's own
         (0 to max_tokens). Returns bf16 [T, hidden]: a torch.bfloat16 tensor for torch x, numpy uint16 bits
         otherwise; or writes out. A bad argument raises here (ArgumentError naming the
         token and slot for the routing) and the other ranks get PeerError."""
@@ -606,7 +616,7 @@ class MoE(_a2amm.MoE):
                                         ".. %d, or -1 for an unused slot" % (self.comm.rank, t, j, int(ids[t, j]),
                                                                             self.experts - 1))
                 ids = _np.ascontiguousarray(ids, dtype=_np.int32)
-            w = _topk_weights(topk_w)
+            w = _topk_weights(topk_w, self.comm.rank)
         except BaseException as e:
             _fail_collective(self, e)
             raise

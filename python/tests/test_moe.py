@@ -704,6 +704,18 @@ def test_topk_w_of_any_floating_type_gives_the_float32_bits_on_every_path():
         assert same == [True] * 8, same
 
 
+@pytest.mark.parametrize("ids_type", [np.int32, np.int64])
+def test_a_float64_weight_beyond_float32_is_refused_naming_token_and_slot(ids_type):
+    def spoil(x, ids, w):
+        w = w.astype(np.float64)
+        w[3, 1] = 1e39
+        return x, ids.astype(ids_type), w
+
+    said = calls_with_one_bad_rank(0, spoil)
+    assert said[0].startswith("ArgumentError|rank 0: token 3, slot 1: the weight 1e+39 is beyond float32's range"), said
+    assert said[1].startswith("PeerError|") and "rank 0" in said[1], said[1]
+
+
 @pytest.mark.parametrize("w_type", [np.int64, np.int32, np.bool_])
 @pytest.mark.parametrize("ids_type", [np.int32, np.int64])
 def test_topk_w_of_integers_is_refused_on_every_path(w_type, ids_type):
