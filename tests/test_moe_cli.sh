@@ -276,7 +276,8 @@ check "timeline, wide: one bar per expert and chunk, each labelled with its numb
 check "timeline: the legend has no kind of the matmul ops (tiles, waits, sends, perf variants)" \
     bash -c "! grep -Eq '>(tile \(numbered\)|wait for rows|send|signal|perf variant|AllToAll \(unfused\))<' '$SCRATCH/tl.svg'"
 expect_ok "timeline: rendered" rsvg-convert "$SCRATCH/tl.svg" -o "$SCRATCH/tl.png"
-# a trace is anyone's file: experts and threads that are no numbers, or far out, still draw a well-formed picture
+# a trace is anyone's file: experts, threads and chunks that are no numbers, or far out, still draw a
+# well-formed picture
 /usr/bin/python3 - "$SCRATCH/tl.json" "$SCRATCH/tl-odd.json" <<'EOF'
 import json, sys
 t = json.load(open(sys.argv[1]))
@@ -285,6 +286,10 @@ for i, e in enumerate(e for e in t["traceEvents"] if e.get("cat") == "work"):
     e["args"]["expert"] = [-1, 1e20, "z", 7.5, 3, None][i % 6]
     if i % 4 == 0:
         e["name"] = "expert"
+    if i % 5 == 1:
+        e["name"] = "expert 99999999999999999999999"
+for i, e in enumerate(e for e in t["traceEvents"] if e.get("cat") == "exchange"):
+    e["args"]["tile"], e["args"]["slot"] = [(1e300, -1e300), (2 ** 70, "q"), (0.5, None)][i % 3]
 json.dump(t, open(sys.argv[2], "w"))
 EOF
 expect_ok "timeline: odd experts and threads drawn" "$A2AMM" timeline "$SCRATCH/tl-odd.json" -o "$SCRATCH/tl-odd.svg"

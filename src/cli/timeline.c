@@ -105,6 +105,13 @@ static int read_file(const char *path, char **text, size_t *len, a2amm_error *er
     return A2AMM_OK;
 }
 
+/* A whole number of a trace (anyone's file), or dflt where it is none or out of range. */
+static long long json_whole(const json_value *v, long long dflt)
+{
+    double x = json_number(v, NAN);
+    return x == floor(x) && fabs(x) <= 1e15 ? (long long)x : dflt;
+}
+
 /* The spans of the trace's events (those of kinds drawn here); the ranks seen. */
 static int collect_spans(const json_value *events, const char *path, tl_picture *p, a2amm_error *err)
 {
@@ -122,17 +129,19 @@ static int collect_spans(const json_value *events, const char *path, tl_picture 
         const json_value *args = json_get(e, "args");
         tl_span *s = &p->spans[p->n++];
         *s = (tl_span){.t0 = ts, .t1 = ts + dur, .rank = (int)pid, .kind = kind,
-                       .tile = (long long)json_number(json_get(args, "tile"), -1),
-                       .call = (long long)json_number(json_get(args, "call"), -1),
-                       .slot = (long long)json_number(json_get(args, "slot"), -1), .expert = -1};
+                       .tile = json_whole(json_get(args, "tile"), -1), .call = json_whole(json_get(args, "call"), -1),
+                       .slot = json_whole(json_get(args, "slot"), -1), .expert = -1};
         const char *name = json_string(json_get(e, "name"));
         if (kind == TL_VARIANT) s->variant = name && !strncmp(name, "perf: ", 6) ? name + 6 : name;
         if (kind == TL_EXPERT) { /* its number among all E: args.expert, or the name ("expert N (R rows)") */
-            double x = json_number(json_get(args, "expert"), -1);
-            long long nx = -1;
-            if (x >= 0 && x <= 1e9 && x == floor(x)) nx = (long long)x;
-            else if (name && sscanf(name, "expert %lld", &nx) != 1) nx = -1;
-            s->expert = nx;
+            s->expert = json_whole(json_get(args, "expert"), -1);
+            if (s->expert < 0 && name && !strncmp(name, "expert ", 7)) {
+                char *end;
+                errno = 0;
+                long long nx = strtoll(name + 7, &end, 10);
+                s->expert = end > name + 7 && !errno ? nx : -1;
+            }
+            if (s->expert < 0) s->expert = -1;
             s->tid = json_number(json_get(e, "tid"), 0);
             if (!isfinite(s->tid)) s->tid = 0;
         }
@@ -327,7 +336,8 @@ static int span_labels(const tl_picture *p, const tl_span *s, char label[][48], 
         if (s->expert >= 0) {
             snprintf(label[n++], 48, "expert %lld", s->expert);
             snprintf(label[n++], 48, "%lld", s->expert);
-            snprintf(title, tsize, "expert %lld (rank %d, chunk %lld)", s->expert, s->rank, s->tile);
+            if (s->tile >= 0) snprintf(title, tsize, "expert %lld (rank %d, chunk %lld)", s->expert, s->rank, s->tile);
+            else snprintf(title, tsize, "expert %lld (rank %d)", s->expert, s->rank);
         } else {
             snprintf(title, tsize, "an expert (rank %d; its number is not in the trace)", s->rank);
         }
