@@ -9,14 +9,14 @@ tokens go to the ranks of their experts and come back weighted and summed.
 
 Every rank checks its tokens against the same layer computed in this one process by plain torch (the
 experts as nn.Linear modules holding the dequantized MX weights, the same routing), in fp64, within the
-bound docs/op-contract.md derives for each value ("The MoE op": the bf16 roundings of the activation
-and the result and the fp32 sums, with their absolute part below the smallest normal). Each rank prints how many values are off their bound and its worst
-|difference| as a fraction of that value's bound: any figure up to 1 is within the contract (the bound
-is a worst case, where every rounding errs the same way; real roundings partly cancel, so a fraction
-well under 1 is the usual). Then tokens/s of the layer, and of the way without expert parallelism
-beside it (every rank gathers every token, runs its experts on those routed to it in torch, and the
-results are reduce-scattered). Exit 0 and "moe_layer: OK" when every value is within its bound; a bad
-option exits 2 saying why.
+bound docs/op-contract.md derives for each value ("The MoE op": the bf16 roundings of the activation and
+the result and the fp32 sums, with their absolute part below the smallest normal). Each rank prints how
+many values are off their bound and its worst |difference| as a fraction of that value's bound: any
+figure up to 1 is within the contract (the bound is a worst case, where every rounding errs the same
+way; real roundings partly cancel, so a fraction well under 1 is the usual). Then tokens/s of the layer,
+and of the way without expert parallelism beside it (every rank gathers every token, runs its experts on
+those routed to it in torch, and the results are reduce-scattered). Exit 0 and "moe_layer: OK" when
+every value is within its bound; a bad option exits 2 saying why.
 """
 import argparse
 import os
@@ -169,7 +169,8 @@ def whole_number(low, high, what):
         except ValueError:
             v = None
         if v is None or not low <= v <= high:
-            raise argparse.ArgumentTypeError("must be a whole number from %d to %d (%s); got %r" % (low, high, what, text))
+            raise argparse.ArgumentTypeError("must be a whole number from %d to %d (%s); got %r"
+                                             % (low, high, what, text))
         return v
     return parse
 

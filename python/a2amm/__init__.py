@@ -567,14 +567,14 @@ class MoE(_a2amm.MoE):
 
     def __call__(self, x, topk_idx, topk_w, *, out=None):
         """Collective: one call. x [T, hidden] (float32 or bfloat16, quantized with the op's mode inside the
-        call's C code, the GIL released; or an MX pair (codes, scales): codes [T, hidden] and scales
-        [T, hidden/32], uint8, exactly); topk_idx [T, topk] int32 or int64 (an expert in [0, experts), or -1
-        for an unused slot; an expert at most once a token); topk_w [T, topk] floating point, finite:
-        float32, or float16, float64 or bfloat16 converted to float32 (a weight beyond float32's range is an
-        ArgumentError naming token and slot), on every path; integer or bool weights are a TypeError. T is this rank's own
-        (0 to max_tokens). Returns bf16 [T, hidden]: a torch.bfloat16 tensor for torch x, numpy uint16 bits
-        otherwise; or writes out. A bad argument raises here (ArgumentError naming the
-        token and slot for the routing) and the other ranks get PeerError."""
+        call's C code, the GIL released; or an MX pair (codes, scales): codes [T, hidden] and scales [T,
+        hidden/32], uint8, exactly); topk_idx [T, topk] int32 or int64 (an expert in [0, experts), or -1 for an
+        unused slot; an expert at most once a token); topk_w [T, topk] floating point, finite: float32, or
+        float16, float64 or bfloat16 converted to float32 (a weight beyond float32's range is an ArgumentError
+        naming token and slot), on every path; integer or bool weights are a TypeError. T is this rank's own (0
+        to max_tokens). Returns bf16 [T, hidden]: a torch.bfloat16 tensor for torch x, numpy uint16 bits
+        otherwise; or writes out. A bad argument raises here (ArgumentError naming the token and slot for the
+        routing) and the other ranks get PeerError."""
         if (type(x) is tuple and len(x) == 2 and type(x[0]) is _ndarray and type(x[1]) is _ndarray
                 and type(topk_idx) is _ndarray and topk_idx.dtype == _np.int32 and type(topk_w) is _ndarray
                 and topk_w.dtype == _np.float32 and (out is None or type(out) is _ndarray)):

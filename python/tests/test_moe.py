@@ -603,7 +603,8 @@ def wrong_pairs(L, hid, inter):
     c2t = np.ascontiguousarray(c2.transpose(0, 2, 1))  # [L, inter, hid]: the same size
     c13t = np.ascontiguousarray(c13.transpose(0, 2, 1))  # [L, hid, 2*inter]
     return [
-        ("w2 codes", (c13, s13), (c2t, s2), "w2 codes must have shape [E/R, hidden, inter] = [%d, %d, %d]; got [%d, %d, %d]"
+        ("w2 codes", (c13, s13), (c2t, s2),
+         "w2 codes must have shape [E/R, hidden, inter] = [%d, %d, %d]; got [%d, %d, %d]"
          % (L, hid, inter, L, inter, hid)),
         ("w13 codes", (c13t, s13.reshape(L * hid // 32, 2 * inter)), (c2, s2),
          "w13 codes must have shape [E/R, 2*inter, hidden] = [%d, %d, %d]; got [%d, %d, %d]"
@@ -615,7 +616,8 @@ def wrong_pairs(L, hid, inter):
          "w2 scales must have shape [E/R, hidden, inter/32] = [%d, %d, %d]; got [%d, %d, %d]"
          % (L, hid, inter // 32, L, inter // 32, hid)),
         ("flattened w2", (c13, s13), (c2.reshape(L * hid, inter), s2.reshape(L * hid, inter // 32)),
-         "w2 codes must have shape [E/R, hidden, inter] = [%d, %d, %d]; got [%d, %d]" % (L, hid, inter, L * hid, inter)),
+         "w2 codes must have shape [E/R, hidden, inter] = [%d, %d, %d]; got [%d, %d]"
+         % (L, hid, inter, L * hid, inter)),
     ]
 
 
