@@ -8,6 +8,9 @@
  *                               even ranks, 128 on odd ones
  *   mpi_misuse run-arg          a2amm_op_run with m above max_m on rank 0,
  *                               a good call on the others
+ *   mpi_misuse alltoallv-arg    a2amm_comm_alltoallv with send_bytes[1] =
+ *                               SIZE_MAX on rank 0 (refused there), then a
+ *                               barrier; a good call on the others
  *   mpi_misuse swapped          two identical ops, called in swapped order
  *                               on odd ranks
  *   mpi_misuse leave            the last rank destroys its communicator at
@@ -17,6 +20,7 @@
  * "rank R: finished" once it has destroyed what it made and finalized MPI.
  */
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +86,18 @@ int main(int argc, char **argv)
         say("a2amm_op_create", rc, t0, &err);
         t0 = now_s();
         if (!rc) say("a2amm_op_run", a2amm_op_run(x, me == 0 ? M + 1 : M, a, sa, out, &err), t0, &err);
+    } else if (!rc && !strcmp(mode, "alltoallv-arg")) {
+        size_t *sz = calloc((size_t)R * 5, sizeof *sz), *sb = sz, *so = sz + R, *room = sz + 2 * R, *ro = sz + 3 * R;
+        for (int p = 0; p < R; p++) sb[p] = room[p] = 8, so[p] = ro[p] = (size_t)p * 8;
+        if (me == 0) sb[1] = SIZE_MAX;
+        t0 = now_s();
+        rc = a2amm_comm_alltoallv(comm, send, sb, so, recv, room, ro, sz + 4 * R, TIMEOUT_S, &err);
+        say("a2amm_comm_alltoallv", rc, t0, &err);
+        if (me == 0) { /* its next collective call: the failure, at once */
+            t0 = now_s();
+            say("a2amm_comm_barrier", a2amm_comm_barrier(comm, TIMEOUT_S, &err), t0, &err);
+        }
+        free(sz);
     } else if (!rc && !strcmp(mode, "config-differs")) {
         differ = 1;
         rc = make_op(comm, R, b, sb, &x, &err);
@@ -103,8 +119,8 @@ int main(int argc, char **argv)
             say("a2amm_comm_alltoall", rc, t0, &err);
         }
     } else if (!rc) {
-        fprintf(stderr, "mpi_misuse: unknown mode '%s' (alltoall-sizes, run-arg, config-differs, swapped or leave)\n",
-                mode);
+        fprintf(stderr, "mpi_misuse: unknown mode '%s' (alltoall-sizes, run-arg, alltoallv-arg, config-differs, swapped "
+                "or leave)\n", mode);
     }
     t0 = now_s();
     if (comm) {

@@ -199,6 +199,18 @@ check "run-arg: a2amm_comm_status gives rank 1 the first failure" \
 check "run-arg: the library printed nothing and aborted nothing" no_abort
 check "run-arg: both ranks went on to the end" finished_both
 
+# an argument refused on one rank in a2amm_comm_alltoallv fails the communicator: the other rank's call
+# returns A2AMM_E_PEER at once with rank 0's reason, not a mismatch with rank 0's next call
+expect_ok "misuse: send_bytes[1] = SIZE_MAX in a2amm_comm_alltoallv on rank 0" mpirun_hosts 2 "$P-h1,$P-h2" "$misuse" alltoallv-arg
+check "alltoallv-arg: rank 0's call returns its error" \
+    bash -c "grep '^rank 0: a2amm_comm_alltoallv: status -5 ' '$SCRATCH/out' | grep -q 'the block of rank 1 overflows'"
+check "alltoallv-arg: rank 1's call returns A2AMM_E_PEER, naming rank 0 and why" \
+    bash -c "grep '^rank 1: a2amm_comm_alltoallv: status -8 ' '$SCRATCH/out' | grep -q 'rank 0: a2amm_comm_alltoallv: the block of rank 1 overflows'"
+check "alltoallv-arg: rank 1 heard at once" quick 1 a2amm_comm_alltoallv
+check "alltoallv-arg: rank 0's next collective call returns A2AMM_E_PEER" \
+    bash -c "grep -q '^rank 0: a2amm_comm_barrier: status -8 ' '$SCRATCH/out'"
+check "alltoallv-arg: both ranks went on to the end" finished_both
+
 # the create agreement (a hash of the whole config, then the fields where it differs) over MPI messages
 expect_ok "misuse: depth 3 on the last rank, 2 on the others" mpirun_hosts 2 "$P-h1,$P-h2" "$misuse" config-differs
 named_on_both "config-differs" a2amm_op_create 'depth = ' 'must pass the same' 2 3
