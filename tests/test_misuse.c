@@ -461,8 +461,9 @@ static void test_refused_creates(void)
 
 static int rank_local_error(a2amm_comm *comm, void *arg)
 {
-    (void)arg;
+    int own = arg != NULL; /* rank 1 returns an error of its own, no library call's */
     a2amm_error err = {0, ""};
+    if (a2amm_comm_rank(comm) == 1 && own) return A2AMM_E_INVAL;
     if (a2amm_comm_rank(comm) == 1) /* a local refusal, the communicator untouched: its function returns it */
         return a2amm_moe_set_weights(NULL, NULL, NULL, 0, NULL, NULL, 0, NULL);
     return a2amm_comm_barrier(comm, 30, &err) == A2AMM_E_PEER ? A2AMM_OK : A2AMM_E_INVAL;
@@ -475,6 +476,14 @@ static void test_local_error_named(void)
               strstr(rep->launch_msg, "a2amm_moe_set_weights: moe and the four arrays must not be NULL"),
           "a rank that returned a local call's error: the launch names that error (got %d: %s)", rep->launch_rc,
           rep->launch_msg);
+    /* an error of the launching thread is not the rank's: a rank returning its own error is not named with it */
+    a2amm_error err = {0, ""};
+    a2amm_moe_expert(NULL, 0, 0, NULL, NULL, 0, NULL, 0, &err);
+    launch(rank_local_error, "own");
+    CHECK(rep->launch_rc == A2AMM_E_INVAL && strstr(rep->launch_msg, "rank 1: returned -1 (invalid argument) while") &&
+              !strstr(rep->launch_msg, "a2amm_moe_expert"),
+          "a rank that returned an error of its own: not named with the launcher's last error (got %d: %s)",
+          rep->launch_rc, rep->launch_msg);
 }
 
 /* ---- timeouts and threads across ranks ------------------------------------- */

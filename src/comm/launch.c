@@ -55,6 +55,7 @@ static _Noreturn void run_rank(comm_world *world, int rank, comm_rank_fn rank_fn
     comm_ctx ctx;
     comm_ctx_init(&ctx, world, rank);
     comm_progress(&ctx);
+    error_forget_here(); /* the launcher's thread's, copied by the fork: not this rank's */
     int status = rank_fn(&ctx, arg);
     if (status != A2AMM_OK && !comm_world_failed(world->hdr, NULL, NULL, NULL, 0)) {
         /* what the library last refused on this thread (comm's own failures among them), newer than

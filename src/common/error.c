@@ -39,6 +39,8 @@ int a2amm_fail(a2amm_error *err, int code, const char *fmt, ...)
 
 const a2amm_error *error_last_here(void) { return &last_here; }
 
+void error_forget_here(void) { a2amm_error_clear(&last_here); }
+
 void a2amm_error_clear(a2amm_error *err)
 {
     if (err) {

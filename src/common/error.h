@@ -11,6 +11,8 @@ int a2amm_fail(a2amm_error *err, int code, const char *fmt, ...)
 /* The last failure a2amm_fail reported on the calling thread (code 0: none yet), whether or not it
  * was given an err to fill. */
 const a2amm_error *error_last_here(void);
+/* Forgets it (a forked child's copy of its parent's, say). */
+void error_forget_here(void);
 
 /* Clears err (if not NULL) to success. */
 void a2amm_error_clear(a2amm_error *err);
