@@ -36,6 +36,12 @@ for isa in ref avx2 avx512 amx; do
     else
         echo "test_digest.sh: the $isa level's digest is not pinned yet: $got"
     fi
+    if [ -n "${PINNED_SAMPLE[$isa]:-}" ]; then
+        sampled=$("$DIGEST" $isa --nan-canonical --sample | tail -n 1)
+        want="$isa: ${PINNED_SAMPLE[$isa]} over 48 cases (--sample)"
+        check "the $isa level's sample (the emulated CPUs' list): pinned '$want', got '$sampled'" \
+            test "$sampled" = "$want"
+    fi
     if [ $isa != ref ]; then # ref has no small-M path
         got8=$("$DIGEST" $isa --nan-canonical --fp8-b | tail -n 1)
         check "the $isa level's small-M path gives its bits: '$got' plain, '$got8' with every call on B in fp8" \

@@ -28,6 +28,10 @@
  * may differ between compilers and optimization levels (gcc -O2 and the
  * sanitized -O1 build do; the contract says NaN, not which); every
  * other bit may not. tests/test_digest.sh checks these digests.
+ *
+ * --sample runs a sixth of the list (every chosen shape once, every 8th
+ * random case): tests/test_emulated_cpus.sh compares its digest under an
+ * emulated CPU with the host's.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -50,6 +54,7 @@ static int64_t in(int64_t lo, int64_t hi) { return lo + (int64_t)(next() % (uint
 
 enum { OUT_UNTOUCHED = 0x7FA5 }; /* what out holds before a call: a NaN no call writes */
 static int nan_canonical; /* --nan-canonical */
+static int sample;        /* --sample */
 
 /* c's NaNs as 0x7FC00000 (--nan-canonical). */
 static void canonical_f32(float *c, size_t n)
@@ -171,7 +176,9 @@ static uint64_t run_case(gemm_isa isa, const gemm_case *g, uint64_t seed)
     return h;
 }
 
-/* Case i of the fixed list: a few chosen shapes, then random ones. */
+enum { RANDOM_CASES = 220 };
+
+/* Case i of the fixed list: a few chosen shapes (4 calls each), then RANDOM_CASES random ones. */
 static gemm_case case_of(int i, int *count)
 {
     /* rows, N, K: row blocks (192, 384), AMX groups (32) and tiles (6), panels (16, 64), chunks (512, 1024) */
@@ -181,7 +188,7 @@ static gemm_case case_of(int i, int *count)
         {193, 129, 3072}, {385, 96, 1024}, {416, 70, 2048},  {600, 40, 3104},  {64, 1000, 256},
         {3, 3584, 1024}, {16, 700, 4096},  {130, 250, 96},   {40, 48, 4128},   {200, 64, 5120},
     };
-    const int fixed = (int)(sizeof SHAPES / sizeof SHAPES[0]) * 4, random = 220;
+    const int fixed = (int)(sizeof SHAPES / sizeof SHAPES[0]) * 4, random = RANDOM_CASES;
     *count = fixed + random;
     gemm_case g;
     state = 0x51ED270B9A3C4F61ull + (uint64_t)i * 0x9E3779B97F4A7C15ull;
@@ -208,6 +215,16 @@ static gemm_case case_of(int i, int *count)
     return g;
 }
 
+/* --sample: every fixed shape once (its call rotating with the shape) and every 8th random case, a sixth of
+ * the list, for a run under emulation whose digest is compared with the same sample's on the host. */
+static int in_sample(int i)
+{
+    int count;
+    case_of(0, &count);
+    const int fixed = count - RANDOM_CASES;
+    return i < fixed ? i % 4 == (i / 4) % 4 : (i - fixed) % 8 == 0;
+}
+
 int main(int argc, char **argv)
 {
     int count;
@@ -216,6 +233,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--fp8-b")) fp8_b = 1;
         else if (!strcmp(argv[i], "--nan-canonical")) nan_canonical = 1;
+        else if (!strcmp(argv[i], "--sample")) sample = 1;
         else levels++;
     }
     for (int isa = 0; isa < GEMM_ISA_COUNT; isa++) {
@@ -227,7 +245,10 @@ int main(int argc, char **argv)
             continue;
         }
         uint64_t all = 0xCBF29CE484222325ull;
+        int ran = 0;
         for (int i = 0; i < count; i++) {
+            if (sample && !in_sample(i)) continue;
+            ran++;
             gemm_case g = case_of(i, &count);
             uint64_t h = run_case((gemm_isa)isa, &g, 0x1234567ull + (uint64_t)i * 0x9E3779B97F4A7C15ull);
             printf("%s case %3d: %016llx  %s x %s rows %lld N %lld K %lld k [%lld, +%lld) n [%lld, %lld) call %d %s\n",
@@ -236,7 +257,8 @@ int main(int argc, char **argv)
                    (long long)g.k0, (long long)g.klen, (long long)g.n0, (long long)g.n1, g.call, MIX_NAMES[g.m]);
             all = digest(all, &h, sizeof h);
         }
-        printf("%s: %016llx over %d cases\n", gemm_isa_name((gemm_isa)isa), (unsigned long long)all, count);
+        printf("%s: %016llx over %d cases%s\n", gemm_isa_name((gemm_isa)isa), (unsigned long long)all, ran,
+               sample ? " (--sample)" : "");
     }
     return 0;
 }
