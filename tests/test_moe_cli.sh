@@ -392,6 +392,36 @@ for v in "a2amm MoE call (dispatch, experts, combine)" "the call, unfused schedu
     "exchange alone (dispatch + combine)" "call / experts alone:"; do
     expect_output "perf mode: $v" "$v"
 done
+# the spreads beside the medians, every variant's, and the other schedule against the call in words
+check "perf mode: a spread for each variant" grep -Eq "^  spread, \(max - min\) / max: call [0-9]+%( \(wide\))?, unfused schedule [0-9]+%( \(wide\))?, experts alone [0-9]+%( \(wide\))?, exchange alone [0-9]+%( \(wide\))?$" "$SCRATCH/out"
+check "perf mode: the other schedule against the call, in words" grep -Eq "^  the call \(fused\) vs the unfused schedule: (no measurable difference|faster by [0-9.]+ ms|slower by [0-9.]+ ms)" "$SCRATCH/out"
+check "perf mode: the exposed time is a time or none measurable" grep -Eq "^  exposed, median call - median experts alone: ([0-9]+\.[0-9]+ ms, [0-9.]+% of the run|none measurable \()" "$SCRATCH/out"
+# the experts alone slowed (A2AMM_FAULT=slow-experts: by 50 ms on rank 0, as a busy machine may): no negative
+# time, the exposed time none measurable, the ratio below 1 explained; --json keeps the bare difference
+A2AMM_FAULT_RANK=0 A2AMM_FAULT=slow-experts "$A2AMM" run 12 96 64 4 --op moe perf --iters 3 --dir "$d" \
+    --trace "$SCRATCH/slow.json" >"$SCRATCH/slow" 2>&1
+check "perf, experts alone slowed: no negative time printed" bash -c "! grep -E -- '-[0-9.]+ ?(ms|s|%)' '$SCRATCH/slow'" || tail -15 "$SCRATCH/slow" >&2
+check "perf, experts alone slowed: exposed none measurable" grep -q "^  exposed, median call - median experts alone: none measurable (the run's median is not above the experts alone's)" "$SCRATCH/slow"
+check "perf, experts alone slowed: the ratio below 1 explained" grep -q "^  call / experts alone: 0\.[0-9]* (medians); below 1.0" "$SCRATCH/slow"
+check "perf, experts alone slowed: the trace's figures have no negative time" /usr/bin/python3 -c "
+import json, re; s = json.load(open('$SCRATCH/slow.json'))['otherData']['summary']
+assert 'exposed none measurable' in s and not re.search(r'-[0-9.]+ ?(ms|s|%)', s), s"
+A2AMM_FAULT_RANK=0 A2AMM_FAULT=slow-experts "$A2AMM" run 12 96 64 4 --op moe perf --iters 3 --dir "$d" --json \
+    >"$SCRATCH/slow" 2>&1
+check "perf --json, experts alone slowed: exposed_s kept, not measurable, spreads flagged" /usr/bin/python3 -c "
+import json; j = json.load(open('$SCRATCH/slow'))
+assert j['exposed_s'] < 0 and j['exposed_measurable'] is False and isinstance(j['busy'], bool), j
+assert all(isinstance(j[k]['spread_wide'], bool) for k in ('call_s', 'other_schedule_s', 'experts_alone_s', 'exchange_alone_s')), j"
+# progress on stderr where it is a file: plain lines, the last repetition's too; none with --quiet or --json
+"$A2AMM" run 12 96 64 4 --op moe perf --iters 4 --dir "$d" >"$SCRATCH/perf-out" 2>"$SCRATCH/perf-err"
+check "perf, stderr a file: progress lines there" grep -q "^a2amm: MoE perf repetition [0-9] of 4 ([0-9]* s)$" "$SCRATCH/perf-err" || tail -15 "$SCRATCH/perf-err" >&2
+check "perf, stderr a file: the last repetition's line" grep -q "^a2amm: MoE perf repetition 4 of 4 ([0-9]* s)$" "$SCRATCH/perf-err" || tail -15 "$SCRATCH/perf-err" >&2
+check "perf, stderr a file: no carriage return" bash -c "! grep -q $'\r' '$SCRATCH/perf-err'"
+check "perf, stderr a file: none on stdout" bash -c "! grep -q 'perf repetition' '$SCRATCH/perf-out'"
+for opt in --quiet --json; do
+    "$A2AMM" run 12 96 64 4 --op moe perf --iters 2 --dir "$d" $opt >/dev/null 2>"$SCRATCH/perf-err"
+    check "perf $opt, stderr a file: nothing there" test ! -s "$SCRATCH/perf-err"
+done
 expect_ok "perf mode --json" "$A2AMM" run 12 96 64 4 --op moe perf --iters 2 --json --dir "$d"
 check "perf --json: figures that parse, every time positive" /usr/bin/python3 -c "
 import json; j = json.load(open('$SCRATCH/out'))

@@ -423,6 +423,9 @@ static void run_usage(FILE *f)
             "                       mpirun --allow-run-as-root --oversubscribe -np R \\\n"
             "                         a2amm run T H I R --op moe --transport mpi --dir D\n"
             "  --json             one JSON object: the run (precision mode) or its figures (perf mode)\n"
+            "  --quiet            no progress in perf mode: on stderr, the repetitions done and\n"
+            "                     about how long is left (on a terminal a line rewritten in place,\n"
+            "                     else a line every few seconds); --json gives none either\n"
             "  --trace FILE       every rank's calls as a Chrome trace (Perfetto, chrome://tracing, or\n"
             "                     a2amm timeline FILE): each chunk's dispatch and combine, its experts,\n"
             "                     each expert on its thread; perf mode: every repetition. Over\n"
@@ -463,6 +466,9 @@ static void print_perf(const moe_io_shape *s, const moe_run_result *res, a2amm_s
     int64_t tokens = 0;
     for (int r = 0; r < s->R; r++) tokens += s->tokens[r];
     const double call = sum[MOE_V_CALL].median, experts = sum[MOE_V_EXPERTS].median;
+    int busy = 0;
+    for (int v = 0; v < MOE_VARIANTS; v++) busy |= cli_spread_wide(sum[v].min, sum[v].max);
+    const int exposed_ok = call > experts && cli_difference_measurable(&sum[MOE_V_CALL], &sum[MOE_V_EXPERTS]);
     if (json) {
         printf("{\"command\":\"run\",\"op\":\"moe\",\"mode\":\"perf\",\"T\":%lld,\"H\":%lld,\"I\":%lld,\"R\":%d,"
                "\"experts\":%d,\"topk\":%d,\"tokens\":%lld,\"threads\":%d", (long long)s->T, (long long)s->H,
@@ -470,13 +476,17 @@ static void print_perf(const moe_io_shape *s, const moe_run_result *res, a2amm_s
         cli_json_key_str("kernel", res->kernel);
         static const char *const keys[MOE_VARIANTS] = {"call", "other_schedule", "experts_alone", "exchange_alone"};
         for (int v = 0; v < MOE_VARIANTS; v++)
-            printf(",\"%s_s\":{\"median\":%.9f,\"min\":%.9f,\"max\":%.9f}", keys[v], sum[v].median, sum[v].min,
-                   sum[v].max);
-        printf(",\"schedule\":\"%s\",\"exposed_s\":%.9f,\"tokens_per_s\":%.1f,\"expert_rows_max\":%lld}\n",
-               moe_schedule_name(schedule), call - experts, tokens / call, (long long)res->rows_max);
+            printf(",\"%s_s\":{\"median\":%.9f,\"min\":%.9f,\"max\":%.9f,\"spread_wide\":%s}", keys[v], sum[v].median,
+                   sum[v].min, sum[v].max, cli_spread_wide(sum[v].min, sum[v].max) ? "true" : "false");
+        /* exposed_s stays the bare difference of the medians (negative where noise made it so);
+         * exposed_measurable says whether it is more than the spread */
+        printf(",\"schedule\":\"%s\",\"exposed_s\":%.9f,\"exposed_measurable\":%s,\"busy\":%s,\"tokens_per_s\":%.1f,"
+               "\"expert_rows_max\":%lld}\n", moe_schedule_name(schedule), call - experts, exposed_ok ? "true" : "false",
+               busy ? "true" : "false", tokens / call, (long long)res->rows_max);
         return;
     }
-    printf("  perf: %d repetitions, each the slowest rank's time (median, min, max); the call's schedule: %s\n",
+    const char *other = moe_other_schedule(schedule) == A2AMM_SCHEDULE_FUSED ? "fused" : "unfused";
+    printf("  perf: %d repetitions, each the slowest rank's time (median, min .. max); the call's schedule: %s\n",
            res->iters, moe_schedule_name(schedule));
     for (int v = 0; v < MOE_VARIANTS; v++)
         printf("    %-46s %9.3f ms  (%.3f .. %.3f)\n",
@@ -484,9 +494,32 @@ static void print_perf(const moe_io_shape *s, const moe_run_result *res, a2amm_s
                                                                                         : "the call, unfused schedule")
                                 : moe_variant_names[v],
                sum[v].median * 1e3, sum[v].min * 1e3, sum[v].max * 1e3);
-    printf("  call / experts alone: %.2f; exposed (call - experts): %.3f ms; %.0f tokens/s over %lld tokens; "
-           "at most %lld expert rows (token, expert) on a rank\n", call / experts, (call - experts) * 1e3, tokens / call,
-           (long long)tokens, (long long)res->rows_max);
+    char other_name[40];
+    snprintf(other_name, sizeof other_name, "%s schedule", other);
+    const char *spread_names[MOE_VARIANTS] = {"call", other_name, "experts alone", "exchange alone"};
+    cli_print_spreads(spread_names, sum, MOE_VARIANTS);
+    if (busy)
+        printf("  a busy machine: a spread over 10%% (wide) means other work took the cores during these\n"
+               "  repetitions; a difference within the spread is not measurable (compare with care)\n");
+    const double ratio = call / experts;
+    printf("  call / experts alone: %.2f (medians)%s\n", ratio,
+           ratio >= 1.0 ? ""
+           : !cli_difference_measurable(&sum[MOE_V_CALL], &sum[MOE_V_EXPERTS])
+               ? "; below 1.0 within the spread: as fast as its experts alone"
+               : "; below 1.0: the experts alone ran slower than the whole call (a busy machine)");
+    char ex[200];
+    cli_exposed_text_of(ex, sizeof ex, &sum[MOE_V_CALL], &sum[MOE_V_EXPERTS], "the experts alone's");
+    printf("  exposed, median call - median experts alone: %s\n", ex);
+    const double d = sum[MOE_V_OTHER].median - call;
+    if (!cli_difference_measurable(&sum[MOE_V_CALL], &sum[MOE_V_OTHER]))
+        printf("  the call (%s) vs the %s schedule: no measurable difference (the medians differ by %.3f ms, "
+               "within the spread)\n", moe_schedule_name(schedule), other, fabs(d) * 1e3);
+    else
+        printf("  the call (%s) vs the %s schedule: %s by %.3f ms (%.1f%%)%s\n", moe_schedule_name(schedule), other,
+               d > 0 ? "faster" : "slower", fabs(d) * 1e3, 100.0 * fabs(d) / sum[MOE_V_OTHER].median,
+               d < 0 && busy ? " on a busy machine (see the spreads)" : "");
+    printf("  %.0f tokens/s over %lld tokens (median call); at most %lld expert rows (token, expert) on a rank\n",
+           tokens / call, (long long)tokens, (long long)res->rows_max);
 }
 
 int cmd_run_moe(int argc, char **argv)
@@ -494,7 +527,7 @@ int cmd_run_moe(int argc, char **argv)
     moe_run_options o = {.mode = RUN_PRECISION, .iters = 10, .warmup = 1, .timeout_s = 60};
     moe_args a = {0};
     const char *dir = ".";
-    int json = 0, modes = 0;
+    int json = 0, quiet = 0, modes = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         int m;
@@ -528,6 +561,7 @@ int cmd_run_moe(int argc, char **argv)
             if (m < 0) return 2;
             o.trace_path = v;
         } else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else if (!strcmp(argv[i], "--unfused") || !strcmp(argv[i], "--overlap")) {
             a2amm_schedule asked = argv[i][2] == 'u' ? A2AMM_SCHEDULE_UNFUSED : A2AMM_SCHEDULE_OVERLAP;
             if (o.schedule != A2AMM_SCHEDULE_FUSED && o.schedule != asked) {
@@ -577,6 +611,7 @@ int cmd_run_moe(int argc, char **argv)
     }
     if (o.transport != RUN_MPI && cli_dir_lock("run", dir, 0) < 0) return 1;
     if (o.transport != RUN_MPI) o.stop = cli_catch_stop_signals();
+    o.progress = !quiet && !json && o.transport != RUN_MPI; /* perf mode's progress (progress.h) */
     if (o.transport == RUN_MPI && run_mpi_rank() > 0 && !freopen("/dev/null", "w", stdout)) return 1;
     if (!json) {
         print_shape("run", &s);

@@ -19,6 +19,12 @@ fault_kind fault_from_env(int rank)
     return FAULT_NONE;
 }
 
+int fault_slow_here(const char *name, int rank)
+{
+    const char *r = getenv("A2AMM_FAULT_RANK"), *f = getenv("A2AMM_FAULT");
+    return r && f && !strcmp(f, name) && atoi(r) == rank;
+}
+
 int fault_observe(void *arg, const a2amm_event *ev)
 {
     fault_plan *p = arg;

@@ -18,6 +18,15 @@
  *     before the end barrier);
  *   gen: gen-inputs (before the inputs), gen-golden (inputs written,
  *     before the goldens), gen-meta (before the meta file).
+ *
+ * Faults of perf mode's timing, as a machine busy with other work may make
+ * one variant slower than another that does more (the tests' way to a
+ * difference of medians below zero, which the report must not print as a
+ * time): with A2AMM_FAULT_RANK=r,
+ *   A2AMM_FAULT=slow-matmul: rank r's timed matmul alone (the matmul ops'
+ *     perf mode and bench op) takes 50 ms more;
+ *   A2AMM_FAULT=slow-experts: rank r's timed experts alone (run --op moe
+ *     perf) take 50 ms more.
  */
 #ifndef A2AMM_CLI_FAULT_H
 #define A2AMM_CLI_FAULT_H
@@ -43,6 +52,8 @@ int fault_observe(void *arg, const a2amm_event *ev);
 /* A2AMM_FAULT=pause-<phase>: returns only on SIGUSR1 (rank >= 0: only in
  * rank A2AMM_FAULT_RANK; -1: the launcher or gen). Otherwise nothing. */
 void fault_pause(const char *phase, int rank);
+/* Whether A2AMM_FAULT is `name` (slow-matmul, slow-experts) and A2AMM_FAULT_RANK is `rank`. */
+int fault_slow_here(const char *name, int rank);
 /* A stall-end fault: never returns. Otherwise nothing. */
 void fault_at_end(const fault_plan *plan);
 

@@ -10,12 +10,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/args.h"
+#include "cli/fault.h"
 #include "cli/guard.h"
 #include "cli/perf_report.h"
+#include "cli/progress.h"
 #include "cli/rank_report.h"
 #include "cli/run_trace.h"
 #include "cli/time_map.h"
@@ -181,6 +185,7 @@ static int perf_round(moe_rank *k, int it, a2amm_error *err)
     if (!rc) rc = a2amm_comm_barrier(k->comm, rn->o.timeout_s, err);
     t0 = cli_now();
     if (!rc) rc = run_experts(&job, err);
+    if (!rc && it >= 0 && fault_slow_here("slow-experts", k->me)) nanosleep(&(struct timespec){0, 50000000}, NULL);
     if (!rc && it >= 0) *time_slot(rn, MOE_V_EXPERTS, it, k->me) = cli_now() - t0;
     if (!rc) rc = a2amm_moe_combine(k->m, batch, (const float *const *)k->y, k->out, err);
     a2amm_moe_batch_destroy(batch);
@@ -329,13 +334,42 @@ static int collect(const moe_runner *rn, moe_run_result *res, a2amm_error *err)
 static const char *perf_summary(const moe_runner *rn, const moe_run_result *res, char *buf, size_t size)
 {
     if (rn->o.mode != RUN_PERF || !res->t[MOE_V_CALL]) return NULL;
-    const double call = cli_summarize(res->t[MOE_V_CALL], res->iters).median,
-                 experts = cli_summarize(res->t[MOE_V_EXPERTS], res->iters).median,
-                 exchange = cli_summarize(res->t[MOE_V_EXCHANGE], res->iters).median;
+    const cli_summary call = cli_summarize(res->t[MOE_V_CALL], res->iters),
+                      experts = cli_summarize(res->t[MOE_V_EXPERTS], res->iters);
+    const double exchange = cli_summarize(res->t[MOE_V_EXCHANGE], res->iters).median;
+    char exposed[200];
+    cli_exposed_text_of(exposed, sizeof exposed, &call, &experts, "the experts alone's");
     snprintf(buf, size, "MoE call %.3f ms (%s schedule) vs experts alone %.3f ms, exchange alone %.3f ms (medians): "
-             "call / experts alone = %.3f", call * 1e3, moe_schedule_name(rn->o.schedule), experts * 1e3,
-             exchange * 1e3, call / experts);
+             "call / experts alone = %.3f, exposed %s", call.median * 1e3, moe_schedule_name(rn->o.schedule),
+             experts.median * 1e3, exchange * 1e3, call.median / experts.median, exposed);
     return buf;
+}
+
+/* ---- the progress of a perf run ---------------------------------------------------- */
+
+typedef struct progress_watch {
+    const moe_runner *rn;
+    _Atomic int stop;
+} progress_watch;
+
+/* Counts rank 0's finished repetitions in the shared times (the exchange alone, each round's last, is
+ * non-zero once timed). */
+static void *watch_progress(void *arg)
+{
+    progress_watch *w = arg;
+    const moe_runner *rn = w->rn;
+    cli_progress p;
+    cli_progress_start_lines(&p, 0, 0); /* the caller decided it is wanted (moe_run_options.progress) */
+    for (int last = 0; !last;) {
+        last = atomic_load(&w->stop); /* once more after the ranks ended: the last repetition's line */
+        int done = 0;
+        for (int it = 0; it < rn->o.iters; it++) done += *time_slot(rn, MOE_V_EXCHANGE, it, 0) > 0;
+        cli_progress_count(&p, "a2amm: MoE perf repetition", done, done, rn->o.iters);
+        struct timespec pause = {0, 100000000};
+        if (!last) nanosleep(&pause, NULL);
+    }
+    cli_progress_end(&p);
+    return NULL;
 }
 
 /* The trace's part of a run over MPI: each rank's clock offset measured before the run, its spans gathered
@@ -343,7 +377,7 @@ static const char *perf_summary(const moe_runner *rn, const moe_run_result *res,
 static int trace_mpi_write(const moe_runner *rn, const moe_run_result *res, const int64_t *offsets,
                            a2amm_error *err)
 {
-    char summary[300];
+    char summary[500];
     trace_meta meta = {.moe = &rn->s, .mode = rn->o.mode == RUN_PERF ? "perf" : "precision", .transport = "mpi",
                        .path = "messages", .threads = rn->threads, .schedule = moe_schedule_name(rn->o.schedule),
                        .offset_ns = offsets, .summary = perf_summary(rn, res, summary, sizeof summary)};
@@ -418,14 +452,22 @@ int moe_run_files(const char *dir, const moe_io_shape *s, const moe_run_options 
         a2amm_launch_options lo = {.size = sizeof lo, .heap_bytes = heap_bytes(s),
                                    .timeout_s = rn.o.timeout_s * (reps * 12.0 + 16.0),
                                    .stall_s = rn.o.timeout_s * 1.5 + 1.0, .stop = rn.o.stop, .reports = res->ranks};
+        progress_watch watch = {&rn, 0};
+        pthread_t watcher;
+        int watching = !rc && rn.o.progress && rn.o.mode == RUN_PERF &&
+                       pthread_create(&watcher, NULL, watch_progress, &watch) == 0;
         if (!rc) rc = a2amm_launch(s->R, rank_main, &rn, &lo, err);
+        if (watching) {
+            atomic_store(&watch.stop, 1);
+            pthread_join(watcher, NULL);
+        }
         if (rn.o.mode == RUN_PRECISION) {
             if (rc) io_set_discard(dir, "npu_out.bin", s->R, rn.tag);
             else rc = io_set_commit(dir, "npu_out.bin", s->R, rn.tag, NULL, NULL, err);
         }
         if (!rc && rn.o.mode == RUN_PERF) rc = collect(&rn, res, err); /* the trace carries the figures */
         if (rn.o.trace_path) { /* the ranks' parts into one file; only removed after a failure */
-            char summary[300];
+            char summary[500];
             trace_meta meta = {.moe = s, .mode = rn.o.mode == RUN_PERF ? "perf" : "precision", .transport = "shm",
                                .path = "stage", .threads = rn.threads, .schedule = moe_schedule_name(rn.o.schedule),
                                .summary = perf_summary(&rn, res, summary, sizeof summary)};

@@ -39,6 +39,8 @@ typedef struct moe_run_options {
     double timeout_s;  /* every wait between ranks (default 60) */
     run_transport transport;
     const volatile sig_atomic_t *stop; /* non-zero stops the run (A2AMM_E_INTERRUPTED, nothing written) */
+    int progress;      /* perf over shm: the repetitions done on stderr, a terminal's line or plain lines
+                          (progress.h; the caller decides: not --quiet, not --json) */
     const char *trace_path; /* --trace FILE: every rank's events of the op's calls as Chrome trace JSON, or NULL
                                (shm only; held to cli_check_output by the caller) */
 } moe_run_options;

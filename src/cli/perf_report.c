@@ -47,6 +47,33 @@ void cli_exposed_text(char *buf, size_t size, const cli_summary *run, const cli_
         snprintf(buf, size, "none measurable (the run's median is not above the matmul alone's)");
 }
 
+void cli_exposed_text_of(char *buf, size_t size, const cli_summary *run, const cli_summary *alone,
+                         const char *alone_name)
+{
+    double d = run->median - alone->median;
+    if (d > 0 && cli_difference_measurable(run, alone))
+        snprintf(buf, size, "%.3f ms, %.1f%% of the run", d * 1e3, 100.0 * d / run->median);
+    else if (d > 0)
+        snprintf(buf, size, "none measurable (the medians differ by %.3f ms, within the spread of %.3f ms)", d * 1e3,
+                 fmax(run->max - run->min, alone->max - alone->min) * 1e3);
+    else
+        snprintf(buf, size, "none measurable (the run's median is not above %s)", alone_name);
+}
+
+int cli_print_spreads(const char *const *names, const cli_summary *v, int n)
+{
+    int busy = 0;
+    printf("  spread, (max - min) / max:");
+    for (int i = 0; i < n; i++) {
+        int wide = cli_spread_wide(v[i].min, v[i].max);
+        busy |= wide;
+        printf("%s %s %.0f%%%s", i ? "," : "", names[i], v[i].max > 0 ? 100.0 * (v[i].max - v[i].min) / v[i].max : 0.0,
+               wide ? " (wide)" : "");
+    }
+    printf("\n");
+    return busy;
+}
+
 /* Per rank, where a timed call of the configured op went (means over the repetitions). */
 static void print_breakdown(const run_perf *p, int R, const char *name)
 {

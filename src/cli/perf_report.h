@@ -23,6 +23,13 @@ int cli_difference_measurable(const cli_summary *a, const cli_summary *b);
 /* "12.345 ms (4.5% of the run)" for a measurable a.median - b.median > 0, else "none measurable (...)"
  * saying why: never a negative time. */
 void cli_exposed_text(char *buf, size_t size, const cli_summary *run, const cli_summary *alone);
+/* The same for any part timed alone, named by `alone_name` as the text's last words say it ("the experts
+ * alone's"): "none measurable (the run's median is not above the experts alone's)". */
+void cli_exposed_text_of(char *buf, size_t size, const cli_summary *run, const cli_summary *alone,
+                         const char *alone_name);
+/* One line "  spread, (max - min) / max: NAME 3%, NAME 15% (wide), ..." of n variants; returns whether
+ * any spread is wide (then the caller says what a busy machine means). */
+int cli_print_spreads(const char *const *names, const cli_summary *v, int n);
 
 /* The perf table of an op run (or one JSON object with --json). */
 void cli_print_op_perf(const op_shape *s, const run_options *o, const run_result *res, int json);
