@@ -16,6 +16,7 @@
 #include "bench/bench_data.h"
 #include "cli/args.h"
 #include "cli/perf_report.h"
+#include "cli/progress.h"
 #include "common/error.h"
 #include "common/pool.h"
 #include "op/moe.h"
@@ -58,7 +59,7 @@ static void read_task(void *arg, int t)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: a2amm bench grouped E M H I [--threads T] [--iters N]\n"
+            "usage: a2amm bench grouped E M H I [--threads T] [--iters N] [--quiet]\n"
             "\n"
             "E experts of the MoE op (SwiGLU: gate and up [2I, H], down [H, I], MXFP8 E4M3 of\n"
             "floats uniform in [-1, 1], as ggml's tests draw them) with M rows each, computed\n"
@@ -71,6 +72,12 @@ static void usage(FILE *f)
             "options:\n"
             "  --threads T   threads, 1 to 1024 (default: every core)\n"
             "  --iters N     repetitions (default 10)\n"
+            "  --quiet       no progress on stderr (see Time)\n"
+            "\n"
+            "Time: the weights made and prepared, a warm-up, then --iters repetitions of the\n"
+            "experts and the read; it grows with E x H x I (x M for the experts). Progress goes\n"
+            "to stderr: the preparation, then the repetitions done and about how long is left\n"
+            "(on a terminal a line rewritten in place, else a line every few seconds).\n"
             "\n"
             "example:\n"
             "  a2amm bench grouped 64 4 2048 1408      (DeepSeek-V2-Lite's experts, 4 rows each)\n");
@@ -80,7 +87,7 @@ int cmd_bench_grouped(int argc, char **argv)
 {
     int iters = 10, threads = pool_cpu_count();
     char *pos[4];
-    int npos = 0;
+    int npos = 0, quiet = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         int m;
@@ -95,6 +102,8 @@ int cmd_bench_grouped(int argc, char **argv)
         } else if ((m = cli_option(argc, argv, &i, "--threads", &v))) {
             if (m < 0 || cli_parse_i64("bench grouped", "--threads", v, 1, 1024, &x)) return 2;
             threads = (int)x;
+        } else if (!strcmp(argv[i], "--quiet")) {
+            quiet = 1;
         } else if (argv[i][0] == '-' && argv[i][1] && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             fprintf(stderr, "a2amm bench grouped: unknown option '%s' (see a2amm bench grouped --help)\n", argv[i]);
             return 2;
@@ -133,6 +142,9 @@ int cmd_bench_grouped(int argc, char **argv)
     gemm_isa isa;
     int rc = w13 && s13 && w2 && s2 && x && sx && g.y && t_call && t_read ? A2AMM_OK
                                                                           : a2amm_fail(&err, A2AMM_E_NOMEM, "out of memory");
+    cli_progress progress;
+    cli_progress_start_lines(&progress, quiet, 0);
+    cli_progress_say(&progress, "a2amm bench grouped: making and preparing %d experts' weights", E);
     uint64_t st = 0x9E3779B97F4A7C15ull;
     if (!rc) rc = bench_uniform_mx(&st, (int64_t)E * 2 * I, H, w13, s13, &err);
     if (!rc) rc = bench_uniform_mx(&st, (int64_t)E * H, I, w2, s2, &err);
@@ -145,6 +157,7 @@ int cmd_bench_grouped(int argc, char **argv)
     g.part_bytes[0] = n13, g.part_bytes[1] = n13 / 32, g.part_bytes[2] = n2, g.part_bytes[3] = n2 / 32;
     if (!rc) pool_run(workers, expert_task, &g, E); /* warm-up */
     for (int it = 0; !rc && it < iters; it++) {
+        cli_progress_count(&progress, "a2amm bench grouped: repetition", it + 1, it, iters);
         double t0 = cli_now();
         pool_run(workers, expert_task, &g, E);
         t_call[it] = cli_now() - t0;
@@ -152,6 +165,8 @@ int cmd_bench_grouped(int argc, char **argv)
         pool_run(workers, read_task, &g, threads);
         t_read[it] = cli_now() - t0;
     }
+    if (!rc) cli_progress_count(&progress, "a2amm bench grouped: repetition", iters, iters, iters);
+    cli_progress_end(&progress);
     if (!rc && g.failed) rc = a2amm_fail(&err, A2AMM_E_NOMEM, "an expert ran out of memory");
     if (!rc) {
         const char *kernel = "?";

@@ -19,10 +19,13 @@
  * Each repetition starts after a barrier; its time is the slowest rank's.
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "bench/bench.h"
 #include "bench/bench_data.h"
@@ -30,6 +33,7 @@
 #include "cli/measure.h"
 #include "cli/moe_runner.h"
 #include "cli/perf_report.h"
+#include "cli/progress.h"
 #include "cli/runner.h"
 #include "common/error.h"
 #include "common/pool.h"
@@ -53,6 +57,7 @@ typedef struct moe_bench {
     double *dnn_err;  /* shared: [rank] oneDNN's out against the op's: |d|_2 / |out|_2 */
     char *dnn_what;   /* shared: rank 0's description of oneDNN's matmuls */
     uint64_t *sink;   /* shared: [rank] */
+    volatile int *rounds; /* shared: [0] rank 0 has prepared (1), [1] the repetitions rank 0 has done */
 } moe_bench;
 
 static void moe_bench_usage(FILE *f)
@@ -84,7 +89,15 @@ static void moe_bench_usage(FILE *f)
             "  --timeout SECONDS  deadline of every wait between ranks (default 60)\n"
             "  --transport shm|mpi  shm: R ranks forked here (default); mpi: this process is one rank\n"
             "                     of an MPI job, the exchanges (the baselines' too) MPI messages:\n"
-            "                       mpirun -np R a2amm bench moe R T H I E K --transport mpi\n"
+            "                       mpirun --allow-run-as-root --oversubscribe -np R \\\n"
+            "                         a2amm bench moe R T H I E K --transport mpi\n"
+            "  --quiet            no progress on stderr (see Time)\n"
+            "\n"
+            "Time: each rank makes its data and prepares the op on its three schedules and the\n"
+            "baselines, then runs --iters rounds of the 7 ways; it grows with T x K x H x I\n"
+            "(the experts' work) and E x H x I (the weights). Progress goes to stderr (over\n"
+            "shm): the preparation, then the repetitions done and about how long is left (on a\n"
+            "terminal a line rewritten in place, else a line every few seconds); --quiet: none.\n"
             "\n"
             "examples:\n"
             "  a2amm bench moe 2 16 2048 1408 64 6      (DeepSeek-V2-Lite, decode)\n"
@@ -314,6 +327,7 @@ static int bench_rank(a2amm_comm *comm, void *arg)
     moe_dnn_inputs din = {d.x, d.sx, d.w13, d.s13, d.w2, d.s2, d.idx, d.w};
     if (!rc) rc = moe_dnn_create(comm, &ds, &din, &dnn, &err);
     if (!rc) rc = moe_dnn_run(dnn, out_base, &err);
+    if (r == 0) b->rounds[0] = 1; /* prepared: the repetitions begin */
     if (!rc) {
         double dd = 0, oo = 0;
         for (int64_t i = 0; i < T * H; i++) {
@@ -377,6 +391,7 @@ static int bench_rank(a2amm_comm *comm, void *arg)
         for (size_t i = 0; i < (size_t)(local * H * I) / 8; i++) sum += q2[i];
         t[WAY_READ * way] = cli_now() - t0;
         b->sink[r] += sum;
+        if (r == 0) b->rounds[1] = it + 1;
     }
     if (rc) fprintf(stderr, "a2amm bench moe: rank %d: %s\n", r, err.msg);
     a2amm_moe_destroy(m);
@@ -392,13 +407,15 @@ static int bench_rank(a2amm_comm *comm, void *arg)
     return rc;
 }
 
-/* --transport mpi: this process is one rank of the MPI job (mpirun -np R); every rank's figures to every
+/* --transport mpi: this process is one rank of the MPI job (mpirun -np R ...); every rank's figures to every
  * rank's copy after, then MPI ends. */
 static int run_on_mpi(moe_bench *b, a2amm_error *err)
 {
     if (!run_under_mpirun())
         return a2amm_fail(err, A2AMM_E_INVAL, "--transport mpi: this process is not part of an MPI job; launch every "
-                          "rank with mpirun: mpirun -np %d a2amm bench moe %d ... --transport mpi", b->R, b->R);
+                          "rank with mpirun:\n  mpirun --allow-run-as-root --oversubscribe -np %d "
+                          "a2amm bench moe %d %lld %lld %lld %d %d --transport mpi", b->R, b->R, (long long)b->T, (long long)b->H, (long long)b->I,
+                          b->E, b->K);
     int rank = 0;
     a2amm_comm *comm = NULL;
     int rc = run_mpi_call(b->R, moe_run_heap_bytes(b->R, b->T, b->H, b->K), bench_rank, b, &rank, &comm, err);
@@ -416,11 +433,35 @@ static int run_on_mpi(moe_bench *b, a2amm_error *err)
     return rc;
 }
 
+/* The progress of the ranks' work, from rank 0's marks in the shared memory. */
+typedef struct progress_watch {
+    const moe_bench *b;
+    _Atomic int stop;
+} progress_watch;
+
+static void *watch_progress(void *arg)
+{
+    progress_watch *w = arg;
+    cli_progress p;
+    cli_progress_start_lines(&p, 0, 0); /* the caller decided it is wanted */
+    for (int last = 0; !last;) {
+        last = atomic_load(&w->stop); /* once more after the ranks ended: the last repetition's line */
+        if (!w->b->rounds[0])
+            cli_progress_say(&p, "a2amm bench moe: preparing %d ranks' data, the op and the baselines", w->b->R);
+        else
+            cli_progress_count(&p, "a2amm bench moe: repetition", w->b->rounds[1], w->b->rounds[1], w->b->iters);
+        struct timespec pause = {0, 100000000};
+        if (!last) nanosleep(&pause, NULL);
+    }
+    cli_progress_end(&p);
+    return NULL;
+}
+
 int cmd_bench_moe(int argc, char **argv)
 {
     moe_bench b = {.iters = 5, .timeout_s = 60};
     char *pos[6];
-    int npos = 0;
+    int npos = 0, quiet = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         int m;
@@ -443,6 +484,8 @@ int cmd_bench_moe(int argc, char **argv)
             b.skew = 1;
         } else if (!strcmp(argv[i], "--uniform-codes")) {
             b.uniform_codes = 1;
+        } else if (!strcmp(argv[i], "--quiet")) {
+            quiet = 1;
         } else if ((m = cli_option(argc, argv, &i, "--transport", &v))) {
             if (m < 0) return 2;
             if (strcmp(v, "shm") && strcmp(v, "mpi")) {
@@ -482,7 +525,8 @@ int cmd_bench_moe(int argc, char **argv)
         return 2;
     }
     size_t tbytes = sizeof(double) * (size_t)WAYS * (size_t)b.iters * (size_t)b.R;
-    size_t shared = tbytes + sizeof(int) * (size_t)b.R + sizeof(uint64_t) * (size_t)b.R + sizeof(double) * (size_t)b.R + 200;
+    size_t shared = tbytes + sizeof(int) * (size_t)b.R + sizeof(uint64_t) * (size_t)b.R + sizeof(double) * (size_t)b.R + 200 +
+                    2 * sizeof(int);
     uint8_t *mem = mmap(NULL, shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) {
         perror("a2amm bench moe: mmap");
@@ -491,6 +535,7 @@ int cmd_bench_moe(int argc, char **argv)
     memset(mem, 0, shared);
     b.t = (double *)mem, b.sink = (uint64_t *)(mem + tbytes), b.dnn_err = (double *)(mem + tbytes + 8 * (size_t)b.R);
     b.same = (int *)(mem + tbytes + 16 * (size_t)b.R), b.dnn_what = (char *)(mem + tbytes + 20 * (size_t)b.R);
+    b.rounds = (volatile int *)(mem + tbytes + 20 * (size_t)b.R + 200);
     bench_onednn_cap_isa(); /* oneDNN as on a CPU without what A2AMM_CPU_HIDE hides */
     a2amm_error err = {0, ""};
     int rc;
@@ -502,7 +547,14 @@ int cmd_bench_moe(int argc, char **argv)
         }
     } else {
         a2amm_launch_options lo_opt = {.size = sizeof lo_opt, .heap_bytes = moe_run_heap_bytes(b.R, b.T, b.H, b.K)};
+        progress_watch watch = {&b, 0};
+        pthread_t watcher;
+        int watching = !quiet && pthread_create(&watcher, NULL, watch_progress, &watch) == 0;
         rc = a2amm_launch(b.R, bench_rank, &b, &lo_opt, &err);
+        if (watching) {
+            atomic_store(&watch.stop, 1);
+            pthread_join(watcher, NULL);
+        }
     }
     if (rc) {
         fprintf(stderr, "a2amm bench moe: %s\n", err.msg);

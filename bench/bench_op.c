@@ -49,8 +49,10 @@ static void bench_op_usage(FILE *f)
             "  --path direct|put  how rows travel (default direct)\n"
             "  --timeout SECONDS  deadline of every wait between ranks (default 60)\n"
             "  --transport shm|mpi  shm: R ranks forked here (default); mpi: this process is one\n"
-            "                     rank of an MPI job (mpirun -np R a2amm bench op ... --transport\n"
-            "                     mpi): each rank generates and reads only its own inputs\n"
+            "                     rank of an MPI job, each generating and reading only its own\n"
+            "                     inputs:\n"
+            "                       mpirun --allow-run-as-root --oversubscribe -np R \\\n"
+            "                         a2amm bench op M K N R --transport mpi\n"
             "  --dir DIR          keep the generated inputs in DIR (default: a temporary folder)\n"
             "  --trace FILE       every rank's pipeline over the repetitions as a Chrome trace\n"
             "                     (JSON; a2amm timeline FILE draws it); FILE is replaced whole: a\n"
@@ -135,7 +137,8 @@ int cmd_bench_op(int argc, char **argv)
         mpi_rank = run_mpi_rank();
         if (mpi_rank < 0) {
             fprintf(stderr, "a2amm bench op: --transport mpi: this process is not part of an MPI job; launch every "
-                            "rank with mpirun:\n  mpirun -np %lld a2amm bench op %lld %lld %lld %lld%s --transport mpi\n",
+                            "rank with mpirun:\n  mpirun --allow-run-as-root --oversubscribe -np %lld "
+                            "a2amm bench op %lld %lld %lld %lld%s --transport mpi\n",
                     (long long)s.R, (long long)s.M, (long long)s.K, (long long)s.N, (long long)s.R,
                     kind == OP_MATMUL_ALLTOALL ? " --op matmul-alltoall" : "");
             return 2;

@@ -398,12 +398,35 @@ expect_fail "bench moe: E not a multiple of R" "E must be a multiple of R" "$A2A
 expect_fail "bench moe: H not a multiple of 32" "H and I must be multiples of 32" "$A2AMM" bench moe 2 4 48 32 4 2
 expect_fail "bench moe: too few arguments" "expected R T H I E K, got 3" "$A2AMM" bench moe 2 4 64
 expect_fail "bench moe: unknown option" "unknown option '--bogus'" "$A2AMM" bench moe 2 4 64 32 4 2 --bogus
+expect_fail "bench moe --transport mpi without mpirun: a line that works as printed, as root too" \
+    "mpirun --allow-run-as-root --oversubscribe -np 2 a2amm bench moe 2 8 64 32 4 2 --transport mpi" \
+    "$A2AMM" bench moe 2 8 64 32 4 2 --transport mpi
+expect_fail "bench op --transport mpi without mpirun: a line that works as printed, as root too" \
+    "mpirun --allow-run-as-root --oversubscribe -np 2 a2amm bench op 256 512 64 2 --transport mpi" \
+    "$A2AMM" bench op 256 512 64 2 --transport mpi
+for b in moe op; do
+    "$A2AMM" bench $b --help >"$SCRATCH/out" 2>&1
+    expect_output "bench $b --help: its mpirun line works as printed, as root too" \
+        "mpirun --allow-run-as-root --oversubscribe -np R"
+done
+# progress on stderr where it is a file: the preparation, then the repetitions, the last one's too; none with --quiet
+"$A2AMM" bench moe 2 6 64 32 4 2 --iters 3 >/dev/null 2>"$SCRATCH/moe-err"
+check "bench moe, stderr a file: the preparation said" grep -q "^a2amm bench moe: preparing 2 ranks' data, the op and the baselines ([0-9]* s)$" "$SCRATCH/moe-err" || tail -15 "$SCRATCH/moe-err" >&2
+check "bench moe, stderr a file: the last repetition's line" grep -q "^a2amm bench moe: repetition 3 of 3 ([0-9]* s)$" "$SCRATCH/moe-err" || tail -15 "$SCRATCH/moe-err" >&2
+check "bench moe, stderr a file: no carriage return" bash -c "! grep -q $'\r' '$SCRATCH/moe-err'"
+"$A2AMM" bench moe 2 6 64 32 4 2 --iters 2 --quiet >/dev/null 2>"$SCRATCH/moe-err"
+check "bench moe --quiet, stderr a file: nothing there" test ! -s "$SCRATCH/moe-err"
 
 # --- bench grouped: E experts of M rows as the MoE op runs them, against a read of their weights
 expect_ok "bench grouped" "$A2AMM" bench grouped 4 3 64 32 --iters 2 --threads 2
 for row in "a2amm grouped experts (gate+up, down)" "read of the same bytes" "experts / read:" "paired by repetition"; do
     expect_output "bench grouped: $row" "$row"
 done
+"$A2AMM" bench grouped 4 3 64 32 --iters 3 --threads 2 >/dev/null 2>"$SCRATCH/grouped-err"
+check "bench grouped, stderr a file: the preparation said" grep -q "^a2amm bench grouped: making and preparing 4 experts' weights ([0-9]* s)$" "$SCRATCH/grouped-err" || tail -15 "$SCRATCH/grouped-err" >&2
+check "bench grouped, stderr a file: the last repetition's line" grep -q "^a2amm bench grouped: repetition 3 of 3 ([0-9]* s)$" "$SCRATCH/grouped-err" || tail -15 "$SCRATCH/grouped-err" >&2
+"$A2AMM" bench grouped 4 3 64 32 --iters 2 --threads 2 --quiet >/dev/null 2>"$SCRATCH/grouped-err"
+check "bench grouped --quiet, stderr a file: nothing there" test ! -s "$SCRATCH/grouped-err"
 expect_ok "bench grouped --help" "$A2AMM" bench grouped --help
 expect_output "bench grouped --help has an example" "a2amm bench grouped 64 4 2048 1408"
 expect_fail "bench grouped: H not a multiple of 32" "H and I must be multiples of 32" "$A2AMM" bench grouped 4 3 48 32

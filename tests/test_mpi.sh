@@ -130,7 +130,8 @@ check "bench op over MPI: its ratios" grep -q "ratios (medians): fused / matmul 
 check "bench op over MPI: the baseline is MPI_Alltoall + oneDNN" grep -q "MPI_Alltoall, oneDNN" "$SCRATCH/out"
 check "bench op over MPI: one report" test "$(grep -c 'ratios (medians)' "$SCRATCH/out")" -eq 1
 check "bench op over MPI: its scratch folders removed" test -z "$(ls "$TMPDIR" | grep a2amm-bench-op)"
-expect_fail "bench op without mpirun: says how to launch" "mpirun -np 2 a2amm bench op" \
+expect_fail "bench op without mpirun: says how to launch, as root too" \
+    "mpirun --allow-run-as-root --oversubscribe -np 2 a2amm bench op 256 512 64 2 --transport mpi" \
     "$A2AMM" bench op 256 512 64 2 --transport mpi
 
 expect_fail "the direct path is refused over MPI" "needs --path put" \
@@ -290,7 +291,8 @@ expect_ok "bench moe over MPI across 2 hosts" mpirun_hosts 2 "$P-h1,$P-h2" "$A2A
 expect_output "bench moe over MPI: baseline (1) and the other schedules give the op's bits" \
     "(1), the unfused and the overlap schedules give the fused call's bits on every rank: yes"
 expect_output "bench moe over MPI: baseline (2) ran" "(2) alltoallv + oneDNN bf16 experts"
-expect_fail "bench moe --transport mpi without mpirun: says how to launch" "launch every rank with mpirun" \
+expect_fail "bench moe --transport mpi without mpirun: says how to launch, as root too" \
+    "mpirun --allow-run-as-root --oversubscribe -np 2 a2amm bench moe 2 8 64 32 4 2 --transport mpi" \
     "$A2AMM" bench moe 2 8 64 32 4 2 --transport mpi
 
 bash "$hosts" down "$P"
