@@ -557,6 +557,21 @@ class MoE(_a2amm.MoE):
         c2, s2 = self._mx(w2, "w2", self.w_fmt, (L, H, I), "[E/R, hidden, inter]")
         self._set_weights(c13, s13, c2, s2)
 
+    @staticmethod
+    def heap_bytes(R, *, experts, topk, hidden, inter, max_tokens, max_recv=0, a_fmt="e4m3", w_fmt="e4m3",
+                   schedule="fused"):
+        """The symmetric memory one rank needs for MoE(comm, ...) of these arguments on R ranks (launch's or
+        Comm.from_mpi's heap_bytes; a2amm_moe_heap_bytes): the communicator's stage its exchanges go through,
+        taken when the MoE is made, which a heap too small refuses (over MPI messages it takes none). Shared
+        with the communicator's other MoE ops and AllToAlls (the largest counts, once); add Op.heap_bytes of
+        each Op. Arguments that break a rule raise ArgumentError saying which, as MoE(...) would."""
+        choices = ("fused", "unfused", "overlap")
+        if schedule not in choices:
+            raise ValueError("schedule must be %s; got %r" % (" or ".join('"%s"' % c for c in choices), schedule))
+        return _a2amm.moe_heap_bytes(R, experts=experts, topk=topk, hidden=hidden, inter=inter,
+                                     max_tokens=max_tokens, max_recv=max_recv, a_fmt=a_fmt, w_fmt=w_fmt,
+                                     schedule=choices.index(schedule))
+
     def use_weights(self, weights):
         """Local: borrow prepared a2amm.MoEWeights (this rank's experts, prepared once; their experts,
         hidden, inter and w_fmt as the op's, their max_rows at least R * max_tokens) instead of a copy of

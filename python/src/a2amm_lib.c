@@ -221,13 +221,25 @@ int lib_op_set_observer(a2amm_op *op, a2amm_observer_fn fn, void *arg, a2amm_err
 
 void lib_op_destroy(a2amm_op *op) { a2amm_op_destroy(op); }
 
-int lib_moe_create(a2amm_comm *comm, const lib_moe_options *o, a2amm_moe **moe, a2amm_error *err)
+static a2amm_moe_config moe_config_of(const lib_moe_options *o)
 {
     a2amm_moe_config c = A2AMM_MOE_CONFIG_INIT;
     c.experts = o->experts, c.topk = o->topk, c.hidden = o->hidden, c.inter = o->inter;
     c.max_tokens = o->max_tokens, c.max_recv = o->max_recv, c.a_type = o->a_type, c.b_type = o->b_type;
     c.threads = o->threads, c.timeout_s = o->timeout_s;
     c.schedule = (a2amm_schedule)o->schedule;
+    return c;
+}
+
+int lib_moe_heap_bytes(const lib_moe_options *o, int nranks, size_t *bytes, a2amm_error *err)
+{
+    a2amm_moe_config c = moe_config_of(o);
+    return a2amm_moe_heap_bytes(&c, nranks, bytes, err);
+}
+
+int lib_moe_create(a2amm_comm *comm, const lib_moe_options *o, a2amm_moe **moe, a2amm_error *err)
+{
+    a2amm_moe_config c = moe_config_of(o);
     return a2amm_moe_create(comm, &c, moe, err);
 }
 

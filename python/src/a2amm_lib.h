@@ -123,6 +123,8 @@ typedef struct lib_moe_options {
     double timeout_s; /* 0: 60 */
     int schedule;     /* a2amm_moe_config.schedule: 0 fused, 1 unfused, 2 overlap */
 } lib_moe_options;
+/* The symmetric memory one rank needs for this MoE op on nranks ranks (a2amm_moe_heap_bytes). */
+int lib_moe_heap_bytes(const lib_moe_options *o, int nranks, size_t *bytes, a2amm_error *err);
 int lib_moe_create(a2amm_comm *comm, const lib_moe_options *o, a2amm_moe **moe, a2amm_error *err);
 int lib_moe_set_weights(a2amm_moe *moe, const uint8_t *w13, const uint8_t *s13, int64_t ld13, const uint8_t *w2,
                         const uint8_t *s2, int64_t ld2, a2amm_error *err);

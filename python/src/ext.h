@@ -209,5 +209,7 @@ PyObject *ext_matmul(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *ext_matmul_bf16a(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *ext_swiglu(PyObject *self, PyObject *args);
 PyObject *ext_op_heap_bytes(PyObject *self, PyObject *args, PyObject *kw);
+/* moe.c: a2amm_moe_heap_bytes of a MoE's config. */
+PyObject *ext_moe_heap_bytes(PyObject *self, PyObject *args, PyObject *kw);
 
 #endif

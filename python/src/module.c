@@ -121,6 +121,7 @@ static PyMethodDef METHODS[] = {
     {"swiglu", ext_swiglu, METH_VARARGS, NULL},
     {"_launch", (PyCFunction)(void (*)(void))ext_launch, METH_VARARGS, NULL},
     {"op_heap_bytes", (PyCFunction)(void (*)(void))ext_op_heap_bytes, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"moe_heap_bytes", (PyCFunction)(void (*)(void))ext_moe_heap_bytes, METH_VARARGS | METH_KEYWORDS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

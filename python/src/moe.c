@@ -93,6 +93,31 @@ static int moe_init(MoEObject *self, PyObject *args, PyObject *kw)
     return 0;
 }
 
+/* moe_heap_bytes(R, experts, topk, hidden, inter, max_tokens, max_recv, a_fmt, w_fmt, schedule) -> bytes:
+ * a2amm_moe_heap_bytes of the config MoE(...) would make (schedule as moe_init takes it: 0 fused, 1 unfused,
+ * 2 overlap). */
+PyObject *ext_moe_heap_bytes(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *kwlist[] = {"R", "experts", "topk", "hidden", "inter", "max_tokens", "max_recv", "a_fmt", "w_fmt",
+                             "schedule", NULL};
+    PyObject *afmt = NULL, *wfmt = NULL;
+    int R = 0, experts = 0, topk = 0, schedule = 0;
+    long long hidden = 0, inter = 0, max_tokens = 0, max_recv = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "i|$iiLLLLOOi:moe_heap_bytes", kwlist, &R, &experts, &topk, &hidden,
+                                     &inter, &max_tokens, &max_recv, &afmt, &wfmt, &schedule))
+        return NULL;
+    lib_moe_options o = {experts, topk, hidden, inter, max_tokens, max_recv, A2AMM_E4M3, A2AMM_E4M3, 0, 0, schedule};
+    if ((afmt && afmt != Py_None && ext_fmt(afmt, "a_fmt", &o.a_type) < 0) ||
+        (wfmt && wfmt != Py_None && ext_fmt(wfmt, "w_fmt", &o.b_type) < 0))
+        return NULL;
+    a2amm_error err = {0, ""};
+    size_t bytes = 0;
+    int rc = lib_moe_heap_bytes(&o, R, &bytes, &err);
+    if (rc) return ext_raise(rc, &err);
+    return PyLong_FromSize_t(bytes);
+}
+
 void moe_close_object(PyObject *o)
 {
     MoEObject *self = (MoEObject *)o;

@@ -2,6 +2,7 @@
 the contract's rules (docs/op-contract.md, "The MoE op") within its bound, on numpy and torch inputs, int32
 and int64 expert ids, float weights quantized inside and MX pairs (the same bits), ranks with no tokens; bad
 arguments refused on their rank naming token and slot, the others told (PeerError)."""
+import ctypes
 import os
 import signal
 import time
@@ -798,3 +799,71 @@ def test_tiny_outputs_are_held_to_the_contracts_absolute_term():
         check(results[r], x, ids, w, w13, w2, R, "W2 2^-105, rank %d" % r)
         with pytest.raises(AssertionError, match="off the fp64 bound"):
             check(np.zeros_like(results[r]), x, ids, w, w13, w2, R, "zeros, rank %d" % r)
+
+
+class _MoEConfig(ctypes.Structure):
+    """a2amm.h's a2amm_moe_config, to ask the library's a2amm_moe_heap_bytes itself."""
+    _fields_ = [("size", ctypes.c_size_t), ("experts", ctypes.c_int), ("topk", ctypes.c_int),
+                ("hidden", ctypes.c_int64), ("inter", ctypes.c_int64), ("max_tokens", ctypes.c_int64),
+                ("max_recv", ctypes.c_int64), ("a_type", ctypes.c_int), ("b_type", ctypes.c_int),
+                ("threads", ctypes.c_int), ("timeout_s", ctypes.c_double), ("schedule", ctypes.c_int)]
+
+
+def c_moe_heap_bytes(R, E, k, T):
+    lib = ctypes.CDLL(a2amm.library_path)
+    lib.a2amm_moe_heap_bytes.argtypes = [ctypes.POINTER(_MoEConfig), ctypes.c_int, ctypes.POINTER(ctypes.c_size_t),
+                                         ctypes.c_void_p]
+    cfg = _MoEConfig(size=ctypes.sizeof(_MoEConfig), experts=E, topk=k, hidden=H, inter=I, max_tokens=T)
+    need = ctypes.c_size_t(0)
+    assert lib.a2amm_moe_heap_bytes(ctypes.byref(cfg), R, ctypes.byref(need), None) == 0
+    return need.value
+
+
+def test_heap_bytes_is_the_c_query_and_what_making_one_takes():
+    """MoE.heap_bytes is a2amm_moe_heap_bytes: in a heap of that size the op is made and runs within the
+    bound; in one a page smaller making it is refused on every rank, naming the bytes it needs and
+    a2amm_moe_heap_bytes (not the matmul op's query), and the communicator goes on."""
+    R, E, k, T = 2, 4, 2, 150
+    shape = dict(experts=E, topk=k, hidden=H, inter=I, max_tokens=T)
+    need = a2amm.MoE.heap_bytes(R, **shape)
+    assert need == c_moe_heap_bytes(R, E, k, T) and need > 4096, need
+    assert a2amm.MoE.heap_bytes(4, **shape) == c_moe_heap_bytes(4, E, k, T) != need
+    w13, w2 = expert_weights(E)
+
+    def tokens(r):
+        rng = np.random.default_rng(31 + r)
+        x = rng.standard_normal((T, H)).astype(np.float32)
+        ids = np.stack([rng.permutation(E)[:k] for _ in range(T)]).astype(np.int32)
+        return x, ids, rng.random((T, k)).astype(np.float32)
+
+    def rank(comm):
+        r, L = comm.rank, E // R
+        try:
+            moe = a2amm.MoE(comm, **shape)
+        except a2amm.Error as e:
+            refused = "%s|%d|%s" % (type(e).__name__, e.code, e)
+            comm.barrier()  # the communicator is still usable
+            return refused
+        with moe:
+            moe.set_weights(w13[r * L:(r + 1) * L], w2[r * L:(r + 1) * L])
+            return moe(*tokens(r))
+
+    results = a2amm.launch(R, rank, heap_bytes=need)
+    for r in range(R):
+        check(results[r], *tokens(r), w13, w2, R, "a heap of MoE.heap_bytes, rank %d" % r)
+    smaller = (need - 1) & ~4095  # heaps are whole pages
+    for r, said in enumerate(a2amm.launch(R, rank, heap_bytes=smaller)):
+        assert isinstance(said, str) and said.startswith("Error|%d|a2amm_moe_create: " % a2amm.E_NOMEM), (r, said)
+        assert "stage needs %d bytes" % need in said and "a2amm_moe_heap_bytes" in said, (r, said)
+        assert "a2amm_op_heap_bytes" not in said, (r, said)
+
+
+def test_heap_bytes_refuses_what_making_one_refuses():
+    with pytest.raises(a2amm.ArgumentError, match="a2amm_moe_heap_bytes: topk must be 1 to 32"):
+        a2amm.MoE.heap_bytes(2, experts=8, topk=33, hidden=H, inter=I, max_tokens=4)
+    with pytest.raises(a2amm.ArgumentError, match="a2amm_moe_heap_bytes: experts must be a positive multiple"):
+        a2amm.MoE.heap_bytes(2, experts=3, topk=1, hidden=H, inter=I, max_tokens=4)
+    with pytest.raises(ValueError, match='w_fmt must be "e4m3" or "e5m2"; got \'e3m4\''):
+        a2amm.MoE.heap_bytes(2, experts=8, topk=1, hidden=H, inter=I, max_tokens=4, w_fmt="e3m4")
+    with pytest.raises(ValueError, match='schedule must be "fused" or "unfused" or "overlap"; got \'overlapped\''):
+        a2amm.MoE.heap_bytes(2, experts=8, topk=1, hidden=H, inter=I, max_tokens=4, schedule="overlapped")
