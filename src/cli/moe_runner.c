@@ -62,7 +62,27 @@ size_t moe_run_heap_bytes(int R, int64_t max_tokens, int64_t H, int K)
     return 2 * rows * (record + partial) + ((size_t)64 << 20);
 }
 
-static size_t heap_bytes(const moe_io_shape *s) { return moe_run_heap_bytes(s->R, s->T, s->H, s->K); }
+/* The run's MoE op (perf mode makes a second with the other schedule). */
+static a2amm_moe_config run_config(const moe_runner *rn)
+{
+    const moe_io_shape *s = &rn->s;
+    a2amm_moe_config cfg = A2AMM_MOE_CONFIG_INIT;
+    cfg.experts = s->E, cfg.topk = s->K, cfg.hidden = s->H, cfg.inter = s->I, cfg.max_tokens = s->T ? s->T : 1;
+    cfg.a_type = s->a_type, cfg.b_type = s->b_type, cfg.threads = rn->threads, cfg.timeout_s = rn->o.timeout_s;
+    cfg.schedule = rn->o.schedule;
+    return cfg;
+}
+
+/* The communicator's heap: the stage the run's MoE ops take (a2amm_moe_heap_bytes; both schedules' ops share
+ * it), and room for the perf figures' AllToAll over mpirun's shm. A config the query refuses: the library's
+ * default (a2amm_moe_create then names what is wrong). */
+static size_t heap_bytes(const moe_runner *rn)
+{
+    a2amm_moe_config cfg = run_config(rn);
+    size_t need = 0;
+    if (a2amm_moe_heap_bytes(&cfg, rn->s.R, &need, NULL) || need > SIZE_MAX - ((size_t)64 << 20)) return 0;
+    return need + ((size_t)64 << 20);
+}
 
 /* ---- one rank -------------------------------------------------------------------- */
 
@@ -215,10 +235,7 @@ static int rank_work(moe_rank *k, a2amm_error *err)
     k->out = malloc(sizeof *k->out * (size_t)(k->d.T * s->H) + 2);
     k->y = calloc((size_t)local, sizeof *k->y), k->ycap = calloc((size_t)local, sizeof *k->ycap);
     if (!rc && (!k->out || !k->y || !k->ycap)) rc = a2amm_fail(err, A2AMM_E_NOMEM, "rank %d: out of memory", k->me);
-    a2amm_moe_config cfg = A2AMM_MOE_CONFIG_INIT;
-    cfg.experts = s->E, cfg.topk = s->K, cfg.hidden = s->H, cfg.inter = s->I, cfg.max_tokens = s->T ? s->T : 1;
-    cfg.a_type = s->a_type, cfg.b_type = s->b_type, cfg.threads = rn->threads, cfg.timeout_s = rn->o.timeout_s;
-    cfg.schedule = rn->o.schedule;
+    a2amm_moe_config cfg = run_config(rn);
     if (!rc) rc = a2amm_moe_create(k->comm, &cfg, &k->m, err);
     a2amm_comm_say(k->comm, "preparing its experts' weights");
     if (!rc)
@@ -401,7 +418,7 @@ static int run_mpi(moe_runner *rn, moe_run_result *res, a2amm_error *err)
         run_trace_mpi_offsets(rn->s.R, res->rank, offsets); /* before anything is timed */
         rn->mpi_trace = &trace;
     }
-    rc = run_mpi_call(rn->s.R, heap_bytes(&rn->s), rank_main, rn, &res->rank, &comm, err);
+    rc = run_mpi_call(rn->s.R, heap_bytes(rn), rank_main, rn, &res->rank, &comm, err);
     if (!rc && rn->o.mode == RUN_PRECISION) { /* every rank wrote (the end barrier): each commits its own */
         char path[IO_PATH_MAX];
         rc = io_rank_path(path, sizeof path, rn->dir, "output", res->rank, "npu_out.bin", err);
@@ -449,7 +466,7 @@ int moe_run_files(const char *dir, const moe_io_shape *s, const moe_run_options 
         if (rn.o.mode == RUN_PRECISION || rn.o.trace_path) rc = cli_guard_start(&guard, clean_after_kill, &rn, err);
         /* the whole run's limit: a few waits a repetition, each within --timeout */
         double reps = rn.o.mode == RUN_PERF ? (double)(rn.o.warmup + rn.o.iters) : 1.0;
-        a2amm_launch_options lo = {.size = sizeof lo, .heap_bytes = heap_bytes(s),
+        a2amm_launch_options lo = {.size = sizeof lo, .heap_bytes = heap_bytes(&rn),
                                    .timeout_s = rn.o.timeout_s * (reps * 12.0 + 16.0),
                                    .stall_s = rn.o.timeout_s * 1.5 + 1.0, .stop = rn.o.stop, .reports = res->ranks};
         progress_watch watch = {&rn, 0};
