@@ -4,7 +4,8 @@
  * (moe_cases.h), for R = 1 to 4, E/R = 1 to 4, k = 1 to 8, both fp8 types,
  * uniform, skewed and empty routes (a rank with no tokens, tokens with no
  * expert, unused slots), several calls of one op with different token
- * counts; the same bits when run again; every bad argument refused on its
+ * counts; outputs near 1e-32 (W2's scales lowered) held to the bound's absolute
+ * part, not a floor; the same bits when run again; every bad argument refused on its
  * rank naming token and slot, the others told; rows over a rank's room
  * refused on every rank, outputs untouched.
  */
@@ -155,6 +156,35 @@ static void test_cases(void)
     }
 }
 
+/* W2's scales 2^-105 lower than the cases': outputs near 1e-32, within the bound; zeros in their place are out of
+ * it, since the bound's absolute part is the contract's A (about 2^-133 a rounding), not a floor above them. */
+static void test_tiny_outputs(void)
+{
+    moe_case c = MC_CASES[1];
+    c.s2_lower = 105;
+    case_run *run = launch_case(&c, 0, 0, 0);
+    for (int r = 0; r < c.R; r++) CHECK(run->rc[r] == 0, "tiny outputs, rank %d: %s", r, run->msg[r]);
+    double worst = 0, most = 0;
+    int64_t off = mc_check_all(&c, run->outs, &worst), values = 0;
+    CHECK(off == 0, "tiny outputs: %lld values off the fp64 bound (worst %.2f of it)", (long long)off, worst);
+    for (int r = 0; r < c.R; r++)
+        for (int call = 0; call < c.calls; call++) {
+            uint16_t *o = run->outs + ((size_t)r * (size_t)c.calls + (size_t)call) * (size_t)(c.max_tokens * c.H);
+            const int64_t n = mc_tokens(&c, r, call) * c.H;
+            for (int64_t i = 0; i < n; i++) most = fmax(most, fabs((double)mc_bf16(o[i])));
+            memset(o, 0, sizeof *o * (size_t)n); /* zeros where the op wrote its values */
+            values += n;
+        }
+    CHECK(values > 0 && most > 0 && most < 1e-30, "tiny outputs: expected values under 1e-30, the largest is %g", most);
+    worst = 0;
+    off = mc_check_all(&c, run->outs, &worst);
+    CHECK(off > values / 2, "tiny outputs: zeros in place of values up to %g: only %lld of %lld off the bound (worst "
+          "%.3g of it)", most, (long long)off, (long long)values, worst);
+    printf("tiny outputs (up to %.3g): within the bound; zeros in their place: %lld of %lld values off it\n", most,
+           (long long)off, (long long)values);
+    free_run(run);
+}
+
 /* The overlap schedule's chunks against the unfused schedule's one pass: the same bits (and both within the
  * bound: test_cases ran the overlap one). */
 static void test_schedules(void)
@@ -193,7 +223,7 @@ static void test_bad_arguments(void)
 static void test_room(void)
 {
     /* skewed: every token's first slot on expert 0 (rank 0's); a room of 3 rows is short on rank 0 */
-    moe_case c = {2, 2, 1, 32, 32, 9, ROUTE_SKEWED, A2AMM_E4M3, A2AMM_E4M3, 1, 11, 0, A2AMM_SCHEDULE_FUSED};
+    moe_case c = {2, 2, 1, 32, 32, 9, ROUTE_SKEWED, A2AMM_E4M3, A2AMM_E4M3, 1, 11, 0, A2AMM_SCHEDULE_FUSED, 0};
     int64_t rows = 0; /* tokens with a slot on rank 0: the rows it would receive */
     for (int r = 0; r < 2; r++) {
         int64_t T = mc_tokens(&c, r, 0);
@@ -722,6 +752,7 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "digests")) return print_digests();
     test_cases();
+    test_tiny_outputs();
     test_schedules();
     test_bad_arguments();
     test_room();
