@@ -22,8 +22,8 @@ def launch(nranks, fn, *args, heap_bytes=0, timeout=0.0, stall=0.0):
     comes back out of fn exits there, with its status: it is not the rank.
 
     heap_bytes: symmetric memory per rank for the ops made on it (0: 1 GiB, reserved, not touched until
-    used; a2amm.Op.heap_bytes says what an op needs). timeout: the longest the whole launch may take
-    (0: no limit); stall: a rank silent that long (no call of an op, no comm.say) fails it (0: no such
+    used; a2amm.Op.heap_bytes says what an op needs, a2amm.MoE.heap_bytes what a MoE needs). timeout:
+    the longest the whole launch may take (0: no limit); stall: a rank silent that long (no call of an op, no comm.say) fails it (0: no such
     watch): a2amm.TimeoutError. The launching thread holds the GIL until every rank has ended (a child
     of fork may use Python only so); the ranks' collective calls release theirs. Ops made in a rank
     end with its function. torch in the ranks: call torch.set_num_threads(1) in fn if this process
