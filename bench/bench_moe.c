@@ -19,13 +19,10 @@
  * Each repetition starts after a barrier; its time is the slowest rank's.
  */
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
 #include "bench/bench.h"
 #include "bench/bench_data.h"
@@ -436,27 +433,13 @@ static int run_on_mpi(moe_bench *b, a2amm_error *err)
 }
 
 /* The progress of the ranks' work, from rank 0's marks in the shared memory. */
-typedef struct progress_watch {
-    const moe_bench *b;
-    _Atomic int stop;
-} progress_watch;
-
-static void *watch_progress(void *arg)
+static void poll_progress(void *arg, cli_progress *p)
 {
-    progress_watch *w = arg;
-    cli_progress p;
-    cli_progress_start_lines(&p, 0, 0); /* the caller decided it is wanted */
-    for (int last = 0; !last;) {
-        last = atomic_load(&w->stop); /* once more after the ranks ended: the last repetition's line */
-        if (!w->b->rounds[0])
-            cli_progress_say(&p, "a2amm bench moe: preparing %d ranks' data, the op and the baselines", w->b->R);
-        else
-            cli_progress_count(&p, "a2amm bench moe: repetition", w->b->rounds[1], w->b->rounds[1], w->b->iters);
-        struct timespec pause = {0, 100000000};
-        if (!last) nanosleep(&pause, NULL);
-    }
-    cli_progress_end(&p);
-    return NULL;
+    const moe_bench *b = arg;
+    if (!b->rounds[0])
+        cli_progress_say(p, "a2amm bench moe: preparing %d ranks' data, the op and the baselines", b->R);
+    else
+        cli_progress_count(p, "a2amm bench moe: repetition", b->rounds[1], b->rounds[1], b->iters);
 }
 
 int cmd_bench_moe(int argc, char **argv)
@@ -549,14 +532,10 @@ int cmd_bench_moe(int argc, char **argv)
         }
     } else {
         a2amm_launch_options lo_opt = {.size = sizeof lo_opt, .heap_bytes = moe_run_heap_bytes(b.R, b.T, b.H, b.K)};
-        progress_watch watch = {&b, 0};
-        pthread_t watcher;
-        int watching = !quiet && pthread_create(&watcher, NULL, watch_progress, &watch) == 0;
+        cli_watch watch = {0};
+        if (!quiet) cli_watch_start(&watch, poll_progress, &b);
         rc = a2amm_launch(b.R, bench_rank, &b, &lo_opt, &err);
-        if (watching) {
-            atomic_store(&watch.stop, 1);
-            pthread_join(watcher, NULL);
-        }
+        cli_watch_stop(&watch);
     }
     if (rc) {
         fprintf(stderr, "a2amm bench moe: %s\n", err.msg);

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdatomic.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -364,29 +363,14 @@ static const char *perf_summary(const moe_runner *rn, const moe_run_result *res,
 
 /* ---- the progress of a perf run ---------------------------------------------------- */
 
-typedef struct progress_watch {
-    const moe_runner *rn;
-    _Atomic int stop;
-} progress_watch;
-
-/* Counts rank 0's finished repetitions in the shared times (the exchange alone, each round's last, is
- * non-zero once timed). */
-static void *watch_progress(void *arg)
+/* Rank 0's finished repetitions in the shared times (the exchange alone, each round's last, is non-zero
+ * once timed). */
+static void poll_progress(void *arg, cli_progress *p)
 {
-    progress_watch *w = arg;
-    const moe_runner *rn = w->rn;
-    cli_progress p;
-    cli_progress_start_lines(&p, 0, 0); /* the caller decided it is wanted (moe_run_options.progress) */
-    for (int last = 0; !last;) {
-        last = atomic_load(&w->stop); /* once more after the ranks ended: the last repetition's line */
-        int done = 0;
-        for (int it = 0; it < rn->o.iters; it++) done += *time_slot(rn, MOE_V_EXCHANGE, it, 0) > 0;
-        cli_progress_count(&p, "a2amm: MoE perf repetition", done, done, rn->o.iters);
-        struct timespec pause = {0, 100000000};
-        if (!last) nanosleep(&pause, NULL);
-    }
-    cli_progress_end(&p);
-    return NULL;
+    const moe_runner *rn = arg;
+    int done = 0;
+    for (int it = 0; it < rn->o.iters; it++) done += *time_slot(rn, MOE_V_EXCHANGE, it, 0) > 0;
+    cli_progress_count(p, "a2amm: MoE perf repetition", done, done, rn->o.iters);
 }
 
 /* The trace's part of a run over MPI: each rank's clock offset measured before the run, its spans gathered
@@ -469,15 +453,10 @@ int moe_run_files(const char *dir, const moe_io_shape *s, const moe_run_options 
         a2amm_launch_options lo = {.size = sizeof lo, .heap_bytes = heap_bytes(&rn),
                                    .timeout_s = rn.o.timeout_s * (reps * 12.0 + 16.0),
                                    .stall_s = rn.o.timeout_s * 1.5 + 1.0, .stop = rn.o.stop, .reports = res->ranks};
-        progress_watch watch = {&rn, 0};
-        pthread_t watcher;
-        int watching = !rc && rn.o.progress && rn.o.mode == RUN_PERF &&
-                       pthread_create(&watcher, NULL, watch_progress, &watch) == 0;
+        cli_watch watch = {0};
+        if (!rc && rn.o.progress && rn.o.mode == RUN_PERF) cli_watch_start(&watch, poll_progress, &rn);
         if (!rc) rc = a2amm_launch(s->R, rank_main, &rn, &lo, err);
-        if (watching) {
-            atomic_store(&watch.stop, 1);
-            pthread_join(watcher, NULL);
-        }
+        cli_watch_stop(&watch);
         if (rn.o.mode == RUN_PRECISION) {
             if (rc) io_set_discard(dir, "npu_out.bin", s->R, rn.tag);
             else rc = io_set_commit(dir, "npu_out.bin", s->R, rn.tag, NULL, NULL, err);

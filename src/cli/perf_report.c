@@ -35,18 +35,6 @@ int cli_difference_measurable(const cli_summary *a, const cli_summary *b)
     return fabs(a->median - b->median) > fmax(a->max - a->min, b->max - b->min);
 }
 
-void cli_exposed_text(char *buf, size_t size, const cli_summary *run, const cli_summary *alone)
-{
-    double d = run->median - alone->median;
-    if (d > 0 && cli_difference_measurable(run, alone))
-        snprintf(buf, size, "%.3f ms, %.1f%% of the run", d * 1e3, 100.0 * d / run->median);
-    else if (d > 0)
-        snprintf(buf, size, "none measurable (the medians differ by %.3f ms, within the spread of %.3f ms)", d * 1e3,
-                 fmax(run->max - run->min, alone->max - alone->min) * 1e3);
-    else
-        snprintf(buf, size, "none measurable (the run's median is not above the matmul alone's)");
-}
-
 void cli_exposed_text_of(char *buf, size_t size, const cli_summary *run, const cli_summary *alone,
                          const char *alone_name)
 {
@@ -58,6 +46,11 @@ void cli_exposed_text_of(char *buf, size_t size, const cli_summary *run, const c
                  fmax(run->max - run->min, alone->max - alone->min) * 1e3);
     else
         snprintf(buf, size, "none measurable (the run's median is not above %s)", alone_name);
+}
+
+void cli_exposed_text(char *buf, size_t size, const cli_summary *run, const cli_summary *alone)
+{
+    cli_exposed_text_of(buf, size, run, alone, "the matmul alone's");
 }
 
 int cli_print_spreads(const char *const *names, const cli_summary *v, int n)

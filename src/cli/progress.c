@@ -1,11 +1,22 @@
 /* The progress line (see progress.h). */
 #include "cli/progress.h"
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/args.h"
+
+/* Held while a line is made and written, and by a thread that forks (pthread_atfork), so that no fork
+ * happens in the middle of a draw from another thread (cli_watch). */
+static pthread_mutex_t draw_lock = PTHREAD_MUTEX_INITIALIZER;
+static void draw_hold(void) { pthread_mutex_lock(&draw_lock); }
+static void draw_release(void) { pthread_mutex_unlock(&draw_lock); }
+static pthread_once_t fork_guard_once = PTHREAD_ONCE_INIT;
+static void fork_guard(void) { pthread_atfork(draw_hold, draw_release, draw_release); }
 
 static void start(cli_progress *p, int on)
 {
@@ -49,16 +60,18 @@ void cli_progress_say(cli_progress *p, const char *fmt, ...)
 {
     if (!p->on) return;
     char text[200];
+    draw_hold();
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     show(p, text, 0);
+    draw_release();
 }
 
-void cli_progress_count(cli_progress *p, const char *what, int shown, int done, int total)
+/* cli_progress_count, under the draw lock. */
+static void count(cli_progress *p, const char *what, int shown, int done, int total)
 {
-    if (!p->on) return;
     double now = cli_now();
     if (p->pace_start < 0 || done < p->pace_done) p->pace_start = now, p->pace_done = done; /* a new count */
     char text[240];
@@ -76,7 +89,52 @@ void cli_progress_count(cli_progress *p, const char *what, int shown, int done, 
     if (p->last_line != before) p->last_done = done;
 }
 
+void cli_progress_count(cli_progress *p, const char *what, int shown, int done, int total)
+{
+    if (!p->on) return;
+    draw_hold();
+    count(p, what, shown, done, total);
+    draw_release();
+}
+
 void cli_progress_end(cli_progress *p)
 {
-    if (p->on == 1) put_line("\r\033[K", 4);
+    if (p->on != 1) return;
+    draw_hold();
+    put_line("\r\033[K", 4);
+    draw_release();
+}
+
+static void *watch_main(void *arg)
+{
+    cli_watch *w = arg;
+    cli_progress p;
+    cli_progress_start_lines(&p, 0, 0); /* the caller decided it is wanted */
+    atomic_store(&w->state, 1);
+    for (int last = 0; !last;) {
+        last = atomic_load(&w->state) == 2; /* once more after the stop: the last step's line */
+        w->poll(w->arg, &p);
+        struct timespec pause = {0, 100000000};
+        if (!last) nanosleep(&pause, NULL);
+    }
+    cli_progress_end(&p);
+    return NULL;
+}
+
+void cli_watch_start(cli_watch *w, void (*poll)(void *arg, cli_progress *p), void *arg)
+{
+    pthread_once(&fork_guard_once, fork_guard);
+    w->poll = poll, w->arg = arg;
+    atomic_store(&w->state, 0);
+    w->started = pthread_create(&w->tid, NULL, watch_main, w) == 0;
+    struct timespec pause = {0, 1000000};
+    while (w->started && atomic_load(&w->state) == 0) nanosleep(&pause, NULL);
+}
+
+void cli_watch_stop(cli_watch *w)
+{
+    if (!w->started) return;
+    atomic_store(&w->state, 2);
+    pthread_join(w->tid, NULL);
+    w->started = 0;
 }

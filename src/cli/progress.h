@@ -9,6 +9,8 @@
 #ifndef A2AMM_CLI_PROGRESS_H
 #define A2AMM_CLI_PROGRESS_H
 
+#include <pthread.h>
+
 #define CLI_PROGRESS_PERIOD_S 5.0
 
 typedef struct cli_progress {
@@ -31,5 +33,26 @@ void cli_progress_say(cli_progress *p, const char *fmt, ...) __attribute__((form
 void cli_progress_count(cli_progress *p, const char *what, int shown, int done, int total);
 /* Clears the line. */
 void cli_progress_end(cli_progress *p);
+
+/*
+ * A thread that draws the progress of ranks the caller launches (plain
+ * lines off a terminal): poll(arg, p) every 0.1 s, and once more after
+ * cli_watch_stop, for the last step's line. A rank forked while another
+ * thread of the launcher holds a lock (its runtime's, the allocator's)
+ * inherits it held for ever, so cli_watch_start returns only once the thread
+ * runs, and the thread's drawing is held off while the process forks
+ * (pthread_atfork); between draws it only reads memory and sleeps.
+ */
+typedef struct cli_watch {
+    void (*poll)(void *arg, cli_progress *p);
+    void *arg;
+    pthread_t tid;
+    _Atomic int state; /* 0: starting; 1: running; 2: asked to stop */
+    int started;
+} cli_watch;
+
+void cli_watch_start(cli_watch *w, void (*poll)(void *arg, cli_progress *p), void *arg);
+/* Stops and joins the thread (nothing where none started). */
+void cli_watch_stop(cli_watch *w);
 
 #endif

@@ -6,12 +6,9 @@
  */
 #include "cli/runner.h"
 
-#include <pthread.h>
 #include <math.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdint.h>
-#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,27 +131,13 @@ static double run_limit_s(const runner *rn, int64_t ntiles)
 
 /* ---- the progress line of a perf run ------------------------------------------ */
 
-typedef struct progress_watch {
-    const runner *rn;
-    _Atomic int stop;
-} progress_watch;
-
-/* Counts rank 0's finished repetitions in the shared times (each is non-zero once timed). */
-static void *watch_progress(void *arg)
+/* Rank 0's finished repetitions in the shared times (each is non-zero once timed). */
+static void poll_progress(void *arg, cli_progress *p)
 {
-    progress_watch *w = arg;
-    const runner *rn = w->rn;
-    cli_progress p;
-    cli_progress_start_lines(&p, 0, 0); /* the caller decided it is wanted (run_options.progress) */
-    while (!atomic_load(&w->stop)) {
-        int done = 0;
-        for (int it = 0; it < rn->o.iters; it++) done += *time_slot(rn, RUN_V_CONFIGURED, it, 0) > 0;
-        cli_progress_count(&p, "a2amm: perf repetition", done, done, rn->o.iters);
-        struct timespec pause = {0, 100000000};
-        nanosleep(&pause, NULL);
-    }
-    cli_progress_end(&p);
-    return NULL;
+    const runner *rn = arg;
+    int done = 0;
+    for (int it = 0; it < rn->o.iters; it++) done += *time_slot(rn, RUN_V_CONFIGURED, it, 0) > 0;
+    cli_progress_count(p, "a2amm: perf repetition", done, done, rn->o.iters);
 }
 
 /* What the trace file says it holds; perf mode's figures for its title. */
@@ -244,14 +227,10 @@ int run_files(const char *dir, const op_shape *s, const run_options *opt, run_re
     fault_pause("launch", -1);
     a2amm_launch_options lo = {.size = sizeof(a2amm_launch_options), .heap_bytes = run_heap_bytes(&rn), .timeout_s = run_limit_s(&rn, res->ntiles),
                                .stall_s = rn.o.timeout_s * 1.5 + 1.0, .stop = rn.o.stop, .reports = res->ranks};
-    progress_watch watch = {&rn, 0};
-    pthread_t watcher;
-    int watching = rn.o.progress && rn.o.mode == RUN_PERF && pthread_create(&watcher, NULL, watch_progress, &watch) == 0;
+    cli_watch watch = {0};
+    if (rn.o.progress && rn.o.mode == RUN_PERF) cli_watch_start(&watch, poll_progress, &rn);
     rc = a2amm_launch(R, run_rank_main, &rn, &lo, err);
-    if (watching) {
-        atomic_store(&watch.stop, 1);
-        pthread_join(watcher, NULL);
-    }
+    cli_watch_stop(&watch);
     if (rn.o.mode == RUN_PRECISION) {
         int settled = settle_outputs(&rn, rc == A2AMM_OK, err);
         if (!rc) rc = settled;
