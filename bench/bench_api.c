@@ -205,7 +205,9 @@ int cmd_bench_api(int argc, char **argv)
                                 .path = b.o.path};
     size_t op_heap = 0; /* a config that breaks a rule says so at create */
     a2amm_op_heap_bytes(&heap_cfg, R, &op_heap, NULL);
-    a2amm_launch_options lo = {.size = sizeof(a2amm_launch_options), .heap_bytes = op_heap + (1u << 20)};
+    /* a rank that stops showing signs of life (a hang of its own, outside every wait) fails the launch */
+    a2amm_launch_options lo = {.size = sizeof(a2amm_launch_options), .heap_bytes = op_heap + (1u << 20),
+                               .stall_s = b.o.timeout_s * 1.5 + 1.0};
     cli_progress progress;
     cli_progress_start_lines(&progress, quiet, json);
     for (int round = 0; !rc && round < rounds; round++) {

@@ -30,6 +30,7 @@
 #include "cli/measure.h"
 #include "cli/moe_runner.h"
 #include "cli/perf_report.h"
+#include "cli/fault.h"
 #include "cli/progress.h"
 #include "cli/runner.h"
 #include "common/error.h"
@@ -83,7 +84,8 @@ static void moe_bench_usage(FILE *f)
             "                     subnormals in nearly every block (the small-M widening's\n"
             "                     exact path); default: floats uniform in [-1, 1] MX-quantized,\n"
             "                     as real weights, nearly no such code\n"
-            "  --timeout SECONDS  deadline of every wait between ranks (default 60)\n"
+            "  --timeout SECONDS  deadline of every wait between ranks (default 60); a rank that shows\n"
+            "                     no sign of life for 1.5 times it (and a second) fails the run\n"
             "  --transport shm|mpi  shm: R ranks forked here (default); mpi: this process is one rank\n"
             "                     of an MPI job, the exchanges (the baselines' too) MPI messages:\n"
             "                       mpirun --allow-run-as-root --oversubscribe -np R \\\n"
@@ -275,6 +277,7 @@ static int bench_rank(a2amm_comm *comm, void *arg)
 {
     moe_bench *b = arg;
     const int r = a2amm_comm_rank(comm), R = b->R, local = b->E / b->R;
+    fault_pause("bench-prepare", r);
     const int64_t H = b->H, I = b->I, T = b->T, sw = H / 32;
     a2amm_error err = {0, ""};
     rank_data d = {0};
@@ -531,7 +534,9 @@ int cmd_bench_moe(int argc, char **argv)
             return 0;
         }
     } else {
-        a2amm_launch_options lo_opt = {.size = sizeof lo_opt, .heap_bytes = moe_run_heap_bytes(b.R, b.T, b.H, b.K)};
+        /* a rank that stops showing signs of life (a hang of its own, outside every wait) fails the launch */
+        a2amm_launch_options lo_opt = {.size = sizeof lo_opt, .heap_bytes = moe_run_heap_bytes(b.R, b.T, b.H, b.K),
+                                       .stall_s = b.timeout_s * 1.5 + 1.0};
         cli_watch watch = {0};
         if (!quiet) cli_watch_start(&watch, poll_progress, &b);
         rc = a2amm_launch(b.R, bench_rank, &b, &lo_opt, &err);

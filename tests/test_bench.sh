@@ -425,6 +425,13 @@ check "bench moe, stderr a file: the last repetition's line" grep -q "^a2amm ben
 check "bench moe, stderr a file: no carriage return" bash -c "! grep -q $'\r' '$SCRATCH/moe-err'"
 "$A2AMM" bench moe 2 6 64 32 4 2 --iters 2 --quiet >/dev/null 2>"$SCRATCH/moe-err"
 check "bench moe --quiet, stderr a file: nothing there" test ! -s "$SCRATCH/moe-err"
+# a rank stuck outside every wait (paused before its data; one rank, so no barrier waits for it) fails
+# the launch once it shows no sign of life for 1.5 --timeout + 1 s, named, instead of hanging
+A2AMM_FAULT=pause-bench-prepare A2AMM_FAULT_RANK=0 timeout 60 "$A2AMM" bench moe 1 4 64 32 2 1 --iters 2 \
+    --timeout 1 --quiet >"$SCRATCH/stuck" 2>&1
+rc=$?
+check "bench moe, a rank stuck: the launch fails (exit $rc; 124: it hung)" test "$rc" -eq 1
+check "bench moe, a rank stuck: named" grep -q "rank 0 (pid [0-9]*) showed no sign of life for 2.5 s" "$SCRATCH/stuck"
 
 # --- bench grouped: E experts of M rows as the MoE op runs them, against a read of their weights
 expect_ok "bench grouped" "$A2AMM" bench grouped 4 3 64 32 --iters 2 --threads 2

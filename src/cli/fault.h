@@ -17,7 +17,8 @@
  *     its op call begins tile 1, like stall), staged (its output staged,
  *     before the end barrier);
  *   gen: gen-inputs (before the inputs), gen-golden (inputs written,
- *     before the goldens), gen-meta (before the meta file).
+ *     before the goldens), gen-meta (before the meta file);
+ *   bench moe's rank A2AMM_FAULT_RANK: bench-prepare (before its data).
  *
  * Faults of perf mode's timing, as a machine busy with other work may make
  * one variant slower than another that does more (the tests' way to a
