@@ -96,6 +96,8 @@ static void gemm_usage(FILE *f)
             "  --iters N     rounds: timed calls of each contender (default 10)\n"
             "  --warmup N    untimed runs of each before them (default 1)\n"
             "  --no-flush    do not flush the caches before each repetition\n"
+            "  --probe S     seconds each ceiling probe runs before and after the contenders, 0.001\n"
+            "                to 10 (default 0.2; shorter: a quicker run, a noisier ceiling)\n"
             "  --json        print the figures as one JSON object, nothing else on stdout\n"
             "  --sweep       M = 1, 2, 4, 8, 16, 32, 64 and 128 in turn at N K (default the seed's\n"
             "                3584 8192; give N K only): a line each, a2amm against oneDNN and B's\n"
@@ -117,6 +119,7 @@ static void gemm_usage(FILE *f)
 typedef struct gemm_opts {
     int64_t M, N, K;
     int threads, iters, warmup, flush, json, quiet, sweep;
+    double probe_s; /* each ceiling probe before and after the contenders */
 } gemm_opts;
 
 /* --sweep: these M at one N and K (the seed's, 3584 and 8192, unless given). */
@@ -128,7 +131,7 @@ static int gemm_parse(int argc, char **argv, gemm_opts *o, int *exit_code)
 {
     const char *pos[3];
     int npos = 0;
-    *o = (gemm_opts){0, 0, 0, pool_cpu_count(), 10, 1, 1, 0, 0, 0};
+    *o = (gemm_opts){0, 0, 0, pool_cpu_count(), 10, 1, 1, 0, 0, 0, CEILING_PROBE_S};
     *exit_code = 2;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -148,6 +151,8 @@ static int gemm_parse(int argc, char **argv, gemm_opts *o, int *exit_code)
         } else if ((m = cli_option(argc, argv, &i, "--warmup", &v))) {
             if (m < 0 || cli_parse_i64("bench gemm", "--warmup", v, 0, 1000, &x)) return -1;
             o->warmup = (int)x;
+        } else if ((m = cli_option(argc, argv, &i, "--probe", &v))) {
+            if (m < 0 || cli_parse_double("bench gemm", "--probe", v, 0.001, 10, &o->probe_s)) return -1;
         } else if (!strcmp(argv[i], "--no-flush")) o->flush = 0;
         else if (!strcmp(argv[i], "--json")) o->json = 1;
         else if (!strcmp(argv[i], "--quiet")) o->quiet = 1;
@@ -978,7 +983,7 @@ static int gemm_one(gemm_bench *g, int print_header, const bench_ceiling *known,
     /* The ceiling before any library has threads of its own, and again at
      * the end: on a shared machine the less disturbed probe counts. */
     if (!rc && known) g->r.ceil_first = *known;
-    else if (!rc) rc = measure_ceiling(&g->r, CEILING_PROBE_S, &g->r.ceil_first, err);
+    else if (!rc) rc = measure_ceiling(&g->r, o->probe_s, &g->r.ceil_first, err);
     cli_progress progress;
     cli_progress_start_lines(&progress, o->quiet, o->json);
     measure_show_progress(progress.on ? &progress : NULL, "a2amm bench gemm");
@@ -986,7 +991,7 @@ static int gemm_one(gemm_bench *g, int print_header, const bench_ceiling *known,
     measure_show_progress(NULL, NULL);
     cli_progress_end(&progress);
     if (!rc && known) g->r.ceil_last = *known;
-    else if (!rc) rc = measure_ceiling(&g->r, CEILING_PROBE_S, &g->r.ceil_last, err);
+    else if (!rc) rc = measure_ceiling(&g->r, o->probe_s, &g->r.ceil_last, err);
     if (!rc) {
         gemm_set_ceiling(&g->r);
         gemm_check(g);

@@ -55,15 +55,16 @@ expect_fail "unknown option" "unknown option '--bogus'" "$A2AMM" bench gemm 64 6
 expect_fail "zero threads" "--threads must be a whole number from 1" "$A2AMM" bench gemm 64 64 64 --threads 0
 expect_fail "zero iters" "--iters must be a whole number from 1" "$A2AMM" bench gemm 64 64 64 --iters 0
 expect_fail "iters without value" "option --iters needs a value" "$A2AMM" bench gemm 64 64 64 --iters
+expect_fail "a probe of no time" "--probe must be a number from 0.001 to 10" "$A2AMM" bench gemm 64 64 64 --probe 0
 expect_fail "bad forced ISA" "A2AMM_ISA=bogus" env A2AMM_ISA=bogus "$A2AMM" bench gemm 64 64 64 --iters 1
 "$A2AMM" bench gemm 64 64 100 >"$SCRATCH/o" 2>&1
 check "bad args exit 2" test $? -eq 2
 
 # --- the table: every contender, the columns, the lines under it
 over=$(( $(nproc) + 1 ))
-expect_ok "more threads than cores" "$A2AMM" bench gemm 8 64 32 --iters 1 --threads $over
+expect_ok "more threads than cores" "$A2AMM" bench gemm 8 64 32 --probe 0.02 --iters 1 --threads $over
 expect_output "more threads than cores is warned about" "WARNING: $over threads on $(nproc) cores"
-expect_ok "bench gemm table" "$A2AMM" bench gemm 96 200 64 --iters 2 --threads 2
+expect_ok "bench gemm table" "$A2AMM" bench gemm 96 200 64 --probe 0.02 --iters 2 --threads 2
 cp "$SCRATCH/out" "$SCRATCH/table"
 # row_has "label" yes|no: the row is there, with a figure (yes) or n/a and its reason (no)
 row_has() {
@@ -150,7 +151,7 @@ for cond in sys.argv[2:]:
         sys.exit(1)
 EOF
 }
-"$A2AMM" bench gemm 33 70 96 --iters 1 --threads 3 --json >"$SCRATCH/j.json" 2>"$SCRATCH/j.err"
+"$A2AMM" bench gemm 33 70 96 --probe 0.02 --iters 1 --threads 3 --json >"$SCRATCH/j.json" 2>"$SCRATCH/j.err"
 check "json run exits 0" test $? -eq 0
 check "json parses, shape and options" json_ok "$SCRATCH/j.json" \
     'd["command"] == "bench gemm"' 'd["M"] == 33 and d["N"] == 70 and d["K"] == 96' \
@@ -206,7 +207,7 @@ check "json has the streaming read and B's fp8 bytes against it" json_ok "$SCRAT
 check "json: nothing else on stderr" bash -c "! grep -v 'threads on .* cores: the figures say little' '$SCRATCH/j.err' | grep -q ."
 
 # --- A2AMM_ISA forces a level; OPENBLAS_CORETYPE is reported as it is
-env A2AMM_ISA=ref "$A2AMM" bench gemm 3 65 32 --iters 1 --threads 2 --json >"$SCRATCH/ref.json"
+env A2AMM_ISA=ref "$A2AMM" bench gemm 3 65 32 --probe 0.02 --iters 1 --threads 2 --json >"$SCRATCH/ref.json"
 check "forced ref runs and agrees" json_ok "$SCRATCH/ref.json" 'd["isa"] == "ref" and d["isa_forced"] is True' \
     'd["fraction_of"] == "fma"' 'd["onednn"]["agrees"] and d["openblas"]["agrees"]' \
     'd["check"]["samples"] == 3 * 65'
@@ -214,12 +215,12 @@ check "forced ref runs and agrees" json_ok "$SCRATCH/ref.json" 'd["isa"] == "ref
 # ceiling), refused naming the level and the reason where not
 for isa in avx2 avx512 amx; do
     if cpu_runs $isa; then
-        env A2AMM_ISA=$isa "$A2AMM" bench gemm 5 70 64 --iters 1 --threads 1 --json >"$SCRATCH/$isa.json"
+        env A2AMM_ISA=$isa "$A2AMM" bench gemm 5 70 64 --probe 0.02 --iters 1 --threads 1 --json >"$SCRATCH/$isa.json"
         check "forced $isa runs and agrees" json_ok "$SCRATCH/$isa.json" 'd["isa"] == "'$isa'"' \
             'd["onednn"]["agrees"] and d["openblas"]["agrees"]' '(d["fraction_of_ceiling"] or 1) > 0'
     else
         expect_fail "forced $isa is refused here, saying why" "cannot run the $isa kernels ($("$A2AMM" cpu --runs $isa | sed "s/^$isa: //"))" \
-            env A2AMM_ISA=$isa "$A2AMM" bench gemm 5 70 64 --iters 1 --threads 1
+            env A2AMM_ISA=$isa "$A2AMM" bench gemm 5 70 64 --probe 0.02 --iters 1 --threads 1
     fi
 done
 if cpu_runs avx2; then
@@ -244,11 +245,11 @@ case ",${A2AMM_CPU_HIDE-}," in
 *,amx,*)
     check "oneDNN's ISA is capped below AMX" json_ok "$SCRATCH/j.json" '"amx" not in d["onednn"]["isa"] and "amx" not in d["onednn"]["impl"]' ;;
 esac
-env OPENBLAS_CORETYPE=Haswell "$A2AMM" bench gemm 1 64 32 --iters 1 --threads 1 --no-flush --json >"$SCRATCH/h.json"
+env OPENBLAS_CORETYPE=Haswell "$A2AMM" bench gemm 1 64 32 --probe 0.02 --iters 1 --threads 1 --no-flush --json >"$SCRATCH/h.json"
 check "coretype reported as set, one thread, no flush" json_ok "$SCRATCH/h.json" \
     'd["openblas"]["coretype_env"] == "Haswell"' 'd["threads"] == 1 and d["onednn"]["threads"] == 1 and d["openblas"]["threads"] == 1' \
     'd["flush_bytes"] == 0' 'd["onednn"]["agrees"] and d["openblas"]["agrees"]'
-expect_ok "unset coretype" env -u OPENBLAS_CORETYPE "$A2AMM" bench gemm 7 64 64 --iters 1 --no-flush --warmup 0
+expect_ok "unset coretype" env -u OPENBLAS_CORETYPE "$A2AMM" bench gemm 7 64 64 --probe 0.02 --iters 1 --no-flush --warmup 0
 expect_output "unset coretype is said" "OPENBLAS_CORETYPE=(unset)"
 expect_output "no flush is said" "caches not flushed (--no-flush)"
 

@@ -87,7 +87,7 @@ import json; d = json.load(open('$SCRATCH/cpu.json'))
 assert all(f['used'] == f['detected'] and not f['hidden'] for f in d['features'].values())"
 
 # --- bench gemm with everything above ref hidden: the ref level, no ceiling, oneDNN capped
-A2AMM_CPU_HIDE=avx2 "$A2AMM" bench gemm 17 40 64 --iters 1 --threads 1 --json >"$SCRATCH/b.json" 2>"$SCRATCH/b.err"
+A2AMM_CPU_HIDE=avx2 "$A2AMM" bench gemm 17 40 64 --probe 0.02 --iters 1 --threads 1 --json >"$SCRATCH/b.json" 2>"$SCRATCH/b.err"
 check "bench gemm, avx2 hidden: ref, no FMA ceiling, peers measured" python3 -c "
 import json; d = json.load(open('$SCRATCH/b.json'))
 assert d['isa'] == 'ref' and d['ceiling']['fma_gflops'] is None and d['fraction_of_ceiling'] is None
@@ -96,7 +96,7 @@ assert d['onednn']['available'] and d['onednn']['agrees'] and d['openblas']['agr
 assert 'avx' not in d['onednn']['isa'] or d['onednn']['isa_cap'] is None"
 
 # --- a bad list is refused by every command, naming the entry
-for cmd in "cpu" "run 130 192 40 3 --dir $d" "bench gemm 8 8 32 --iters 1"; do
+for cmd in "cpu" "run 130 192 40 3 --dir $d" "bench gemm 8 8 32 --iters 1 --probe 0.02"; do
     expect_fail "A2AMM_CPU_HIDE=amx,sse9: a2amm $cmd refuses" "'sse9' is not a feature a2amm can hide" \
         env A2AMM_CPU_HIDE=amx,sse9 "$A2AMM" $cmd
 done

@@ -51,10 +51,10 @@ for opt in --quiet --json; do
 done
 
 # the benchmarks: the same line on a terminal, none with --json or --quiet
-script -qec "'$A2AMM' bench gemm 64 64 64 --iters 3 --threads 1" /dev/null >"$SCRATCH/gemm-tty" 2>&1
+script -qec "'$A2AMM' bench gemm 64 64 64 --iters 3 --probe 0.02 --threads 1" /dev/null >"$SCRATCH/gemm-tty" 2>&1
 check "bench gemm on a terminal: a progress line" grep -aq "a2amm bench gemm: repetition [0-9] of 3" "$SCRATCH/gemm-tty" || tail_of "$SCRATCH/gemm-tty"
 check "bench gemm on a terminal: its table" grep -aq "OpenBLAS" "$SCRATCH/gemm-tty"
-script -qec "'$A2AMM' bench gemm 64 64 64 --iters 3 --threads 1 --json" /dev/null >"$SCRATCH/gemm-json" 2>&1
+script -qec "'$A2AMM' bench gemm 64 64 64 --iters 3 --probe 0.02 --threads 1 --json" /dev/null >"$SCRATCH/gemm-json" 2>&1
 check "bench gemm --json on a terminal: none" bash -c "! grep -aq 'repetition [0-9] of' '$SCRATCH/gemm-json'"
 script -qec "'$A2AMM' bench gemm 64 64 64 --iters 3 --threads 1 --quiet" /dev/null >"$SCRATCH/gemm-quiet" 2>&1
 check "bench gemm --quiet on a terminal: none" bash -c "! grep -aq 'repetition [0-9] of' '$SCRATCH/gemm-quiet'"
