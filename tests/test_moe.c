@@ -686,6 +686,22 @@ static int rank_disagree(a2amm_comm *comm, void *arg)
     return 0;
 }
 
+/* max_recv 0 on rank 0 and the R * max_tokens it stands for on rank 1: the same room, so create agrees */
+static int rank_room_spelled_two_ways(a2amm_comm *comm, void *arg)
+{
+    int *made = arg;
+    a2amm_error err = {0, ""};
+    a2amm_moe *m = NULL;
+    a2amm_moe_config cfg = A2AMM_MOE_CONFIG_INIT;
+    cfg.experts = 2, cfg.topk = 1, cfg.hidden = 64, cfg.inter = 32, cfg.max_tokens = 4;
+    cfg.max_recv = a2amm_comm_rank(comm) == 0 ? 0 : 2 * cfg.max_tokens;
+    int rc = a2amm_moe_create(comm, &cfg, &m, &err);
+    made[a2amm_comm_rank(comm)] = rc == 0;
+    if (rc) fprintf(stderr, "max_recv 0 beside R * max_tokens: rank %d: %s\n", a2amm_comm_rank(comm), err.msg);
+    a2amm_moe_destroy(m);
+    return 0;
+}
+
 static void test_nulls(void)
 {
     int *failed = mmap(NULL, sizeof *failed, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -698,6 +714,10 @@ static void test_nulls(void)
     int *refused = mmap(NULL, 2 * sizeof *refused, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     refused[0] = refused[1] = 0;
     a2amm_launch_options lo = {.size = sizeof lo, .heap_bytes = 64u << 20};
+    a2amm_launch(2, rank_room_spelled_two_ways, refused, &lo, &err);
+    CHECK(refused[0] && refused[1], "max_recv 0 on one rank, R * max_tokens on the other: created on rank 0 %d, "
+          "rank 1 %d", refused[0], refused[1]);
+    refused[0] = refused[1] = 0;
     a2amm_launch(2, rank_disagree, refused, &lo, &err);
     CHECK(refused[0] && refused[1], "ranks that disagree on the schedule: create accepted (rank 0 %d, rank 1 %d)",
           refused[0], refused[1]);

@@ -187,7 +187,7 @@ static int check_rooms(const int64_t *sizes, int R, a2amm_error *err)
 /* The arguments of one rank (comm not NULL), checked before anything is collective. recv may be NULL:
  * it has room for nothing then (a block sent to it is refused on every rank, as one over its room). */
 static int check_v_args(const a2amm_comm *comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,
-                        const size_t *recv_room, const size_t *recv_offsets, const size_t *recv_bytes,
+                        const void *recv, const size_t *recv_room, const size_t *recv_offsets, const size_t *recv_bytes,
                         double timeout_s, a2amm_error *err)
 {
     const char *null = !send_bytes ? "send_bytes" : !send_offsets ? "send_offsets" : !recv_room ? "recv_room"
@@ -201,8 +201,9 @@ static int check_v_args(const a2amm_comm *comm, const void *send, const size_t *
     for (int p = 0; p < R; p++) {
         if (send_bytes[p] && !send)
             return a2amm_fail(err, A2AMM_E_INVAL, "a2amm_comm_alltoallv: send is NULL with bytes for rank %d", p);
-        if (send_offsets[p] > SIZE_MAX - send_bytes[p] || recv_offsets[p] > SIZE_MAX - recv_room[p] ||
-            send_bytes[p] > INT64_MAX || recv_room[p] > INT64_MAX)
+        /* a NULL recv has room for nothing, whatever recv_room says: its blocks are not checked */
+        if (send_offsets[p] > SIZE_MAX - send_bytes[p] || send_bytes[p] > INT64_MAX ||
+            (recv && (recv_offsets[p] > SIZE_MAX - recv_room[p] || recv_room[p] > INT64_MAX)))
             return a2amm_fail(err, A2AMM_E_OVERFLOW, "a2amm_comm_alltoallv: the block of rank %d overflows (send "
                               "%zu bytes at %zu, room %zu at %zu)", p, send_bytes[p], send_offsets[p], recv_room[p],
                               recv_offsets[p]);
@@ -317,7 +318,7 @@ int a2amm_comm_alltoallv(a2amm_comm *comm, const void *send, const size_t *send_
     int me = comm_rank(ctx), R = comm_nranks(ctx);
     int64_t *sizes = NULL, *mine = NULL;
     size_t *zeros = NULL; /* the offsets of a NULL send or recv: every block there is empty */
-    rc = check_v_args(comm, send, send_bytes, send_offsets, recv_room, recv_offsets, recv_bytes, timeout_s, err);
+    rc = check_v_args(comm, send, send_bytes, send_offsets, recv, recv_room, recv_offsets, recv_bytes, timeout_s, err);
     if (!rc) {
         sizes = malloc((size_t)R * 4 * R * sizeof *sizes), zeros = calloc((size_t)R, sizeof *zeros);
         mine = sizes ? sizes + (size_t)2 * R * R : NULL;

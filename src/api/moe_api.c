@@ -230,8 +230,11 @@ int a2amm_moe_create(a2amm_comm *comm, const a2amm_moe_config *config, a2amm_moe
                            c->b_type};
         comm_set_doing(m->ctx, "a2amm_moe_create of op %lld: waiting for every rank", (long long)m->id);
         size_t top = 0;
-        rc = api_agree_config(comm, API_MOE_CREATE, m->id, c, CREATE_FIELDS, c->timeout_s, "a2amm_moe_create", &top,
-                              err);
+        /* agreed on the room each rank derives: max_recv 0 on one rank, R * max_tokens on another agree */
+        a2amm_moe_config agreed = *c;
+        agreed.max_recv = m->max_recv;
+        rc = api_agree_config(comm, API_MOE_CREATE, m->id, &agreed, CREATE_FIELDS, c->timeout_s, "a2amm_moe_create",
+                              &top, err);
         /* the stage its calls need, taken now (a transport with its own exchange needs none): a heap too
          * small is refused here, on every rank alike (the communicator stays usable), not at the first call */
         if (!rc && !comm_transport_of(m->ctx)->exchangev)
